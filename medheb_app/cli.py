@@ -1,0 +1,78 @@
+"""`python -m medheb_app ...`: a thin shell over the service functions.
+
+Every command prints human text by default and exactly one JSON document with --json.
+Errors become one readable line on stderr and a non-zero exit code, never a traceback.
+Subcommands live in medheb_app/commands/, one module each, exposing `register(subparsers)`;
+a handler returns (human_text, json_payload).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import medheb_app
+from medheb_app import commands
+from medheb_app.settings import Settings
+
+Handler = Callable[[argparse.Namespace, Settings], tuple[str, Any]]
+
+
+class UserError(Exception):
+    """An error caused by the user's input; printed as one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m medheb_app",
+        description="Clinical evidence retrieval workbench (MedHEB, CXR-Retrieve).",
+    )
+    parser.add_argument("--version", action="version", version=medheb_app.__version__)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{commands.__name__}.{module_info.name}")
+        module.register(subparsers)
+    return parser
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """Every command takes --json; subcommands call this so the flag sits after them."""
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        human, payload = handler(args, Settings.from_env())
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except (UserError, ValueError, FileNotFoundError, KeyError, PermissionError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    except Exception as error:  # the contract is one line, never a traceback
+        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    if getattr(args, "json", False):
+        print(json.dumps(payload, indent=2, default=_json_default))
+    elif human:
+        print(human)
+    return 0
+
+
+def _json_default(value: object) -> object:
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)

@@ -1,0 +1,1 @@
+"""CLI subcommands: each module exposes `register(subparsers)`; cli.py discovers them."""

@@ -1,0 +1,1 @@
+"""What a study is, how it is read from disk, and the finding vocabularies."""

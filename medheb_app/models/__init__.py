@@ -1,0 +1,1 @@
+"""Embedders: the protocol, the registry of specs, and the implementations."""

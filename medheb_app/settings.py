@@ -1,0 +1,82 @@
+"""One settings object, read from the environment once and passed down explicitly."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data"
+
+
+def _default_data_dir() -> Path:
+    """DATA_DIR, else /data on a Hugging Face Space with persistent storage, else data/runtime."""
+    if os.environ.get("DATA_DIR"):
+        return Path(os.environ["DATA_DIR"])
+    if Path("/data").is_dir() and os.access("/data", os.W_OK):
+        return Path("/data/medheb")
+    return PROJECT_ROOT / "data" / "runtime"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where things live and the defaults the app and CLI start from."""
+
+    data_dir: Path = field(default_factory=_default_data_dir)
+    database_url: str = ""
+    admin_password: str = ""
+    device: str = "cpu"
+    default_model: str = "dual-lite"
+    default_index: str = "demo-cxr"
+    max_upload_bytes: int = 512 * 1024 * 1024
+    shared_data_dir: Path = SHARED_DATA_DIR
+    models_dir: Path = PROJECT_ROOT / "models"
+    demo_seed: int = 0
+    demo_size: int = 2000
+
+    def __post_init__(self) -> None:
+        if not self.database_url:
+            object.__setattr__(self, "database_url", f"sqlite:///{self.data_dir / 'medheb.sqlite'}")
+        if self.max_upload_bytes <= 0:
+            raise ValueError("MAX_UPLOAD_BYTES must be positive")
+
+    @property
+    def demo_dir(self) -> Path:
+        return self.data_dir / "demo"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir / "indices"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.data_dir / "embedding-cache"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.data_dir / "runs"
+
+    @property
+    def trained_models_dir(self) -> Path:
+        """Checkpoints trained at run time; committed weights live in models_dir."""
+        return self.data_dir / "models"
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Settings:
+        """Build settings from environment variables; keyword overrides win."""
+        env = os.environ
+        values: dict[str, object] = {
+            "data_dir": _default_data_dir(),
+            "database_url": env.get("DATABASE_URL", ""),
+            "admin_password": env.get("ADMIN_PASSWORD", ""),
+            "device": env.get("MEDHEB_DEVICE", "cpu"),
+            "default_model": env.get("MEDHEB_DEFAULT_MODEL", "dual-lite"),
+            "default_index": env.get("MEDHEB_DEFAULT_INDEX", "demo-cxr"),
+            "max_upload_bytes": int(env.get("MAX_UPLOAD_BYTES", 512 * 1024 * 1024)),
+            "demo_size": int(env.get("MEDHEB_DEMO_SIZE", 2000)),
+        }
+        if env.get("MEDHEB_SHARED_DATA"):
+            values["shared_data_dir"] = Path(env["MEDHEB_SHARED_DATA"])
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
