@@ -1,0 +1,1 @@
+"""SQLAlchemy persistence: runs and results, raters, study items and votes, jobs."""
