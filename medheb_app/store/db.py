@@ -1,11 +1,13 @@
 """Engine, declarative Base and sessions; SQLite in DATA_DIR by default, any URL by DATABASE_URL.
 
-Every table module imports `Base` from here, so `create_schema` creates all of them.
+Every table module in medheb_app/store imports `Base` from here; `create_schema` imports them
+all (so their classes are registered) and creates what is missing.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,19 +15,9 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
-# Table modules, imported before create_all so their classes are registered on Base.
-TABLE_MODULES: tuple[str, ...] = ()
-
 
 class Base(DeclarativeBase):
     """Declarative base shared by every table."""
-
-
-def register_table_module(module: str) -> None:
-    """Let a table module be imported before the schema is created (called at import time)."""
-    global TABLE_MODULES
-    if module not in TABLE_MODULES:
-        TABLE_MODULES = (*TABLE_MODULES, module)
 
 
 def make_engine(url: str) -> Engine:
@@ -47,8 +39,11 @@ def make_engine(url: str) -> Engine:
 
 def create_schema(engine: Engine) -> None:
     """Create every registered table that does not exist yet (safe to call at each start)."""
-    for module in TABLE_MODULES:
-        importlib.import_module(module)
+    import medheb_app.store as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name != "db":
+            importlib.import_module(f"{package.__name__}.{module.name}")
     Base.metadata.create_all(engine)
 
 
