@@ -1,0 +1,1 @@
+"""Evaluation: pure metrics, the suite runner, typed results, paper-style reports and figures."""
