@@ -1,0 +1,114 @@
+"""Tables of the blinded preference study (MedHEB section 5.6): studies, items, raters,
+assignments and the append-only vote log.
+
+Secrets (model names, gold ids, task, top-1 correctness) live on `StudyItem` and never leave
+the server before a vote; a rater only ever sees an `Assignment.token`, which is random and
+says nothing about the item. Votes are never updated or deleted: an undo is a new row of kind
+"undo" pointing at the vote it retracts. Only portable SQLAlchemy types are used so the same
+schema runs on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from medheb_app.store.db import Base
+
+
+def utcnow() -> datetime:
+    """Naive UTC now: SQLite drops time zones, so every timestamp is stored as naive UTC."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class PreferenceStudy(Base):
+    """One study: which models are compared, how many raters each item needs, reveal policy."""
+
+    __tablename__ = "studies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    models: Mapped[list[str]] = mapped_column(JSON)
+    n_queries: Mapped[int] = mapped_column(Integer)
+    raters_per_item: Mapped[int] = mapped_column(Integer)
+    reveal_after_vote: Mapped[bool] = mapped_column(Boolean)
+    seed: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(1000), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class StudyItem(Base):
+    """One query shown with two models' top-3 lists; `model_a`/`model_b` is the canonical pair
+    order used in analysis (the left/right order a rater sees is drawn per assignment)."""
+
+    __tablename__ = "study_items"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    task: Mapped[str] = mapped_column(String(200))
+    family: Mapped[str] = mapped_column(String(50), default="")
+    split: Mapped[str] = mapped_column(String(50), default="")
+    query_id: Mapped[str] = mapped_column(String(500))
+    query_payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    model_a: Mapped[str] = mapped_column(String(500))
+    model_b: Mapped[str] = mapped_column(String(500))
+    top_a: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    top_b: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    gold: Mapped[list[str]] = mapped_column(JSON)
+    hit_a: Mapped[bool] = mapped_column(Boolean)
+    hit_b: Mapped[bool] = mapped_column(Boolean)
+    n_assigned: Mapped[int] = mapped_column(Integer, default=0)
+    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Rater(Base):
+    """A person who votes; signs in by name or by the random token issued at creation."""
+
+    __tablename__ = "raters"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    token: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Assignment(Base):
+    """An item handed to a rater, with the side order drawn for them and the opaque token the
+    UI holds. `vote_id` is the vote currently in force (None: not voted, or undone)."""
+
+    __tablename__ = "study_assignments"
+    __table_args__ = (UniqueConstraint("item_id", "rater_id", name="uq_assignment_item_rater"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token: Mapped[str] = mapped_column(String(64), unique=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("study_items.id"), index=True)
+    rater_id: Mapped[int] = mapped_column(ForeignKey("raters.id"), index=True)
+    model_left: Mapped[str] = mapped_column(String(500))
+    model_right: Mapped[str] = mapped_column(String(500))
+    vote_id: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Vote(Base):
+    """Append-only log: kind "vote" (choice A | B | tie | both_poor as shown on screen) or
+    kind "undo" (choice empty, `retracts` = the vote id it withdraws)."""
+
+    __tablename__ = "study_votes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("study_assignments.id"), index=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("study_items.id"), index=True)
+    rater_id: Mapped[int] = mapped_column(ForeignKey("raters.id"), index=True)
+    choice: Mapped[str] = mapped_column(String(20), default="")
+    model_left: Mapped[str] = mapped_column(String(500))
+    model_right: Mapped[str] = mapped_column(String(500))
+    retracts: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
