@@ -1,0 +1,263 @@
+"""Named indices over collections of Studies, one per (name, model fingerprint).
+
+Layout: settings.index_dir/<name>/<model fingerprint>/ holds the FAISS files written by
+VectorIndex.save, metadata.jsonl (one row per item: findings, source, split, image path,
+report text, synthetic flag, boxes) and catalog.json (the model card, kind, size, build time,
+and where the corpus came from). A directory appears only when complete: builds write to a
+temporary sibling and rename it into place, so the app never reads a half-built index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from medheb_app.evidence.study import Study
+from medheb_app.index.cache import EmbeddingCache, embed_with_cache
+from medheb_app.index.faiss_index import VectorIndex
+from medheb_app.models.base import Embedder
+from medheb_app.settings import Settings
+
+Progress = Callable[[float, str], None]
+CATALOG_FILE = "catalog.json"
+METADATA_FILE = "metadata.jsonl"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}$")
+
+
+class IndexNotFoundError(FileNotFoundError):
+    """The named index does not exist for the requested model; the message says what does."""
+
+
+def check_index_name(name: str) -> str:
+    """Index names become folder names: letters, digits and . _ @ + - only."""
+    if not _NAME.match(name or ""):
+        raise ValueError(
+            f"Index name {name!r} is not allowed; use letters, digits and . _ @ + - "
+            "(at most 100 characters, starting with a letter or digit)."
+        )
+    return name
+
+
+def study_content_key(study: Study) -> str:
+    """Cache key of what an embedder sees of a study: its id plus a hash of its content.
+
+    The hash is over the image file's bytes (or the in-memory pixels, or the text for text
+    studies), so two corpora that reuse an id for different content never share a vector.
+    """
+    digest = hashlib.sha1(study.form.encode())
+    if study.form == "text":
+        digest.update((study.text or "").encode("utf-8"))
+    elif study.pixels is not None:
+        pixels = np.ascontiguousarray(study.pixels, dtype=np.float32)
+        digest.update(str(pixels.shape).encode())
+        digest.update(pixels.tobytes())
+    elif study.path is not None and Path(study.path).is_file():
+        with open(study.path, "rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+    else:
+        digest.update(str(study.path).encode())
+    return f"{study.id}@{digest.hexdigest()[:12]}"
+
+
+def study_metadata(study: Study) -> dict[str, Any]:
+    """The row stored for each indexed study: everything the UI shows about a hit."""
+    return {
+        "id": study.id,
+        "form": study.form,
+        "modality": study.modality,
+        "findings": dict(study.findings),
+        "source": study.source,
+        "split": study.split,
+        "path": study.path,
+        "text": study.text,
+        "synthetic": bool(study.synthetic),
+        "boxes": [asdict(box) for box in study.boxes],
+        "laterality": dict(study.laterality),
+        "severity": dict(study.severity),
+        "patient_id": study.patient_id,
+    }
+
+
+@dataclass
+class LoadedIndex:
+    """A built index with its per-item metadata and its catalog entry."""
+
+    name: str
+    directory: Path
+    index: VectorIndex
+    items: dict[str, dict[str, Any]]
+    info: dict[str, Any]
+
+    @property
+    def fingerprint(self) -> str:
+        return self.index.fingerprint
+
+    @property
+    def model_name(self) -> str:
+        return str(self.info.get("model", {}).get("name", ""))
+
+    def item(self, item_id: str) -> dict[str, Any]:
+        return self.items[item_id]
+
+    def search(self, queries: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(queries, k)
+
+
+def index_path(settings: Settings, name: str, fingerprint: str) -> Path:
+    return settings.index_dir / check_index_name(name) / fingerprint
+
+
+def build_index(
+    name: str,
+    studies: Sequence[Study],
+    embedder: Embedder,
+    settings: Settings,
+    kind: str = "exact",
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+    corpus: dict[str, Any] | None = None,
+    batch_size: int = 32,
+    **params: Any,
+) -> LoadedIndex:
+    """Embed `studies` (through the embedding cache) and write the index `name` for this model.
+
+    `corpus` describes where the studies came from (kind, directory, seed, size) so a later
+    caller can tell whether the index still matches its corpus. Replaces an existing build.
+    """
+    check_index_name(name)
+    if not studies:
+        raise ValueError(f"Cannot build index {name!r} from zero studies.")
+    started = time.perf_counter()
+    fingerprint = embedder.card.fingerprint
+    cache = EmbeddingCache(settings.cache_dir)
+    keys = [study_content_key(study) for study in studies]
+    vectors = embed_with_cache(
+        embedder, list(studies), keys, cache, batch_size=batch_size, progress=progress, stop=stop
+    )
+    index = VectorIndex.build(
+        vectors, [study.id for study in studies], kind=kind, fingerprint=fingerprint, **params
+    )
+    info = {
+        "name": name,
+        "model": embedder.card.to_dict(),
+        "fingerprint": fingerprint,
+        "kind": index.kind,
+        "params": index.params,
+        "count": index.count,
+        "dims": index.dims,
+        "forms": sorted({study.form for study in studies}),
+        "synthetic": all(study.synthetic for study in studies),
+        "corpus": corpus or {},
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "build_seconds": round(time.perf_counter() - started, 3),
+    }
+    final = index_path(settings, name, fingerprint)
+    staging = final.parent / f".staging-{fingerprint}-{uuid.uuid4().hex[:8]}"
+    index.save(staging)
+    with open(staging / METADATA_FILE, "w", encoding="utf-8") as handle:
+        for study in studies:
+            handle.write(json.dumps(study_metadata(study)) + "\n")
+    (staging / CATALOG_FILE).write_text(json.dumps(info, indent=2))
+    _swap_into_place(staging, final)
+    if progress:
+        progress(1.0, f"index {name} built: {index.count} items, {index.kind}")
+    return load_index(name, fingerprint, settings)
+
+
+def _swap_into_place(staging: Path, final: Path) -> None:
+    """Rename the finished build over `final`; a reader sees the old or the new, never half."""
+    retired = final.parent / f".retired-{final.name}-{uuid.uuid4().hex[:8]}"
+    if final.exists():
+        os.replace(final, retired)
+    os.replace(staging, final)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+_loaded: dict[tuple[str, float], LoadedIndex] = {}
+_loaded_lock = threading.Lock()
+
+
+def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIndex:
+    """The index `name` built for `model` (an embedder or its fingerprint), memoised.
+
+    Raises IndexNotFoundError naming the models the index does exist for.
+    """
+    fingerprint = model if isinstance(model, str) else model.card.fingerprint
+    directory = index_path(settings, name, fingerprint)
+    catalog_file = directory / CATALOG_FILE
+    if not catalog_file.is_file():
+        model_name = fingerprint if isinstance(model, str) else model.card.name
+        raise IndexNotFoundError(_missing_message(name, model_name, settings))
+    key = (str(directory), catalog_file.stat().st_mtime)
+    with _loaded_lock:
+        if key in _loaded:
+            return _loaded[key]
+    info = json.loads(catalog_file.read_text())
+    index = VectorIndex.load(directory)
+    items: dict[str, dict[str, Any]] = {}
+    with open(directory / METADATA_FILE, encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line)
+            items[row["id"]] = row
+    loaded = LoadedIndex(name=name, directory=directory, index=index, items=items, info=info)
+    with _loaded_lock:
+        for stale in [k for k in _loaded if k[0] == key[0]]:
+            del _loaded[stale]
+        _loaded[key] = loaded
+    return loaded
+
+
+def _missing_message(name: str, model_name: str, settings: Settings) -> str:
+    built = [entry for entry in list_indices(settings) if entry["name"] == name]
+    if built:
+        models = ", ".join(sorted({entry["model"] for entry in built}))
+        return (
+            f"Index {name!r} has not been built for model {model_name!r}; it exists for: {models}."
+        )
+    names = sorted({entry["name"] for entry in list_indices(settings)})
+    hint = f"Available indices: {', '.join(names)}." if names else "No index has been built yet."
+    return f"Index {name!r} does not exist. {hint} Build the demo: python -m medheb_app demo build"
+
+
+def list_indices(settings: Settings) -> list[dict[str, Any]]:
+    """Every complete index on disk: name, model, fingerprint, kind, count, forms, created."""
+    entries = []
+    if not settings.index_dir.is_dir():
+        return entries
+    for catalog_file in sorted(settings.index_dir.glob(f"*/*/{CATALOG_FILE}")):
+        if catalog_file.parent.name.startswith("."):
+            continue
+        try:
+            info = json.loads(catalog_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # being replaced right now; the next listing will see it
+        entries.append(
+            {
+                "name": info["name"],
+                "model": info["model"]["name"],
+                "model_version": info["model"].get("version", ""),
+                "fingerprint": info["fingerprint"],
+                "kind": info["kind"],
+                "count": info["count"],
+                "dims": info["dims"],
+                "forms": info.get("forms", []),
+                "synthetic": info.get("synthetic", False),
+                "created": info.get("created", ""),
+                "path": str(catalog_file.parent),
+            }
+        )
+    return entries
