@@ -1,0 +1,132 @@
+"""JobRunner: progress and logs persisted, cancel, failure recorded, restart marks orphans."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from medheb_app.jobs import JobCancelled, JobError, JobRunner, mark_interrupted, process_owner
+from medheb_app.settings import Settings
+from medheb_app.store.db import Store
+from medheb_app.store.jobs_table import Job
+
+
+@pytest.fixture
+def store(settings: Settings) -> Store:
+    return Store.open(settings.database_url)
+
+
+@pytest.fixture
+def runner(store: Store, settings: Settings):
+    runner = JobRunner(store, settings)
+    yield runner
+    runner.shutdown()
+
+
+def count_to(params, progress, log, stop):
+    for step in range(params["n"]):
+        log(f"step {step}")
+        progress((step + 1) / params["n"], f"step {step + 1} of {params['n']}")
+    return {"counted": params["n"]}
+
+
+def test_job_reports_progress_logs_and_result(runner: JobRunner, store: Store, settings):
+    job_id = runner.submit("count", {"n": 4}, count_to)
+    info = runner.wait(job_id, timeout=30)
+    assert info.status == "done"
+    assert info.result == {"counted": 4}
+    assert info.progress == 1.0
+    assert info.message == "step 4 of 4"
+    assert runner.logs(job_id) == ["step 0", "step 1", "step 2", "step 3"]
+    assert runner.logs(job_id, since=3) == ["step 3"]
+    assert info.started_at is not None and info.finished_at is not None
+    # a second runner on the same database (an app restart) sees the finished job unchanged
+    again = JobRunner(Store.open(settings.database_url), settings)
+    assert again.status(job_id).result == {"counted": 4}
+    assert again.interrupted_at_start == 0
+    again.shutdown()
+
+
+def test_cancel_running_job_sets_stop_and_records_cancelled(runner: JobRunner):
+    started = threading.Event()
+
+    def wait_for_stop(params, progress, log, stop):
+        started.set()
+        if not stop.wait(timeout=20):
+            return {"stopped": False}
+        log("stop seen")
+        raise JobCancelled
+
+    job_id = runner.submit("wait", {}, wait_for_stop)
+    assert started.wait(timeout=20)
+    assert runner.status(job_id).status == "running"
+    assert runner.cancel(job_id) is True
+    info = runner.wait(job_id, timeout=30)
+    assert info.status == "cancelled"
+    assert runner.logs(job_id) == ["stop seen"]
+    assert runner.cancel(job_id) is False  # finished jobs cannot be cancelled again
+
+
+def test_cancel_queued_job_never_runs_it(runner: JobRunner):
+    release = threading.Event()
+    ran = []
+
+    def block(params, progress, log, stop):
+        release.wait(timeout=20)
+        return {}
+
+    first = runner.submit("block", {}, block)
+    second = runner.submit("never", {}, lambda p, progress, log, stop: ran.append(1) or {})
+    assert runner.status(second).status == "queued"
+    assert runner.cancel(second) is True
+    release.set()
+    assert runner.wait(first, timeout=30).status == "done"
+    assert runner.wait(second, timeout=30).status == "cancelled"
+    assert ran == []
+
+
+def test_failing_job_records_error_and_traceback(runner: JobRunner):
+    def broken(params, progress, log, stop):
+        progress(0.5, "half way")
+        raise RuntimeError("index file is corrupt")
+
+    job_id = runner.submit("broken", {"path": "x"}, broken)
+    info = runner.wait(job_id, timeout=30)
+    assert info.status == "failed"
+    assert info.error == "RuntimeError: index file is corrupt"
+    assert info.progress == 0.5
+    assert "Traceback" in runner.logs(job_id)[-1]
+
+
+def test_history_newest_first_and_filter_by_kind(runner: JobRunner):
+    ids = [runner.submit(kind, {"n": 1}, count_to) for kind in ("a", "b", "a")]
+    for job_id in ids:
+        runner.wait(job_id, timeout=30)
+    assert [job.id for job in runner.history()] == ids[::-1]
+    assert [job.id for job in runner.history(kind="a")] == [ids[2], ids[0]]
+    with pytest.raises(JobError, match="No job"):
+        runner.status(999)
+
+
+def test_restart_marks_jobs_of_a_dead_process_interrupted(store: Store, settings):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    dead_owner = process_owner(child.pid)
+    child.wait()
+    alive_owner = process_owner()
+    with store.session() as session:
+        session.add_all(
+            [
+                Job(kind="bench-run", params={}, status="running", owner=dead_owner),
+                Job(kind="train", params={}, status="queued", owner=dead_owner),
+                Job(kind="index", params={}, status="running", owner=alive_owner),
+            ]
+        )
+    assert mark_interrupted(store) == 2
+    runner = JobRunner(store, settings)
+    statuses = {job.kind: job.status for job in runner.history()}
+    assert statuses == {"bench-run": "interrupted", "train": "interrupted", "index": "running"}
+    assert "stopped" in runner.history(kind="train")[0].error
+    runner.shutdown()
