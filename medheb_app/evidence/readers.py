@@ -250,6 +250,7 @@ def _window_of(ds: object) -> tuple[float, float] | None:
 def _parse_dicom(data: bytes, name: str, force: bool = False) -> object:
     """Parse a DICOM byte string; any parser failure becomes one readable EvidenceError."""
     import pydicom
+    from pydicom import uid
     from pydicom.errors import InvalidDicomError
 
     try:
@@ -264,6 +265,15 @@ def _parse_dicom(data: bytes, name: str, force: bool = False) -> object:
         ) from None
     if force and not any(k in ds for k in ("PixelData", "SOPClassUID", "Modality", "Rows")):
         raise _not_an_image(name)
+    if "TransferSyntaxUID" not in ds.file_meta:  # written without a file meta header
+        implicit, little = ds.original_encoding
+        ds.file_meta.TransferSyntaxUID = (
+            uid.ImplicitVRLittleEndian
+            if implicit
+            else uid.ExplicitVRLittleEndian
+            if little
+            else uid.ExplicitVRBigEndian
+        )
     return ds
 
 
@@ -274,7 +284,7 @@ def _pixels_of(ds: object, name: str) -> np.ndarray:
     if not any(k in ds for k in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
         kind = getattr(getattr(ds, "SOPClassUID", None), "name", "") or "non-image object"
         raise EvidenceError(f"{name} is a DICOM file without pixel data (it is a {kind}).")
-    syntax = getattr(ds.file_meta, "TransferSyntaxUID", None)
+    syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
     if syntax is not None and syntax.is_compressed:
         try:
             decoder = get_decoder(syntax)
