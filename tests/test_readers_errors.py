@@ -89,7 +89,7 @@ def test_file_over_the_limit_is_refused_before_reading(tmp_path: Path) -> None:
 
 
 def test_small_file_over_a_tiny_limit() -> None:
-    expect_error(dicom_file("CT_small.dcm"), r"CT_small\.dcm is 38\.\d KB; the limit is 1 KB", 1024)
+    expect_error(dicom_file("CT_small.dcm"), r"CT_small\.dcm is 38 KB; the limit is 1 KB", 1024)
 
 
 def test_zip_checked_on_unpacked_size(tmp_path: Path) -> None:
