@@ -10,9 +10,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import warnings
-import zipfile
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -26,33 +23,6 @@ SourceFormat = Literal["png", "jpg", "dicom", "dicom-series", "nifti", "npy"]
 SOFT_TISSUE_WINDOW = (40.0, 400.0)  # (center, width) in HU
 PERCENTILES = (0.5, 99.5)  # robust min-max for modalities without a calibrated scale
 K_FRAMES = 64  # MedHEB section 3.1.3: volumes are represented by 64 uniformly sampled frames
-
-# Allowlist, never a blocklist: a tag not named here is never copied out of a DICOM file.
-SAFE_TAGS: tuple[str, ...] = (
-    "Modality",
-    "BodyPartExamined",
-    "ViewPosition",
-    "ImageType",
-    "Rows",
-    "Columns",
-    "NumberOfFrames",
-    "SamplesPerPixel",
-    "BitsStored",
-    "PhotometricInterpretation",
-    "PixelSpacing",
-    "ImagerPixelSpacing",
-    "SliceThickness",
-    "SpacingBetweenSlices",
-    "WindowCenter",
-    "WindowWidth",
-    "RescaleSlope",
-    "RescaleIntercept",
-    "Manufacturer",
-    "ManufacturerModelName",
-    "MagneticFieldStrength",
-    "KVP",
-)
-_FUNCTIONAL_GROUPS = ("SharedFunctionalGroupsSequence", "PerFrameFunctionalGroupsSequence")
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,13 +73,13 @@ def _human_size(n_bytes: float) -> str:
     raise AssertionError("unreachable")
 
 
-def _check_size(name: str, n_bytes: int, max_bytes: int | None) -> None:
+def check_size(name: str, n_bytes: int, max_bytes: int | None) -> None:
     if max_bytes is not None and n_bytes > max_bytes:
         limit = _human_size(max_bytes).replace(".0 ", " ")
         raise EvidenceError(f"{name} is {_human_size(n_bytes)}; the limit is {limit}.")
 
 
-def _not_an_image(name: str) -> EvidenceError:
+def not_an_image(name: str) -> EvidenceError:
     return EvidenceError(f"{name} is not a PNG, JPEG, DICOM or NIfTI file.")
 
 
@@ -135,7 +105,7 @@ def _sniff(head: bytes, name: str) -> str:
     return "unknown"
 
 
-def _finish(
+def to_unit_range(
     values: np.ndarray,
     modality: str,
     photometric: str,
@@ -187,293 +157,6 @@ def _read_raster(data: bytes, name: str, fmt: SourceFormat) -> LoadedImage:
     return LoadedImage(pixels, "2d", "OT", None, meta, fmt)
 
 
-# ----------------------------------------------------------------------------- DICOM
-def _find(ds: object, keyword: str) -> object | None:
-    """A tag from the top level, else from an enhanced file's functional groups (first frame)."""
-    value = getattr(ds, keyword, None)
-    if value is not None:
-        return value
-    for group_name in _FUNCTIONAL_GROUPS:
-        groups = getattr(ds, group_name, None)
-        if not groups:
-            continue
-        for macro in groups[0]:
-            if macro.VR == "SQ" and macro.value:
-                value = getattr(macro.value[0], keyword, None)
-                if value is not None:
-                    return value
-    return None
-
-
-def _plain(value: object) -> object:
-    """pydicom values (DSfloat, IS, MultiValue, UID) -> JSON-friendly Python values."""
-    if isinstance(value, str | bytes):
-        return str(value)
-    if isinstance(value, Iterable):
-        return [_plain(v) for v in value]
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    return str(value)
-
-
-def safe_meta_of(ds: object) -> dict[str, object]:
-    """The allowlisted, non-identifying tags of a dataset (functional groups included)."""
-    meta: dict[str, object] = {}
-    for keyword in SAFE_TAGS:
-        value = _find(ds, keyword)
-        if value is not None and value != "":
-            meta[keyword] = _plain(value)
-    syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
-    if syntax is not None:
-        meta["TransferSyntax"] = syntax.name
-    return meta
-
-
-def _first_float(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        return float(value)  # type: ignore[arg-type]
-    values = list(value)
-    return float(values[0]) if values else None
-
-
-def _window_of(ds: object) -> tuple[float, float] | None:
-    center, width = _first_float(_find(ds, "WindowCenter")), _first_float(_find(ds, "WindowWidth"))
-    if center is None or width is None or width <= 0:
-        return None
-    return center, width
-
-
-def _parse_dicom(data: bytes, name: str, force: bool = False) -> object:
-    """Parse a DICOM byte string; any parser failure becomes one readable EvidenceError."""
-    import pydicom
-    from pydicom import uid
-    from pydicom.errors import InvalidDicomError
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # pydicom warns about every tolerated deviation
-            ds = pydicom.dcmread(io.BytesIO(data), force=force)
-    except InvalidDicomError:
-        raise _not_an_image(name) from None
-    except Exception as error:  # pydicom raises many types on damaged files
-        raise EvidenceError(
-            f"{name} is a damaged or truncated DICOM file and cannot be read ({error})."
-        ) from None
-    if force and not any(k in ds for k in ("PixelData", "SOPClassUID", "Modality", "Rows")):
-        raise _not_an_image(name)
-    if "TransferSyntaxUID" not in ds.file_meta:  # written without a file meta header
-        implicit, little = ds.original_encoding
-        ds.file_meta.TransferSyntaxUID = (
-            uid.ImplicitVRLittleEndian
-            if implicit
-            else uid.ExplicitVRLittleEndian
-            if little
-            else uid.ExplicitVRBigEndian
-        )
-    return ds
-
-
-def _pixels_of(ds: object, name: str) -> np.ndarray:
-    """Decoded stored values, with one clear error for no pixels, no decoder or damage."""
-    from pydicom.pixels import get_decoder
-
-    if not any(k in ds for k in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
-        kind = getattr(getattr(ds, "SOPClassUID", None), "name", "") or "non-image object"
-        raise EvidenceError(f"{name} is a DICOM file without pixel data (it is a {kind}).")
-    syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
-    if syntax is not None and syntax.is_compressed:
-        try:
-            decoder = get_decoder(syntax)
-        except NotImplementedError:
-            decoder = None
-        if decoder is None or not decoder.is_available:
-            needs = "; ".join(decoder.missing_dependencies) if decoder else "no known decoder"
-            raise EvidenceError(
-                f"{name} is compressed as {syntax.name} and no decoder for it is installed "
-                f"({needs}). Export it uncompressed or install a decoder."
-            )
-    try:
-        return np.asarray(ds.pixel_array)
-    except Exception as error:
-        raise EvidenceError(
-            f"{name} has damaged or truncated pixel data and cannot be shown ({error})."
-        ) from None
-
-
-def _rescale(stored: np.ndarray, ds: object, n_frames: int) -> np.ndarray:
-    """Modality LUT: stored values -> calibrated values (HU for CT), per frame when enhanced."""
-    from pydicom.pixels import apply_modality_lut
-
-    if "ModalityLUTSequence" in ds:
-        return np.asarray(apply_modality_lut(stored, ds), dtype=np.float32)
-    values = stored.astype(np.float32)
-    per_frame = getattr(ds, "PerFrameFunctionalGroupsSequence", None)
-    if per_frame and n_frames > 1 and len(per_frame) == n_frames:
-        for index, item in enumerate(per_frame):
-            slope, intercept = _find(item, "RescaleSlope"), _find(item, "RescaleIntercept")
-            if slope is None and intercept is None:
-                slope, intercept = _find(ds, "RescaleSlope"), _find(ds, "RescaleIntercept")
-            values[index] = values[index] * float(slope or 1.0) + float(intercept or 0.0)
-        return values
-    slope, intercept = _find(ds, "RescaleSlope"), _find(ds, "RescaleIntercept")
-    return values * float(slope or 1.0) + float(intercept or 0.0)
-
-
-def _to_greyscale(rgb: np.ndarray) -> np.ndarray:
-    return rgb[..., 0] * 0.299 + rgb[..., 1] * 0.587 + rgb[..., 2] * 0.114
-
-
-def _pixel_spacing(ds: object) -> tuple[float, float] | None:
-    spacing = _find(ds, "PixelSpacing") or _find(ds, "ImagerPixelSpacing")
-    if spacing is None or len(spacing) != 2:  # type: ignore[arg-type]
-        return None
-    rows, columns = float(spacing[0]), float(spacing[1])  # type: ignore[index]
-    return (rows, columns) if rows > 0 and columns > 0 else None  # some CRs store 0\0
-
-
-def _read_dicom(data: bytes, name: str, force: bool = False) -> LoadedImage:
-    return image_from_dataset(_parse_dicom(data, name, force=force), name)
-
-
-def image_from_dataset(ds: object, name: str) -> LoadedImage:
-    """One parsed DICOM dataset (single or multi-frame) -> LoadedImage."""
-    stored = _pixels_of(ds, name)
-    modality = str(getattr(ds, "Modality", "") or "OT")
-    photometric = str(getattr(ds, "PhotometricInterpretation", "MONOCHROME2"))
-    n_frames = int(getattr(ds, "NumberOfFrames", 1) or 1)
-    meta = safe_meta_of(ds)
-    if photometric == "PALETTE COLOR":
-        from pydicom.pixels import apply_color_lut
-
-        stored, photometric = apply_color_lut(stored, ds), "RGB"
-    colour = int(getattr(ds, "SamplesPerPixel", 1) or 1) == 3 or photometric == "RGB"
-    if colour:
-        values = stored.astype(np.float32)
-        if n_frames > 1:
-            values = _to_greyscale(values)  # a cine loop becomes a greyscale (D, H, W) volume
-        pixels = normalise(values, (0.0, 100.0))
-        if pixels.ndim == 3 and pixels.shape[-1] == 3 and n_frames == 1:
-            same = np.allclose(pixels[..., 0], pixels[..., 1]) and np.allclose(
-                pixels[..., 0], pixels[..., 2]
-            )
-            pixels = pixels[..., 0] if same else pixels
-    else:
-        values = _rescale(stored, ds, n_frames)
-        pixels = _finish(values, modality, photometric, _window_of(ds))
-    if pixels.size == 0:
-        raise EvidenceError(f"{name} contains an empty image (shape {pixels.shape}).")
-    in_plane = _pixel_spacing(ds)
-    if n_frames > 1:
-        between = _first_float(_find(ds, "SpacingBetweenSlices") or _find(ds, "SliceThickness"))
-        spacing = (between, *in_plane) if in_plane and between else None
-        return LoadedImage(pixels, "3d", modality, spacing, meta, "dicom")
-    return LoadedImage(pixels, "2d", modality, in_plane, meta, "dicom")
-
-
-def _slice_order(datasets: list[object]) -> list[int]:
-    """Order by position along the slice normal (IPP . (row x col)), else by InstanceNumber."""
-    try:
-        positions = []
-        for ds in datasets:
-            orientation = np.asarray(_find(ds, "ImageOrientationPatient"), dtype=float)
-            normal = np.cross(orientation[:3], orientation[3:])
-            positions.append(float(np.dot(np.asarray(_find(ds, "ImagePositionPatient")), normal)))
-        return list(np.argsort(positions, kind="stable"))
-    except (TypeError, ValueError, IndexError):
-        numbers = [int(getattr(ds, "InstanceNumber", 0) or 0) for ds in datasets]
-        return list(np.argsort(numbers, kind="stable"))
-
-
-def volume_from_datasets(datasets: list[object], name: str) -> LoadedImage:
-    """Stack single-frame slices of one series into a (D, H, W) volume in slice order."""
-    if not datasets:
-        raise EvidenceError(f"{name} contains no DICOM images.")
-    if len(datasets) == 1:
-        return image_from_dataset(datasets[0], name)
-    ordered = [datasets[i] for i in _slice_order(datasets)]
-    slices = []
-    for ds in ordered:
-        stored = _pixels_of(ds, name)
-        if stored.ndim != 2:
-            raise EvidenceError(
-                f"{name} mixes multi-frame or colour images into a slice series; "
-                "upload one series of single-frame greyscale slices."
-            )
-        slices.append(_rescale(stored, ds, 1))
-    shapes = {s.shape for s in slices}
-    if len(shapes) > 1:
-        raise EvidenceError(f"{name} has slices of different sizes {sorted(shapes)}.")
-    first = ordered[0]
-    modality = str(getattr(first, "Modality", "") or "OT")
-    photometric = str(getattr(first, "PhotometricInterpretation", "MONOCHROME2"))
-    pixels = _finish(np.stack(slices), modality, photometric, _window_of(first))
-    spacing = None
-    in_plane = _pixel_spacing(first)
-    positions = [_find(ds, "ImagePositionPatient") for ds in ordered]
-    if in_plane and all(p is not None for p in positions):
-        steps = np.linalg.norm(np.diff(np.asarray(positions, dtype=float), axis=0), axis=1)
-        spacing = (float(np.median(steps)), *in_plane)
-    meta = safe_meta_of(first)
-    meta["NumberOfSlices"] = len(ordered)
-    return LoadedImage(pixels, "3d", modality, spacing, meta, "dicom-series")
-
-
-def _series_members(path: Path, max_bytes: int | None) -> list[tuple[str, bytes]]:
-    """(member name, bytes) of every file in a folder (recursive) or a .zip, size-checked."""
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-        _check_size(path.name, sum(p.stat().st_size for p in files), max_bytes)
-        return [(str(p.relative_to(path)), p.read_bytes()) for p in files]
-    try:
-        with zipfile.ZipFile(path) as archive:
-            infos = [
-                i for i in archive.infolist() if not i.is_dir() and "__MACOSX" not in i.filename
-            ]
-            _check_size(f"{path.name} (unpacked)", sum(i.file_size for i in infos), max_bytes)
-            return [(i.filename, archive.read(i)) for i in infos]
-    except zipfile.BadZipFile:
-        raise EvidenceError(f"{path.name} is a damaged zip file.") from None
-
-
-def group_series(members: list[tuple[str, bytes]]) -> dict[str, list[object]]:
-    """Parse every DICOM image among the members and group them by SeriesInstanceUID."""
-    import pydicom
-
-    series: dict[str, list[object]] = {}
-    for _member, data in members:
-        if data[128:132] != b"DICM":
-            continue  # README, DICOMDIR without preamble, thumbnails: not slices
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ds = pydicom.dcmread(io.BytesIO(data))
-        except Exception:  # damaged member: skip it, the rest may form a series
-            continue
-        if "PixelData" not in ds:
-            continue  # DICOMDIR, structured reports, presentation states
-        key = str(getattr(ds, "SeriesInstanceUID", "") or "unknown-series")
-        series.setdefault(key, []).append(ds)
-    return series
-
-
-def _read_series(path: Path, max_bytes: int | None) -> LoadedImage:
-    members = _series_members(path, max_bytes)
-    kind = "folder" if path.is_dir() else "zip file"
-    if not members:
-        raise EvidenceError(f"The {kind} {path.name} is empty.")
-    series = group_series(members)
-    if not series:
-        raise EvidenceError(f"The {kind} {path.name} contains no DICOM images.")
-    largest = max(series.values(), key=len)  # a localizer or scout is the smaller series
-    loaded = volume_from_datasets(largest, path.name)
-    loaded.safe_meta["SeriesInUpload"] = len(series)
-    return loaded
-
-
 # ----------------------------------------------------------------------------- NIfTI and .npy
 def _guess_volume_modality(values: np.ndarray) -> str:
     """NIfTI has no modality tag: values well below -500 are Hounsfield units, else MR."""
@@ -500,7 +183,7 @@ def _read_nifti(path: Path) -> LoadedImage:
     # depth = inferior->superior, rows = anterior->posterior, columns = patient right->left.
     volume = np.ascontiguousarray(data.transpose(2, 1, 0)[:, ::-1, ::-1])
     modality = _guess_volume_modality(volume)
-    pixels = _finish(volume, modality, "MONOCHROME2", None)
+    pixels = to_unit_range(volume, modality, "MONOCHROME2", None)
     meta: dict[str, object] = {"Shape": list(data.shape), "Orientation": "RAS+ axial"}
     if extra:
         meta["VolumesInFile"] = int(np.prod(extra))
@@ -534,13 +217,15 @@ def _read_npy(data: bytes, name: str) -> LoadedImage:
 # ----------------------------------------------------------------------------- public entry
 def read_any(path: Path | str, max_bytes: int | None = None) -> LoadedImage:
     """Read an image, volume, DICOM series folder or zip; size-checked before any byte is read."""
+    from medheb_app.evidence.dicom import read_dicom_bytes, read_series  # dicom imports us
+
     path = Path(path)
     if not path.exists():
         raise EvidenceError(f"{path.name or path} does not exist.")
     if path.is_dir():
-        return _read_series(path, max_bytes)
+        return read_series(path, max_bytes)
     size = os.stat(path).st_size
-    _check_size(path.name, size, max_bytes)
+    check_size(path.name, size, max_bytes)
     if size == 0:
         raise EvidenceError(f"{path.name} is empty (0 bytes).")
     with open(path, "rb") as handle:
@@ -549,15 +234,15 @@ def read_any(path: Path | str, max_bytes: int | None = None) -> LoadedImage:
     if fmt == "nifti":
         return _read_nifti(path)
     if fmt == "zip":
-        return _read_series(path, max_bytes)
+        return read_series(path, max_bytes)
     if fmt == "unknown":
-        raise _not_an_image(path.name)
+        raise not_an_image(path.name)
     data = path.read_bytes()
     if fmt in ("png", "jpg"):
         return _read_raster(data, path.name, fmt)  # type: ignore[arg-type]
     if fmt == "npy":
         return _read_npy(data, path.name)
-    return _read_dicom(data, path.name, force=fmt == "dicom-nometa")
+    return read_dicom_bytes(data, path.name, force=fmt == "dicom-nometa")
 
 
 def content_id(path: Path | str, prefix: str = "upload") -> str:
