@@ -1,0 +1,96 @@
+"""Tables of benchmark runs and their per-task results, plus the few queries the app needs.
+
+The files under a run's out_dir stay the full record (every query's ranked list); these rows
+index them so the UI can list runs and compare models without reading every file.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, Text, select
+from sqlalchemy.orm import Mapped, mapped_column
+
+from medheb_app.store.db import Base, Store
+
+RUN_STATUSES = ("running", "finished", "failed", "cancelled")
+
+
+def utcnow() -> datetime:
+    """Naive UTC now (SQLite drops time zones, so all timestamps are naive UTC)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Run(Base):
+    """One `bench run`: a suite against one or more models."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    suite: Mapped[str] = mapped_column(String(200))
+    models: Mapped[list[str]] = mapped_column(JSON)
+    started: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    finished: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=None)
+    status: Mapped[str] = mapped_column(String(20), default="running", index=True)
+    out_dir: Mapped[str] = mapped_column(Text)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    error: Mapped[str] = mapped_column(Text, default="")
+
+
+class TaskResult(Base):
+    """One model's scores on one task of a run (metrics in percent)."""
+
+    __tablename__ = "task_results"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    model: Mapped[str] = mapped_column(String(500), index=True)
+    task: Mapped[str] = mapped_column(String(200), index=True)
+    family: Mapped[str] = mapped_column(String(20))
+    split: Mapped[str] = mapped_column(String(20))
+    metrics: Mapped[dict[str, float]] = mapped_column(JSON)
+    path: Mapped[str] = mapped_column(Text)
+
+
+def start_run(store: Store, suite: str, models: list[str], out_dir: str, settings: dict) -> int:
+    """Insert a running Run and return its id."""
+    with store.session() as session:
+        run = Run(suite=suite, models=models, out_dir=out_dir, settings=settings)
+        session.add(run)
+        session.flush()
+        return run.id
+
+
+def add_task_result(store: Store, run_id: int, **values: Any) -> None:
+    with store.session() as session:
+        session.add(TaskResult(run_id=run_id, **values))
+
+
+def finish_run(store: Store, run_id: int, status: str, error: str = "") -> None:
+    if status not in RUN_STATUSES:
+        raise ValueError(f"Unknown run status {status!r}; expected one of {RUN_STATUSES}.")
+    with store.session() as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise KeyError(f"No run with id {run_id}.")
+        run.status = status
+        run.error = error
+        run.finished = utcnow()
+
+
+def list_runs(store: Store, limit: int = 50) -> list[Run]:
+    """Most recent runs first."""
+    with store.session() as session:
+        return list(session.scalars(select(Run).order_by(Run.id.desc()).limit(limit)))
+
+
+def results_of(store: Store, run_id: int) -> list[TaskResult]:
+    with store.session() as session:
+        return list(
+            session.scalars(
+                select(TaskResult)
+                .where(TaskResult.run_id == run_id)
+                .order_by(TaskResult.model, TaskResult.task)
+            )
+        )

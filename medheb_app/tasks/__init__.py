@@ -1,0 +1,1 @@
+"""Benchmark tasks: validated metadata, builders that make tasks from sources, and suites."""

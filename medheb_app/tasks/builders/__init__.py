@@ -1,0 +1,1 @@
+"""Task builders: generic task shapes (generic.py) and one module per kind of source."""
