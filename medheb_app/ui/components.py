@@ -1,0 +1,180 @@
+"""Rendering helpers every tab shares: images, SYNTHETIC labels, finding chips, notices.
+
+Pure functions from data to pixels or HTML, so each tab renders the same thing the same way
+(FastChat's lesson: one implementation per concept, not one per tab). All text that reaches
+HTML goes through `html.escape`.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+SYNTHETIC_TEXT = "SYNTHETIC"
+SYNTHETIC_BANNER = (
+    '<div class="medheb-banner" role="note">SYNTHETIC DEMO DATA: the images in the demo index '
+    "are generated phantoms, not patients. Nothing here is for clinical use.</div>"
+)
+VALUE_WORDS = {1: "present", 0: "absent", -1: "uncertain"}
+CSS = """
+.medheb-banner {background:#7a1020;color:#fff;padding:6px 12px;border-radius:6px;
+  font-weight:600;letter-spacing:.02em}
+.medheb-notice {padding:8px 12px;border-radius:6px;margin:4px 0}
+.medheb-notice.error {background:#fde8e8;color:#8a1111;border:1px solid #f3b4b4}
+.medheb-notice.warning {background:#fff6e0;color:#6b4a00;border:1px solid #f0d48a}
+.medheb-notice.info {background:#e8f1fd;color:#123d75;border:1px solid #b4cdf3}
+.medheb-chip {display:inline-block;padding:1px 8px;margin:2px;border-radius:10px;
+  font-size:.85em;border:1px solid #bbb}
+.medheb-chip.present {background:#dff3e4;border-color:#7cc48f}
+.medheb-chip.absent {background:#eef0f3;color:#555}
+.medheb-chip.uncertain {background:#fff3d6;border-color:#e2bf62}
+.medheb-chip.violates {background:#b3141f;color:#fff;border-color:#b3141f;font-weight:700}
+.medheb-progress {height:14px;background:#e5e7eb;border-radius:7px;overflow:hidden}
+.medheb-progress > div {height:100%;background:#2563eb}
+"""
+
+
+def to_rgb_uint8(pixels: np.ndarray) -> np.ndarray:
+    """An (H, W) or (H, W, 3) float image in [0, 1] (or any uint8 image) as (H, W, 3) uint8."""
+    array = np.asarray(pixels)
+    if array.ndim == 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    if array.ndim not in (2, 3):
+        raise ValueError(f"Cannot display an array of shape {array.shape} as an image.")
+    if array.dtype != np.uint8:
+        array = (np.clip(np.nan_to_num(array.astype(np.float32)), 0.0, 1.0) * 255).round()
+        array = array.astype(np.uint8)
+    if array.ndim == 2:
+        array = np.repeat(array[..., None], 3, axis=-1)
+    return np.ascontiguousarray(array[..., :3])
+
+
+def volume_slice(volume: np.ndarray, index: int | None = None) -> np.ndarray:
+    """Slice `index` of a (D, H, W) volume (the middle one by default), clamped to range."""
+    depth = volume.shape[0]
+    index = depth // 2 if index is None else min(max(int(index), 0), depth - 1)
+    return volume[index]
+
+
+def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow without scalable default font
+        return ImageFont.load_default()
+
+
+def label_synthetic(image: np.ndarray, text: str = SYNTHETIC_TEXT) -> np.ndarray:
+    """Burn a visible SYNTHETIC band into the top of an RGB uint8 image."""
+    canvas = Image.fromarray(to_rgb_uint8(image))
+    width, height = canvas.size
+    band = max(12, height // 10)
+    draw = ImageDraw.Draw(canvas, "RGBA")
+    draw.rectangle((0, 0, width, band), fill=(122, 16, 32, 210))
+    font = _font(max(9, int(band * 0.75)))
+    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+    x = (width - (right - left)) // 2 - left
+    y = (band - (bottom - top)) // 2 - top
+    draw.text((x, y), text, fill=(255, 255, 255, 255), font=font)
+    return np.asarray(canvas)
+
+
+def render_image(pixels: np.ndarray, synthetic: bool, slice_index: int | None = None) -> np.ndarray:
+    """What the UI shows for a study's pixels: a slice for volumes, SYNTHETIC label if generated."""
+    array = np.asarray(pixels)
+    if array.ndim == 3 and array.shape[-1] not in (1, 3):
+        array = volume_slice(array, slice_index)
+    image = to_rgb_uint8(array)
+    return label_synthetic(image) if synthetic else image
+
+
+def violated_constraints(
+    findings: Mapping[str, object], positive: Sequence[str], negative: Sequence[str]
+) -> list[str]:
+    """The query constraints a study breaks, in words (CXR-Retrieve section 3.2, main setting).
+
+    A positive constraint needs the finding coded 1; "no B" is broken only when B is coded 1.
+    """
+    broken = [f"lacks {name}" for name in positive if findings.get(name) != 1]
+    broken += [f"has {name}" for name in negative if findings.get(name) == 1]
+    return broken
+
+
+def finding_chips_html(
+    findings: Mapping[str, object],
+    positive: Sequence[str] = (),
+    negative: Sequence[str] = (),
+) -> str:
+    """One chip per coded finding; a chip that breaks the query is drawn in red."""
+    chips = []
+    for name, value in findings.items():
+        if value is None or value not in VALUE_WORDS:
+            continue
+        word = VALUE_WORDS[value]  # type: ignore[index]
+        breaks = (name in negative and value == 1) or (name in positive and value != 1)
+        css = "violates" if breaks else word
+        chips.append(
+            f'<span class="medheb-chip {css}" title="{word}">{html.escape(name)}: {word}</span>'
+        )
+    missing = [name for name in positive if name not in findings or findings[name] is None]
+    chips += [
+        f'<span class="medheb-chip violates">{html.escape(name)}: not reported</span>'
+        for name in missing
+    ]
+    return "".join(chips) or '<span class="medheb-chip absent">no findings coded</span>'
+
+
+def constraints_html(
+    positive: Sequence[str],
+    negative: Sequence[str],
+    unknown: Sequence[str] = (),
+) -> str:
+    """How a free-text query was read: wanted findings, excluded findings, words not understood."""
+
+    def _list(items: Sequence[str]) -> str:
+        return ", ".join(html.escape(item) for item in items) if items else "none"
+
+    return (
+        '<div class="medheb-parsed">'
+        f"<div><b>Must show:</b> {_list(positive)}</div>"
+        f"<div><b>Must not show:</b> {_list(negative)}</div>"
+        f"<div><b>Not understood:</b> {_list(unknown)}</div>"
+        "</div>"
+    )
+
+
+def notice_html(kind: str, text: str) -> str:
+    """A coloured box for an error, warning or information message; empty text gives ''."""
+    if not text:
+        return ""
+    kind = kind if kind in ("error", "warning", "info") else "info"
+    return f'<div class="medheb-notice {kind}" role="status">{html.escape(text)}</div>'
+
+
+def notices_html(errors: Sequence[str] = (), warnings: Sequence[str] = ()) -> str:
+    return "".join(notice_html("error", e) for e in errors) + "".join(
+        notice_html("warning", w) for w in warnings
+    )
+
+
+def progress_html(fraction: float, message: str) -> str:
+    """A plain progress bar with its message, for work that outlives one request."""
+    percent = round(100 * min(max(float(fraction), 0.0), 1.0))
+    return (
+        f'<div class="medheb-progress" role="progressbar" aria-valuenow="{percent}" '
+        f'aria-valuemin="0" aria-valuemax="100"><div style="width:{percent}%"></div></div>'
+        f"<div>{percent}% · {html.escape(message)}</div>"
+    )
+
+
+def hit_caption(rank: int, score: float, broken: Sequence[str], satisfies: bool | None) -> str:
+    """Gallery caption: rank, score, and a cross with the reason when the hit breaks the query."""
+    head = f"#{rank} · {score:.3f}"
+    if satisfies is False or broken:
+        reason = "; ".join(broken) if broken else "breaks the query"
+        return f"✗ VIOLATES ({reason}) · {head}"
+    if satisfies is True:
+        return f"✓ matches · {head}"
+    return head

@@ -1,0 +1,49 @@
+"""The app shell: composes the tabs and the raters' page; no logic of its own.
+
+Two pages share one Blocks: "/" (search, benchmark explorer, study results, admin) and
+"/rate", the raters' page. The raters' page contains only the blinded comparison, so its
+config and network traffic carry no model names (Gradio serves each page its own config).
+Everything that names models (pickers, leaderboards) is filled on page load rather than baked
+into the layout, which also makes new models and runs appear without a restart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from medheb_app.services import Services
+from medheb_app.ui import components as ui
+from medheb_app.ui.compare_tab import build_compare_tab
+from medheb_app.ui.search_tab import build_search_tab
+
+TITLE = "Clinical evidence retrieval workbench"
+RATER_PATH = "rate"
+
+
+def launch_options(services: Services) -> dict[str, Any]:
+    """Keyword arguments for Blocks.launch that belong to the app (Gradio 6 takes css here)."""
+    return {"css": ui.CSS, "max_file_size": services.settings.max_upload_bytes}
+
+
+def build_app(services: Services) -> gr.Blocks:
+    """Compose every tab into one Blocks app, plus the raters' page at /rate."""
+    with gr.Blocks(title=TITLE) as demo:
+        gr.Markdown(f"## {TITLE}")
+        with gr.Tabs():
+            with gr.Tab("Search", id="search"):
+                search = build_search_tab(services)
+            with gr.Tab("Blinded comparison", id="compare"):
+                gr.Markdown(f"Raters: the same page without the other tabs is at `/{RATER_PATH}`.")
+                compare = build_compare_tab(services)
+        demo.load(
+            lambda: (*search["refresh_pickers"](), compare["refresh_studies"]()),
+            None,
+            [search["model"], search["index"], compare["study"]],
+            api_name=False,
+        )
+    with demo.route("Rate", f"/{RATER_PATH}") as rater_page:
+        rater = build_compare_tab(services)
+        rater_page.load(rater["refresh_studies"], None, [rater["study"]], api_name=False)
+    return demo

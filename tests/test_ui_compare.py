@@ -1,0 +1,114 @@
+"""The blinded comparison tab's callbacks, driven in-process against a real study in SQLite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from medheb_app.services import create_services
+from medheb_app.study.items import create_study
+from medheb_app.ui import compare_tab
+
+MODELS = ("model-alpha-secret", "model-beta-secret")
+TASK = "stratum-task-secret"
+
+
+def _write_run(run_dir: Path) -> None:
+    """A run directory in the DESIGN.md format: DIR/<model>/<task>.json."""
+    candidates = {f"c{i}": {"text": f"candidate report {i}"} for i in range(6)}
+    for offset, model in enumerate(MODELS):
+        queries = [
+            {
+                "id": f"q{q}",
+                "query": f"query text {q}",
+                "ranked": [f"c{(q + offset + r) % 6}" for r in range(6)],
+                "positives": [f"c{q}"],
+            }
+            for q in range(4)
+        ]
+        payload = {
+            "metadata": {"name": TASK, "family": "T-T", "split": "ID"},
+            "queries": queries,
+            "candidates": candidates,
+        }
+        (run_dir / model).mkdir(parents=True)
+        (run_dir / model / f"{TASK}.json").write_text(json.dumps(payload))
+
+
+@pytest.fixture
+def services(settings):
+    return create_services(settings, start_bootstrap=False)
+
+
+@pytest.fixture
+def study_id(services, tmp_path):
+    _write_run(tmp_path / "run")
+    return create_study(
+        services.store,
+        f"{MODELS[0]} vs {MODELS[1]}",
+        list(MODELS),
+        tmp_path / "run",
+        n_items=3,
+        reveal_after_vote=True,
+        seed=1,
+    )
+
+
+def _shown_text(item: compare_tab.ItemRender) -> str:
+    return " ".join(
+        [item.token, item.query_html, item.side_a_html, item.side_b_html, item.progress_html]
+        + [caption for _, caption in item.side_a_images + item.side_b_images]
+    )
+
+
+def test_study_picker_redacts_model_names(services, study_id):
+    labels = [label for label, _ in compare_tab.study_choices(services)]
+    assert len(labels) == 1 and f"Study {study_id}" in labels[0]
+    assert not any(model in labels[0] for model in MODELS)
+
+
+def test_rater_sees_no_secrets_until_vote_then_reveal(services, study_id):
+    rater, note = compare_tab.sign_in(services, study_id, "Dr Rater")
+    assert rater is not None and rater.token in note
+    item = compare_tab.next_item(services, rater)
+    shown = _shown_text(item)
+    assert item.token and "query text" in item.query_html
+    assert item.side_a_html.count("candidate report") == 3
+    for secret in (*MODELS, TASK, "T-T"):
+        assert secret not in shown
+    locked, message = compare_tab.vote(services, rater, item.token, "A")
+    assert locked and "Vote recorded" in message
+    assert all(model in message for model in MODELS)
+    locked_again, again = compare_tab.vote(services, rater, item.token, "B")
+    assert not locked_again and "already voted" in again
+
+
+def test_three_votes_complete_the_study_and_undo_reopens(services, study_id):
+    from medheb_app.study.session import progress
+
+    rater, _ = compare_tab.sign_in(services, study_id, "Second Rater")
+    tokens = []
+    for choice in ("A", "tie", "both_poor"):
+        item = compare_tab.next_item(services, rater)
+        tokens.append(item.token)
+        assert compare_tab.vote(services, rater, item.token, choice)[0]
+    assert len(set(tokens)) == 3
+    done = compare_tab.next_item(services, rater)
+    assert done.token == "" and "All items are rated" in done.message
+    assert progress(services.store, study_id, rater.id)["done"] == 3
+    undone, message = compare_tab.undo(services, rater)
+    assert undone and "withdrawn" in message
+    reopened = compare_tab.next_item(services, rater)
+    assert reopened.token == tokens[-1]
+    assert progress(services.store, study_id, rater.id)["done"] == 2
+
+
+def test_bad_requests_give_messages(services, study_id):
+    assert compare_tab.sign_in(services, None, "x")[0] is None
+    rater, note = compare_tab.sign_in(services, study_id, "   ")
+    assert rater is None and "name" in note
+    assert "Sign in" in compare_tab.next_item(services, None).message
+    assert not compare_tab.vote(services, None, "", "A")[0]
+    assert not compare_tab.undo(services, None)[0]
