@@ -63,7 +63,7 @@ def test_paraphrase_changes_only_negation_texts() -> None:
     ]
     negation = [q for q in para if q.kind == "negation"]
     assert negation[0].text == "an image with atelectasis but without cardiomegaly"
-    assert [q for q in plain if q.kind == "negation"][0].text == "Atelectasis and no cardiomegaly"
+    assert next(q for q in plain if q.kind == "negation").text == "Atelectasis and no cardiomegaly"
 
 
 GALLERY = [
