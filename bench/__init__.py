@@ -1,0 +1,1 @@
+"""Benchmark scripts (run as files, e.g. `python bench/bench_retrieval.py`), not a library."""

@@ -1,0 +1,87 @@
+"""`python -m medheb_app search`: rank the demo (or any built) index for a text or file query."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from medheb_app.cli import UserError, add_json_flag
+from medheb_app.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "search",
+        help="search an index with a text query or an image/volume file",
+        description=(
+            "Rank an index's studies for a compositional text query (e.g. 'pleural effusion "
+            "and no cardiomegaly') or a PNG/JPEG, DICOM or NIfTI file."
+        ),
+    )
+    parser.add_argument("--model", default=None, help="model spec (default: dual-lite)")
+    parser.add_argument("--index", default=None, help="index name (default: demo-cxr)")
+    query = parser.add_mutually_exclusive_group(required=True)
+    query.add_argument("--text", help="a text query")
+    query.add_argument("--file", help="an image, DICOM file/series folder/zip or NIfTI volume")
+    parser.add_argument("--k", type=int, default=10, help="number of results (default 10)")
+    parser.add_argument(
+        "--setting",
+        choices=("main", "strict"),
+        default="main",
+        help="'no B' holds when B is not positive (main) or only when B is 0 (strict)",
+    )
+    add_json_flag(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.search import search
+
+    if args.k < 1:
+        raise UserError(f"--k must be at least 1; got {args.k}.")
+    response = search(
+        query_text=args.text,
+        file=args.file,
+        model_spec=args.model,
+        index=args.index,
+        k=args.k,
+        settings=settings,
+        setting=args.setting,
+    )
+    payload = response.to_json()
+    return format_response(payload), payload
+
+
+def _mark(satisfied: bool | None) -> str:
+    return {True: "yes", False: "NO", None: "-"}[satisfied]
+
+
+def format_response(payload: dict[str, Any]) -> str:
+    """A readable table: rank, score, whether the hit meets the query, its positive findings."""
+    constraints = payload["constraints"]
+    wanted = ", ".join(constraints["positive"]) or "-"
+    excluded = ", ".join(constraints["negative"]) or "-"
+    lines = [
+        f"Query:  {payload['query']}",
+        f"Model:  {payload['model']}    Index: {payload['index']}",
+    ]
+    if payload["query_kind"] == "text":
+        lines.append(f"Wanted: {wanted}    Excluded: {excluded}")
+    if payload["unknown_terms"]:
+        lines.append(f"Not understood: {', '.join(payload['unknown_terms'])}")
+    lines.extend(f"Warning: {warning}" for warning in payload["warnings"])
+    lines.append("")
+    id_width = max([len(hit["id"]) for hit in payload["results"]] + [2])
+    lines.append(f"{'#':>3}  {'id':<{id_width}}  {'score':>7}  {'meets':<5}  positive findings")
+    for hit in payload["results"]:
+        positives = [name for name, value in hit["findings"].items() if value == 1]
+        broken = "".join(
+            f"  [{name}: {why}]" for name, why in sorted(hit.get("violations", {}).items())
+        )
+        lines.append(
+            f"{hit['rank']:>3}  {hit['id']:<{id_width}}  {hit['score']:>7.4f}  "
+            f"{_mark(hit['satisfies']):<5}  {', '.join(positives) or '(none)'}{broken}"
+        )
+    if any(hit["synthetic"] for hit in payload["results"]):
+        lines.append("\nResults marked synthetic come from the generated phantom corpus.")
+    return "\n".join(lines)

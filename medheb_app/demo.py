@@ -1,0 +1,287 @@
+"""The demo bootstrap: the embedded phantom corpus and its indices, built once, then loaded.
+
+First start: generate the synthetic chest corpus (settings.demo_size studies, settings.demo_seed),
+save it under settings.demo_dir, and build the "demo-cxr" index for the default models
+(dual-lite, plus dual-lite@label-aware when its weights exist). Later starts find everything
+on disk and only load it. A file lock keeps the app and a CLI build from doing the work twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from medheb_app.evidence.study import Study
+from medheb_app.index.catalog import (
+    IndexNotFoundError,
+    LoadedIndex,
+    build_index,
+    list_indices,
+    load_index,
+)
+from medheb_app.settings import Settings
+
+Progress = Callable[[float, str], None]
+DEMO_CXR = "demo-cxr"
+DEMO_3D = "demo-3d"
+LABEL_AWARE_SPEC = "dual-lite@label-aware"
+_COMPLETE = "COMPLETE"
+
+
+@dataclass
+class DemoAssets:
+    """What ensure_demo found or built: the corpus and one entry per index."""
+
+    corpus_dir: Path
+    n: int
+    seed: int
+    corpus_generated: bool
+    indices: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["corpus_dir"] = str(self.corpus_dir)
+        data["seconds"] = round(self.seconds, 2)
+        return data
+
+
+def corpus_dir(settings: Settings, kind: str, n: int, seed: int) -> Path:
+    return settings.demo_dir / f"{kind}-seed{seed}-n{n}"
+
+
+def default_demo_models(settings: Settings) -> list[str]:
+    """The app's default model, plus the label-aware fine-tune when its weights are present."""
+    from medheb_app.models.registry import list_models
+
+    specs = [settings.default_model]
+    available = {entry["spec"] for entry in list_models(settings)}
+    if LABEL_AWARE_SPEC in available and LABEL_AWARE_SPEC not in specs:
+        specs.append(LABEL_AWARE_SPEC)
+    return specs
+
+
+@contextmanager
+def _demo_lock(settings: Settings) -> Iterator[None]:
+    """An exclusive lock across processes and threads (each call opens its own descriptor)."""
+    settings.demo_dir.mkdir(parents=True, exist_ok=True)
+    with open(settings.demo_dir / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _stage(progress: Progress | None, start: float, end: float) -> Progress | None:
+    """Map a sub-step's 0..1 progress onto [start, end] of the whole bootstrap."""
+    if progress is None:
+        return None
+    return lambda fraction, message: progress(start + (end - start) * fraction, message)
+
+
+def ensure_chest_corpus(
+    settings: Settings, n: int, seed: int, progress: Progress | None = None
+) -> tuple[Path, bool]:
+    """The saved phantom chest corpus for (n, seed): kept if complete, else generated.
+
+    Returns (directory, generated). Generation writes to a staging folder that is renamed
+    into place, so an interrupted first start never leaves a half corpus behind.
+    """
+    directory = corpus_dir(settings, "cxr", n, seed)
+    if (directory / _COMPLETE).is_file():
+        return directory, False
+    from medheb_app.evidence.phantoms import generate_chest_corpus
+
+    if progress:
+        progress(0.0, f"generating {n} synthetic chest radiographs (seed {seed})")
+    studies = generate_chest_corpus(n=n, seed=seed)
+    if progress:
+        progress(0.8, "saving the demo corpus")
+    _save_complete(studies, directory, {"kind": "cxr", "n": n, "seed": seed})
+    return directory, True
+
+
+def _save_complete(studies: Sequence[Study], directory: Path, marker: dict[str, Any]) -> None:
+    from medheb_app.evidence.phantoms import save_corpus
+
+    staging = directory.parent / f".staging-{directory.name}-{uuid.uuid4().hex[:8]}"
+    save_corpus(list(studies), staging)
+    (staging / _COMPLETE).write_text(json.dumps(marker))
+    if directory.exists():
+        shutil.rmtree(directory)
+    os.replace(staging, directory)
+
+
+class _LazyCorpus:
+    """Loads a saved corpus on first use: a warm start whose indices exist never reads it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._studies: list[Study] | None = None
+
+    def __call__(self) -> list[Study]:
+        if self._studies is None:
+            from medheb_app.evidence.phantoms import load_corpus
+
+            self._studies = load_corpus(self.directory)
+        return self._studies
+
+
+def _corpus_info(kind: str, directory: Path, n: int, seed: int) -> dict[str, Any]:
+    return {"kind": f"phantom-{kind}", "dir": str(directory), "n": n, "seed": seed}
+
+
+def _index_matches(loaded: LoadedIndex, corpus: dict[str, Any]) -> bool:
+    recorded = loaded.info.get("corpus", {})
+    return all(recorded.get(key) == corpus[key] for key in ("kind", "n", "seed"))
+
+
+def _ensure_index(
+    name: str,
+    spec: str,
+    studies: Callable[[], list[Study]],
+    corpus: dict[str, Any],
+    settings: Settings,
+    progress: Progress | None,
+    stop: threading.Event | None,
+) -> dict[str, Any]:
+    from medheb_app.models.registry import load_embedder
+
+    embedder = load_embedder(spec, settings)
+    started = time.perf_counter()
+    built = False
+    try:
+        loaded = load_index(name, embedder, settings)
+        if not _index_matches(loaded, corpus):
+            raise IndexNotFoundError("index was built from a different demo corpus")
+        if progress:
+            progress(1.0, f"index {name} for {spec} is ready")
+    except IndexNotFoundError:
+        if progress:
+            progress(0.0, f"building index {name} for {spec}")
+        loaded = build_index(
+            name, studies(), embedder, settings, progress=progress, stop=stop, corpus=corpus
+        )
+        built = True
+    return {
+        "name": name,
+        "model": spec,
+        "fingerprint": loaded.fingerprint,
+        "count": loaded.index.count,
+        "kind": loaded.index.kind,
+        "built": built,
+        "seconds": round(time.perf_counter() - started, 2),
+        "path": str(loaded.directory),
+    }
+
+
+def ensure_demo(
+    settings: Settings,
+    progress: Progress | None = None,
+    n: int | None = None,
+    seed: int | None = None,
+    models: Sequence[str] | None = None,
+    with_3d: bool = False,
+    stop: threading.Event | None = None,
+) -> DemoAssets:
+    """Make the demo corpus and its indices exist; cheap (load only) once they do.
+
+    progress(fraction, message) reports the whole bootstrap on 0..1, for a progress bar.
+    """
+    n = settings.demo_size if n is None else n
+    seed = settings.demo_seed if seed is None else seed
+    if n < 10:
+        raise ValueError(f"The demo corpus needs at least 10 studies; got n={n}.")
+    specs = list(models) if models else default_demo_models(settings)
+    started = time.perf_counter()
+    with _demo_lock(settings):
+        directory, generated = ensure_chest_corpus(settings, n, seed, _stage(progress, 0.0, 0.3))
+        studies = _LazyCorpus(directory)
+        corpus = _corpus_info("cxr", directory, n, seed)
+        stages = len(specs) + (1 if with_3d else 0)
+        entries = []
+        for position, spec in enumerate(specs):
+            step = _stage(
+                progress, 0.3 + 0.7 * position / stages, 0.3 + 0.7 * (position + 1) / stages
+            )
+            entries.append(_ensure_index(DEMO_CXR, spec, studies, corpus, settings, step, stop))
+        if with_3d:
+            volumes_progress = _stage(progress, 0.3 + 0.7 * len(specs) / stages, 1.0)
+            entries.append(_ensure_volume_index(settings, specs[0], seed, volumes_progress, stop))
+    if progress:
+        progress(1.0, "demo ready")
+    return DemoAssets(
+        corpus_dir=directory,
+        n=n,
+        seed=seed,
+        corpus_generated=generated,
+        indices=entries,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _ensure_volume_index(
+    settings: Settings,
+    spec: str,
+    seed: int,
+    progress: Progress | None,
+    stop: threading.Event | None,
+    n_subjects: int = 12,
+) -> dict[str, Any]:
+    """The 3D demo index: CT, T1 and T2 MR volumes and CT projections of a few subjects."""
+    from medheb_app.evidence.phantoms import generate_volume_corpus
+
+    directory = corpus_dir(settings, "volumes", n_subjects, seed)
+    if not (directory / _COMPLETE).is_file():
+        if progress:
+            progress(0.0, f"generating {n_subjects} synthetic CT/MR subjects")
+        studies = generate_volume_corpus(n_subjects=n_subjects, seed=seed)
+        _save_complete(studies, directory, {"kind": "volumes", "n": n_subjects, "seed": seed})
+    corpus = _corpus_info("volumes", directory, n_subjects, seed)
+    loader = _LazyCorpus(directory)
+    return _ensure_index(DEMO_3D, spec, loader, corpus, settings, progress, stop)
+
+
+def ensure_demo_index(name: str, spec: str, settings: Settings) -> LoadedIndex:
+    """A demo index for one more model, built from the corpus the index already uses.
+
+    Used by search when someone picks a model the demo was not built for. The corpus size and
+    seed are taken from an existing build of the same index, else from settings.
+    """
+    from medheb_app.models.registry import load_embedder
+
+    if name not in (DEMO_CXR, DEMO_3D):
+        raise IndexNotFoundError(f"{name!r} is not a demo index.")
+    embedder = load_embedder(spec, settings)
+    try:
+        return load_index(name, embedder, settings)
+    except IndexNotFoundError:
+        pass
+    siblings = [entry for entry in list_indices(settings) if entry["name"] == name]
+    corpus: dict[str, Any] = {}
+    if siblings:
+        sibling = load_index(name, siblings[0]["fingerprint"], settings)
+        corpus = sibling.info.get("corpus", {})
+    if name == DEMO_3D:
+        seed = int(corpus.get("seed", settings.demo_seed))
+        with _demo_lock(settings):
+            _ensure_volume_index(settings, spec, seed, None, None, int(corpus.get("n", 12)))
+    else:
+        ensure_demo(
+            settings,
+            n=int(corpus.get("n", settings.demo_size)),
+            seed=int(corpus.get("seed", settings.demo_seed)),
+            models=[spec],
+        )
+    return load_index(name, embedder, settings)

@@ -1,0 +1,230 @@
+"""The search service the CLI and the UI share: a text query or a file in, ranked hits out.
+
+A text query is parsed into constraints (medheb_app.tasks.query_parser; CXR-Retrieve section
+3.2), embedded by the chosen model and ranked by cosine against a prebuilt index; each hit
+says whether its labels satisfy the constraints, so the UI can mark hard negatives. A file
+query (PNG/JPEG, DICOM, NIfTI) is read by medheb_app.evidence.readers and ranked the same way,
+without constraints.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from medheb_app.evidence.study import EvidenceError
+from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index
+from medheb_app.models.base import Embedder
+from medheb_app.settings import Settings
+from medheb_app.tasks.query_parser import ParsedQuery, parse_query, satisfies, violations
+
+MAX_K = 1000
+NO_FINDING_WARNING = (
+    "No known finding in the query, so results are ranked by similarity only and not "
+    "checked against constraints. Known findings: {known}."
+)
+
+
+class SearchError(ValueError):
+    """A search that cannot run as asked; the message tells the user what to change."""
+
+
+@dataclass
+class SearchHit:
+    """One ranked result with what the UI needs to show it and to mark broken constraints."""
+
+    rank: int
+    id: str
+    score: float
+    findings: dict[str, int | None]
+    source: str
+    satisfies: bool | None
+    violations: dict[str, str] = field(default_factory=dict)
+    synthetic: bool = False
+    modality: str = ""
+    split: str | None = None
+    path: str | None = None
+
+
+@dataclass
+class SearchResponse:
+    """A query, how it was understood, and its ranked hits (the CLI's JSON contract)."""
+
+    query: str
+    query_kind: str  # "text" | "file"
+    model: str
+    model_fingerprint: str
+    index: str
+    k: int
+    positive: list[str] = field(default_factory=list)
+    negative: list[str] = field(default_factory=list)
+    uncertain: list[str] = field(default_factory=list)
+    unknown_terms: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    results: list[SearchHit] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def constraints(self) -> dict[str, list[str]]:
+        return {"positive": self.positive, "negative": self.negative}
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict: {"query", "constraints": {"positive", "negative"}, "results", ...}."""
+        return {
+            "query": self.query,
+            "query_kind": self.query_kind,
+            "model": self.model,
+            "model_fingerprint": self.model_fingerprint,
+            "index": self.index,
+            "k": self.k,
+            "constraints": {**self.constraints, "uncertain": self.uncertain},
+            "unknown_terms": self.unknown_terms,
+            "warnings": self.warnings,
+            "results": [asdict(hit) for hit in self.results],
+            "timings_ms": self.timings_ms,
+        }
+
+
+def resolve_index(name: str, spec: str, embedder: Embedder, settings: Settings) -> LoadedIndex:
+    """The index `name` for this model; a demo index missing for this model is built for it."""
+    from medheb_app.demo import DEMO_3D, DEMO_CXR, ensure_demo_index
+
+    try:
+        return load_index(name, embedder, settings)
+    except IndexNotFoundError:
+        if name not in (DEMO_CXR, DEMO_3D):
+            raise
+    try:
+        return ensure_demo_index(name, spec, settings)
+    except ImportError as error:  # a part of the demo is not installed in this checkout
+        raise SearchError(f"The demo index {name!r} cannot be built here: {error}") from error
+
+
+def _check_modality(embedder: Embedder, form: str, spec: str) -> None:
+    if form not in embedder.card.modalities:
+        readable = ", ".join(embedder.card.modalities)
+        raise SearchError(f"Model {spec!r} cannot embed {form} input; it reads: {readable}.")
+
+
+def _encode_text(text: str, embedder: Embedder, spec: str) -> tuple[np.ndarray, ParsedQuery]:
+    text = text.strip()
+    if not text:
+        raise SearchError(
+            "The query is empty; describe the findings, e.g. 'pleural effusion and no "
+            "cardiomegaly'."
+        )
+    _check_modality(embedder, "text", spec)
+    return embedder.encode([text]), parse_query(text)
+
+
+def _encode_file(path: Path, embedder: Embedder, spec: str, settings: Settings) -> np.ndarray:
+    from medheb_app.evidence.readers import study_from_file
+
+    study = study_from_file(path, max_bytes=settings.max_upload_bytes)
+    _check_modality(embedder, study.form, spec)
+    return embedder.encode([study])
+
+
+def search(
+    query_text: str | None = None,
+    file: str | Path | None = None,
+    model_spec: str | None = None,
+    index: str | None = None,
+    k: int = 10,
+    settings: Settings | None = None,
+    setting: str = "main",
+) -> SearchResponse:
+    """Rank the index's studies for a text query or an image/volume file (exactly one).
+
+    model_spec defaults to settings.default_model, index to settings.default_index. `setting`
+    is the CXR-Retrieve relevance setting used for `satisfies`: "main" ("no B" holds when B is
+    not positive) or "strict" (only when B is confirmed negative).
+    """
+    from medheb_app.models.registry import load_embedder
+
+    settings = settings or Settings.from_env()
+    spec = model_spec or settings.default_model
+    index_name = index or settings.default_index
+    if (query_text is None) == (file is None):
+        raise SearchError("Give either a text query or a file to search with (exactly one).")
+    if not 1 <= int(k) <= MAX_K:
+        raise SearchError(f"k must be between 1 and {MAX_K}; got {k}.")
+    if setting not in ("main", "strict"):
+        raise SearchError(f"Unknown relevance setting {setting!r}; use 'main' or 'strict'.")
+    embedder = load_embedder(spec, settings)
+    loaded = resolve_index(index_name, spec, embedder, settings)
+
+    started = time.perf_counter()
+    parsed: ParsedQuery | None = None
+    if query_text is not None:
+        vector, parsed = _encode_text(query_text, embedder, spec)
+        query = query_text.strip()
+    else:
+        path = Path(file)  # type: ignore[arg-type]
+        try:
+            vector = _encode_file(path, embedder, spec, settings)
+        except EvidenceError as error:
+            raise SearchError(str(error)) from error
+        query = path.name
+    encoded = time.perf_counter()
+    scores, ids = loaded.search(np.asarray(vector, dtype=np.float32), int(k))
+    searched = time.perf_counter()
+
+    response = SearchResponse(
+        query=query,
+        query_kind="text" if parsed is not None else "file",
+        model=spec,
+        model_fingerprint=embedder.card.fingerprint,
+        index=index_name,
+        k=int(k),
+        timings_ms={
+            "encode": round((encoded - started) * 1000, 2),
+            "search": round((searched - encoded) * 1000, 2),
+        },
+    )
+    if parsed is not None:
+        response.positive = list(parsed.positive)
+        response.negative = list(parsed.negative)
+        response.uncertain = list(parsed.uncertain)
+        response.unknown_terms = list(parsed.unknown)
+        response.warnings.extend(parsed.warnings)
+        if not parsed.has_constraints:
+            known = ", ".join(name.lower() for name in parsed.vocabulary)
+            response.warnings.append(NO_FINDING_WARNING.format(known=known))
+    response.results = _hits(scores[0], ids[0], loaded, parsed, setting)
+    return response
+
+
+def _hits(
+    scores: np.ndarray,
+    ids: np.ndarray,
+    loaded: LoadedIndex,
+    parsed: ParsedQuery | None,
+    setting: str,
+) -> list[SearchHit]:
+    hits = []
+    for score, item_id in zip(scores, ids, strict=True):
+        if item_id is None:  # an approximate index found fewer than k items
+            continue
+        row = loaded.item(item_id)
+        findings = row.get("findings", {})
+        hits.append(
+            SearchHit(
+                rank=len(hits) + 1,
+                id=item_id,
+                score=round(float(score), 6),
+                findings=findings,
+                source=row.get("source", ""),
+                satisfies=satisfies(findings, parsed, setting) if parsed is not None else None,
+                violations=violations(findings, parsed) if parsed is not None else {},
+                synthetic=bool(row.get("synthetic", False)),
+                modality=row.get("modality", ""),
+                split=row.get("split"),
+                path=row.get("path"),
+            )
+        )
+    return hits
