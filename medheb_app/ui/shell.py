@@ -16,6 +16,7 @@ import gradio as gr
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
 from medheb_app.ui.compare_tab import build_compare_tab
+from medheb_app.ui.explorer_tab import build_explorer_tab
 from medheb_app.ui.search_tab import build_search_tab
 
 TITLE = "Clinical evidence retrieval workbench"
@@ -34,13 +35,19 @@ def build_app(services: Services) -> gr.Blocks:
         with gr.Tabs():
             with gr.Tab("Search", id="search"):
                 search = build_search_tab(services)
+            with gr.Tab("Benchmark explorer", id="explorer"):
+                explorer = build_explorer_tab(services)
             with gr.Tab("Blinded comparison", id="compare"):
                 gr.Markdown(f"Raters: the same page without the other tabs is at `/{RATER_PATH}`.")
                 compare = build_compare_tab(services)
         demo.load(
-            lambda: (*search["refresh_pickers"](), compare["refresh_studies"]()),
+            lambda: (
+                *search["refresh_pickers"](),
+                compare["refresh_studies"](),
+                explorer["refresh_runs"](),
+            ),
             None,
-            [search["model"], search["index"], compare["study"]],
+            [search["model"], search["index"], compare["study"], explorer["run"]],
             api_name=False,
         )
     with demo.route("Rate", f"/{RATER_PATH}") as rater_page:
