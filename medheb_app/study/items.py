@@ -1,11 +1,11 @@
 """Building a preference study from benchmark run outputs (MedHEB section 5.6).
 
-A run directory holds DIR/<model>/<task>.json (DESIGN.md, "bench run"): task metadata and a
-`queries` list of {"id", "ranked": [ids best first], "positives": [ids]} or {"gains": {id:
-gain}}. Display payloads are optional: a query record may carry "query" (a dict or a string),
-"text" or "image"; a task file may carry "candidates" (or "payloads"): {id: {"text"|"image"...}}.
-Without them an item shows the bare reference, so a `describe(task, id)` callback can supply
-them (e.g. from an index's metadata).
+A run directory holds DIR/<model>/<task>.json (DESIGN.md "bench run"; eval/results.TaskRun):
+task metadata under "task" (or "metadata") and a `queries` list of {"id", "ranked": [ids best
+first], "positives": [ids]} or {"gains": {id: gain}}. Display payloads are optional: a query
+record may carry "query" (a dict or a string), "text" or "image"; a task file may carry
+"candidates" (or "payloads"): {id: {"text" | "image": ...}}. Without them an item shows the
+bare reference, so a `describe(task, id)` callback can supply them (see `describe_with_tasks`).
 
 Queries are sampled stratified across tasks, as the paper's 530 queries across all 107 tasks:
 an equal share per task, the remainder to random tasks, and what a small task cannot supply
@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 
+from medheb_app.eval.results import model_dirname
 from medheb_app.store.db import Store
 from medheb_app.store.study_tables import PreferenceStudy, StudyItem, Vote, utcnow
 
@@ -109,7 +110,9 @@ def load_task_output(path: Path) -> TaskOutput:
         raise StudyError(f"{path} is not valid JSON: {error.msg} (line {error.lineno}).") from None
     if not isinstance(data, Mapping) or not isinstance(data.get("queries"), list):
         raise StudyError(f"{path} has no 'queries' list; is it a benchmark run output?")
-    meta = data.get("metadata") or {}
+    meta = data.get("metadata") or data.get("task") or {}
+    if not isinstance(meta, Mapping):
+        meta = {"name": meta}
     queries = {}
     for record in data["queries"]:
         if "id" not in record or "ranked" not in record:
@@ -123,7 +126,7 @@ def load_task_output(path: Path) -> TaskOutput:
         queries[query.id] = query
     candidates = data.get("candidates") or data.get("payloads") or {}
     return TaskOutput(
-        task=str(meta.get("name") or data.get("task") or path.stem),
+        task=str(meta.get("name") or path.stem),
         family=str(meta.get("family", "")),
         split=str(meta.get("split", "")),
         queries=queries,
@@ -133,7 +136,7 @@ def load_task_output(path: Path) -> TaskOutput:
 
 def _model_dir(run_dir: Path, model: str) -> Path:
     """The folder of `model`: its name as given, or as a runner would make it path-safe."""
-    for name in (model, model.replace("/", "_").replace(":", "_"), model.replace("/", "_")):
+    for name in (model_dirname(model), model):
         if (run_dir / name).is_dir():
             return run_dir / name
     available = sorted(p.name for p in run_dir.iterdir() if p.is_dir())

@@ -1,0 +1,250 @@
+"""Analysis of the preference votes (MedHEB section 5.6, Figure 7): pure functions over the
+vote table of `export.votes_frame` (columns model_a, model_b, outcome in {a, b, tie,
+both_poor}, stratum, item, rater, choice).
+
+- preference_rates: share of each outcome per model pair, overall and per top-1 stratum
+  (both hit / only a / only b / neither), with Wilson 95% intervals.
+- bradley_terry: strengths from all pairwise outcomes (Hunter 2004 MM algorithm). A tie and a
+  "both poor" both count as half a win for each side; a weak prior of `prior` virtual ties per
+  compared pair keeps strengths finite when a model never wins. Percentile bootstrap intervals.
+- rater_agreement: Cohen's kappa when exactly two raters share items, Fleiss' kappa otherwise,
+  over the canonical outcome (not the on-screen side, which differs per rater).
+- position_bias: how often the left list (on-screen "A") wins among A/B votes, vs 50%.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+from scipy import stats
+
+OUTCOMES = ("a", "b", "tie", "both_poor")
+STRATA = ("both_hit", "only_a", "only_b", "neither")
+
+
+def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion k / n (NaN when n is 0)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def preference_rates(votes: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Per pair and stratum ("all" first): n, then count / rate / lo / hi of each outcome."""
+    rows = []
+    for (model_a, model_b), pair in votes.groupby(["model_a", "model_b"], sort=True):
+        for name in ("all", *STRATA):
+            subset = pair if name == "all" else pair[pair["stratum"] == name]
+            row: dict[str, Any] = {
+                "model_a": model_a,
+                "model_b": model_b,
+                "stratum": name,
+                "n": len(subset),
+            }
+            for result in OUTCOMES:
+                k = int((subset["outcome"] == result).sum())
+                lo, hi = wilson_interval(k, len(subset), confidence)
+                rate = k / len(subset) if len(subset) else float("nan")
+                row |= {result: k, f"{result}_rate": rate, f"{result}_lo": lo, f"{result}_hi": hi}
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pairwise_counts(votes: pd.DataFrame, models: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """wins[i, j]: times i beat j, ties counted as half; games[i, j]: comparisons of i and j."""
+    index = {m: i for i, m in enumerate(models)}
+    wins = np.zeros((len(models), len(models)))
+    ia = votes["model_a"].map(index).to_numpy()
+    ib = votes["model_b"].map(index).to_numpy()
+    result = votes["outcome"].to_numpy()
+    share_a = np.where(result == "a", 1.0, np.where(result == "b", 0.0, 0.5))
+    np.add.at(wins, (ia, ib), share_a)
+    np.add.at(wins, (ib, ia), 1.0 - share_a)
+    return wins, wins + wins.T
+
+
+def bradley_terry_mm(
+    wins: np.ndarray, prior: float = 0.5, tol: float = 1e-10, max_iter: int = 10_000
+) -> np.ndarray:
+    """Bradley-Terry strengths p (geometric mean 1) from a win matrix, P(i beats j) =
+    p_i / (p_i + p_j), by Hunter's MM update p_i <- W_i / sum_j n_ij / (p_i + p_j).
+
+    `prior` adds that many virtual ties to every pair that was compared at least once.
+    """
+    wins = np.asarray(wins, dtype=float)
+    games = wins + wins.T
+    if prior > 0:
+        compared = games > 0
+        wins = wins + 0.5 * prior * compared
+        games = wins + wins.T
+    total_wins = wins.sum(axis=1)
+    if np.any(total_wins <= 0):
+        raise ValueError("Every model needs at least one win or tie for Bradley-Terry.")
+    p = np.ones(len(wins))
+    for _ in range(max_iter):
+        denom = (games / (p[:, None] + p[None, :])).sum(axis=1)
+        new = total_wins / denom
+        new /= np.exp(np.log(new).mean())
+        if np.max(np.abs(new - p)) < tol:
+            return new
+        p = new
+    return p
+
+
+def bradley_terry(
+    votes: pd.DataFrame, n_boot: int = 200, seed: int = 0, prior: float = 0.5
+) -> pd.DataFrame:
+    """Rank models by Bradley-Terry strength with percentile bootstrap 95% intervals
+    (votes resampled with replacement). Columns: model, strength, lo, hi, rank."""
+    models = sorted(set(votes["model_a"]) | set(votes["model_b"]))
+    if len(models) < 2 or votes.empty:
+        return pd.DataFrame(columns=["model", "strength", "lo", "hi", "rank"])
+    strength = bradley_terry_mm(_pairwise_counts(votes, models)[0], prior)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        sample = votes.iloc[rng.integers(0, len(votes), len(votes))]
+        try:
+            boots.append(bradley_terry_mm(_pairwise_counts(sample, models)[0], prior))
+        except ValueError:  # a resample where a model never won: skip it
+            continue
+    boots_arr = np.array(boots) if boots else np.full((1, len(models)), np.nan)
+    frame = pd.DataFrame(
+        {
+            "model": models,
+            "strength": strength,
+            "lo": np.nanpercentile(boots_arr, 2.5, axis=0),
+            "hi": np.nanpercentile(boots_arr, 97.5, axis=0),
+        }
+    )
+    frame["rank"] = frame["strength"].rank(ascending=False, method="min").astype(int)
+    return frame.sort_values("rank").reset_index(drop=True)
+
+
+def cohen_kappa(first: Sequence[str], second: Sequence[str]) -> float:
+    """Cohen's kappa of two raters' labels on the same items."""
+    first, second = np.asarray(first), np.asarray(second)
+    if len(first) != len(second) or len(first) == 0:
+        raise ValueError("Cohen's kappa needs two equally long, non-empty label lists.")
+    labels = np.union1d(first, second)
+    observed = np.mean(first == second)
+    expected = sum(np.mean(first == c) * np.mean(second == c) for c in labels)
+    return float("nan") if expected == 1 else float((observed - expected) / (1 - expected))
+
+
+def fleiss_kappa(counts: np.ndarray) -> float:
+    """Fleiss' kappa from an items x categories matrix of rating counts. Items may have
+    different numbers of ratings (each at least 2): per-item agreement is averaged and the
+    category shares are pooled over all ratings."""
+    counts = np.asarray(counts, dtype=float)
+    per_item = counts.sum(axis=1)
+    if counts.ndim != 2 or len(counts) == 0 or np.any(per_item < 2):
+        raise ValueError("Fleiss' kappa needs items with at least two ratings each.")
+    agreement = ((counts**2).sum(axis=1) - per_item) / (per_item * (per_item - 1))
+    shares = counts.sum(axis=0) / counts.sum()
+    expected = float((shares**2).sum())
+    observed = float(agreement.mean())
+    return float("nan") if expected == 1 else (observed - expected) / (1 - expected)
+
+
+def rater_agreement(votes: pd.DataFrame) -> dict[str, Any]:
+    """Agreement on items rated more than once: Cohen's kappa when those items have exactly
+    two raters in all, Fleiss' kappa otherwise."""
+    multi = votes.groupby("item").filter(lambda g: g["rater"].nunique() >= 2)
+    raters = sorted(multi["rater"].unique())
+    result: dict[str, Any] = {
+        "method": None,
+        "kappa": float("nan"),
+        "n_items": int(multi["item"].nunique()),
+        "n_raters": len(raters),
+    }
+    if multi.empty:
+        return result
+    if len(raters) == 2:
+        wide = multi.pivot_table(index="item", columns="rater", values="outcome", aggfunc="last")
+        return result | {
+            "method": "cohen",
+            "kappa": cohen_kappa(wide[raters[0]].tolist(), wide[raters[1]].tolist()),
+        }
+    last = multi.drop_duplicates(["item", "rater"], keep="last")
+    counts = pd.crosstab(last["item"], last["outcome"]).reindex(columns=OUTCOMES, fill_value=0)
+    return result | {"method": "fleiss", "kappa": fleiss_kappa(counts.to_numpy())}
+
+
+def position_bias(votes: pd.DataFrame) -> dict[str, Any]:
+    """Share of A/B votes that chose the left list, with a two-sided binomial test vs 0.5."""
+    decided = votes[votes["choice"].isin(["A", "B"])]
+    n, left = len(decided), int((decided["choice"] == "A").sum())
+    lo, hi = wilson_interval(left, n)
+    p_value = float(stats.binomtest(left, n, 0.5).pvalue) if n else float("nan")
+    rate = left / n if n else float("nan")
+    return {"n": n, "left": left, "left_rate": rate, "lo": lo, "hi": hi, "p_value": p_value}
+
+
+def summarise(votes: pd.DataFrame, n_boot: int = 200, seed: int = 0) -> dict[str, Any]:
+    """Everything the analysis view and `study analyse --json` show, as plain data."""
+    models = set(votes["model_a"]) | set(votes["model_b"])
+    summary: dict[str, Any] = {
+        "n_votes": len(votes),
+        "n_items": int(votes["item"].nunique()) if len(votes) else 0,
+        "n_raters": int(votes["rater"].nunique()) if len(votes) else 0,
+        "ties": "tie and both_poor count as half a win for each side in Bradley-Terry",
+        "rates": _records(preference_rates(votes)),
+        "agreement": rater_agreement(votes),
+        "position_bias": position_bias(votes),
+        "bradley_terry": [],
+    }
+    if len(models) >= 2 and len(votes):
+        summary["bradley_terry"] = _records(bradley_terry(votes, n_boot=n_boot, seed=seed))
+    return summary
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts with NaN as None, so the JSON is valid."""
+    clean = frame.astype(object).where(frame.notna(), None)
+    return clean.to_dict(orient="records")
+
+
+def stratum_figure(votes: pd.DataFrame) -> go.Figure:
+    """Stacked bars of outcome shares per top-1 stratum, one panel per model pair (Figure 7)."""
+    rates = preference_rates(votes)
+    pairs = list(dict.fromkeys(zip(rates["model_a"], rates["model_b"], strict=True)))
+    titles = [f"{a} vs {b}" for a, b in pairs] or ["no votes yet"]
+    figure = make_subplots(rows=max(len(pairs), 1), cols=1, subplot_titles=titles)
+    colors = {"a": "#1f77b4", "tie": "#bbbbbb", "both_poor": "#7f7f7f", "b": "#ff7f0e"}
+    for row, (model_a, model_b) in enumerate(pairs, start=1):
+        pair = rates[(rates["model_a"] == model_a) & (rates["model_b"] == model_b)]
+        labels = {
+            "all": "All",
+            "both_hit": "Both hit",
+            "only_a": f"Only {model_a} hit",
+            "only_b": f"Only {model_b} hit",
+            "neither": "Neither hit",
+        }
+        names = {"a": f"{model_a} preferred", "b": f"{model_b} preferred"}
+        names |= {"tie": "Tie", "both_poor": "Both poor"}
+        y = [f"{labels[s]} (n={n})" for s, n in zip(pair["stratum"], pair["n"], strict=True)]
+        for result in ("a", "tie", "both_poor", "b"):
+            figure.add_trace(
+                go.Bar(
+                    x=100 * pair[f"{result}_rate"],
+                    y=y,
+                    orientation="h",
+                    name=names[result],
+                    marker_color=colors[result],
+                    legendgroup=f"{row}-{result}",
+                    hovertemplate="%{y}: %{x:.1f}%<extra>" + names[result] + "</extra>",
+                ),
+                row=row,
+                col=1,
+            )
+        figure.update_yaxes(autorange="reversed", row=row, col=1)
+        figure.update_xaxes(title_text="% of comparisons", range=[0, 100], row=row, col=1)
+    figure.update_layout(barmode="stack", height=320 * max(len(pairs), 1))
+    return figure

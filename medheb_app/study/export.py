@@ -1,0 +1,122 @@
+"""Votes as a table: one row per vote with what was shown and what the item hid.
+
+This is the admin's view (and the CSV the `study export` command writes): it joins the
+append-only vote log with the items' secrets, turns the on-screen choice (A = left, B = right)
+into the outcome for the canonical pair (a = model_a, b = model_b), and drops votes that an
+"undo" row retracted unless asked to keep them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from sqlalchemy import select
+
+from medheb_app.store.db import Store
+from medheb_app.store.study_tables import PreferenceStudy, Rater, StudyItem, Vote
+from medheb_app.study.items import StudyError, find_study
+
+COLUMNS = [
+    "study",
+    "vote_id",
+    "item",
+    "rater",
+    "task",
+    "family",
+    "split",
+    "query_id",
+    "model_a",
+    "model_b",
+    "model_left",
+    "model_right",
+    "choice",
+    "outcome",
+    "winner",
+    "hit_a",
+    "hit_b",
+    "stratum",
+    "voted_at",
+    "retracted",
+]
+
+
+def stratum(hit_a: bool, hit_b: bool) -> str:
+    """Top-1 correctness of the pair (MedHEB Figure 7)."""
+    if hit_a and hit_b:
+        return "both_hit"
+    if hit_a:
+        return "only_a"
+    if hit_b:
+        return "only_b"
+    return "neither"
+
+
+def outcome(choice: str, model_left: str, model_a: str) -> str:
+    """The on-screen choice as the canonical outcome: a, b, tie or both_poor."""
+    if choice not in ("A", "B"):
+        return choice
+    left_is_a = model_left == model_a
+    return "a" if (choice == "A") == left_is_a else "b"
+
+
+def votes_frame(
+    store: Store, study: int | str | None = None, include_retracted: bool = False
+) -> pd.DataFrame:
+    """Every vote (of one study, or all) joined with its item; columns as in COLUMNS."""
+    study_id = find_study(store, study).id if study is not None else None
+    query = (
+        select(Vote, StudyItem, Rater.name, PreferenceStudy.name)
+        .join(StudyItem, StudyItem.id == Vote.item_id)
+        .join(Rater, Rater.id == Vote.rater_id)
+        .join(PreferenceStudy, PreferenceStudy.id == Vote.study_id)
+        .order_by(Vote.id)
+    )
+    undo_query = select(Vote.retracts).where(Vote.kind == "undo")
+    if study_id is not None:
+        query = query.where(Vote.study_id == study_id)
+        undo_query = undo_query.where(Vote.study_id == study_id)
+    with store.session() as session:
+        retracted = set(session.scalars(undo_query).all())
+        rows = []
+        for vote, item, rater, study_name in session.execute(query).all():
+            if vote.kind != "vote" or (vote.id in retracted and not include_retracted):
+                continue
+            result = outcome(vote.choice, vote.model_left, item.model_a)
+            winner = {"a": item.model_a, "b": item.model_b}.get(result, result)
+            rows.append(
+                {
+                    "study": study_name,
+                    "vote_id": vote.id,
+                    "item": item.id,
+                    "rater": rater,
+                    "task": item.task,
+                    "family": item.family,
+                    "split": item.split,
+                    "query_id": item.query_id,
+                    "model_a": item.model_a,
+                    "model_b": item.model_b,
+                    "model_left": vote.model_left,
+                    "model_right": vote.model_right,
+                    "choice": vote.choice,
+                    "outcome": result,
+                    "winner": winner,
+                    "hit_a": item.hit_a,
+                    "hit_b": item.hit_b,
+                    "stratum": stratum(item.hit_a, item.hit_b),
+                    "voted_at": vote.created_at.isoformat(timespec="seconds"),
+                    "retracted": vote.id in retracted,
+                }
+            )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def export_csv(store: Store, out: str | Path, study: int | str | None = None) -> int:
+    """Write the votes in force to a CSV file; returns the number of rows written."""
+    out = Path(out)
+    if out.is_dir():
+        raise StudyError(f"{out} is a folder; give a file name such as {out / 'votes.csv'}.")
+    frame = votes_frame(store, study)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out, index=False)
+    return len(frame)
