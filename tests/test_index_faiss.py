@@ -71,6 +71,8 @@ def test_bad_inputs_raise_clear_errors(tmp_path) -> None:
     vectors = _unit_vectors(3, 4)
     with pytest.raises(ValueError, match="L2-normalised"):
         VectorIndex.build(vectors * 2, ["a", "b", "c"])
+    with pytest.raises(ValueError, match="NaN"):
+        VectorIndex.build(vectors * np.nan, ["a", "b", "c"])
     with pytest.raises(ValueError, match="unique"):
         VectorIndex.build(vectors, ["a", "b", "a"])
     with pytest.raises(ValueError, match="3 vectors but 2 ids"):
@@ -80,5 +82,7 @@ def test_bad_inputs_raise_clear_errors(tmp_path) -> None:
     index = VectorIndex.build(vectors, ["a", "b", "c"])
     with pytest.raises(ValueError, match="different model"):
         index.search(_unit_vectors(1, 5), 2)
+    scores, _ = index.search(np.zeros((1, 4), np.float32), 2)  # a zero query scores 0 everywhere
+    assert np.all(scores == 0)
     with pytest.raises(FileNotFoundError, match=r"manifest\.json missing"):
         VectorIndex.load(tmp_path / "nothing")

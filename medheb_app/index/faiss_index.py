@@ -43,7 +43,8 @@ def check_vectors(vectors: np.ndarray, what: str = "vectors") -> np.ndarray:
     if not np.isfinite(array).all():
         raise ValueError(f"{what} contain NaN or infinite values.")
     norms = np.linalg.norm(array, axis=1)
-    bad = np.abs(norms - 1.0) > _NORM_TOLERANCE
+    # all-zero rows are allowed: l2_normalise keeps them (e.g. the oracle's empty query)
+    bad = (np.abs(norms - 1.0) > _NORM_TOLERANCE) & (norms > 0)
     if bad.any():
         row = int(np.argmax(bad))
         raise ValueError(
