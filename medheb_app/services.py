@@ -166,3 +166,169 @@ def create_services(
         bootstrap=bootstrap,
         load_embedder=_registry_loader(settings),
     )
+
+
+# ---------------------------------------------------------------- admin job functions
+# What the admin panel launches: each factory binds settings and returns a JobRunner function
+# fn(params, progress, log, stop) -> result dict (medheb_app/jobs.py).
+
+JobFn = Callable[
+    [dict[str, Any], Callable[..., None], Callable[[str], None], threading.Event], dict
+]
+INDEX_CORPORA = ("phantom-demo", "nih-1000")
+
+
+def _stamp() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+
+
+def bench_job(settings: Settings) -> JobFn:
+    """A MedHEB suite run for the chosen models; its results land in the store and runs_dir."""
+
+    def run(params, progress, log, stop) -> dict:
+        from medheb_app.eval.runner import run_suite
+        from medheb_app.jobs import JobCancelled
+        from medheb_app.tasks.medheb import SUITES
+
+        suite, models = str(params["suite"]), [str(m) for m in params["models"]]
+        if suite not in SUITES:
+            raise ValueError(f"Unknown suite {suite!r}; known: {', '.join(SUITES)}.")
+        out = settings.runs_dir / f"{suite}-{_stamp()}"
+        log(f"benchmark {suite}: {', '.join(models)} -> {out}")
+        try:
+            summary = run_suite(SUITES[suite](), models, out, settings, progress, stop)
+        except InterruptedError as error:
+            raise JobCancelled(str(error)) from error
+        log(f"finished run {summary.run_id}")
+        return {"run_id": summary.run_id, "out_dir": str(out)}
+
+    return run
+
+
+def _training_progress(progress, log) -> Callable[[int, int, float], None]:
+    """Adapt the trainer's (step, total, loss) callback to the job's progress and log."""
+    every = {"last": -1}
+
+    def report(step: int, total: int, loss: float) -> None:
+        progress(step / max(total, 1), f"step {step}/{total}, loss {loss:.4f}")
+        decile = int(10 * step / max(total, 1))
+        if decile != every["last"]:
+            every["last"] = decile
+            log(f"step {step}/{total}: loss {loss:.4f}")
+
+    return report
+
+
+def train_job(settings: Settings) -> JobFn:
+    """Train a dual-lite checkpoint; it registers itself as dual-lite@<tag> when it is saved."""
+
+    def run(params, progress, log, stop) -> dict:
+        from medheb_app.jobs import JobCancelled
+        from medheb_app.train.config import config_from_sources
+
+        recipe, tag = str(params["recipe"]), str(params["tag"]).strip()
+        if not tag or not tag.replace("-", "").replace("_", "").isalnum():
+            raise ValueError("A checkpoint tag uses letters, digits, - and _ only.")
+        out = settings.trained_models_dir / tag
+        overrides = {"epochs": int(params.get("epochs", 5)), "n": int(params.get("n", 2000))}
+        if recipe == "report":
+            from medheb_app.train.report import ReportTrainingConfig, train_report
+
+            config = config_from_sources(ReportTrainingConfig, overrides=overrides)
+            train = train_report
+        else:
+            raise ValueError(f"Unknown training recipe {recipe!r}.")
+        log(f"training {recipe} -> {out} with {overrides}")
+        result = train(config, out, progress=_training_progress(progress, log), stop=stop)
+        if stop.is_set():
+            raise JobCancelled("training was cancelled")
+        log(f"saved dual-lite@{tag}")
+        return {"spec": f"dual-lite@{tag}", "out": str(out), "result": repr(result)[:500]}
+
+    return run
+
+
+def _index_studies(settings: Settings, corpus: str, progress) -> list:
+    if corpus == "phantom-demo":
+        from medheb_app.demo import ensure_chest_corpus
+        from medheb_app.evidence.phantoms import load_corpus
+
+        directory, _ = ensure_chest_corpus(
+            settings, settings.demo_size, settings.demo_seed, progress
+        )
+        return load_corpus(directory)
+    if corpus == "nih-1000":
+        from medheb_app.evidence.sources.nih import load_nih
+
+        return list(load_nih(settings.shared_data_dir / "nih-cxr14-1000"))
+    raise ValueError(f"Unknown corpus {corpus!r}; known: {', '.join(INDEX_CORPORA)}.")
+
+
+def index_job(settings: Settings) -> JobFn:
+    """Embed a corpus with a model and write a named index; the search pickers then offer it."""
+
+    def run(params, progress, log, stop) -> dict:
+        from medheb_app.index.catalog import build_index, check_index_name
+        from medheb_app.jobs import JobCancelled
+        from medheb_app.models.registry import load_embedder
+
+        name, spec, corpus = check_index_name(params["name"]), params["model"], params["corpus"]
+        log(f"index {name}: corpus {corpus}, model {spec}")
+        studies = _index_studies(settings, corpus, lambda f, m: progress(0.2 * f, m))
+        embedder = load_embedder(spec, settings)
+        try:
+            loaded = build_index(
+                name,
+                studies,
+                embedder,
+                settings,
+                progress=lambda f, m: progress(0.2 + 0.8 * f, m),
+                stop=stop,
+                corpus={"kind": corpus},
+            )
+        except InterruptedError as error:
+            raise JobCancelled(str(error)) from error
+        log(f"built {name}: {loaded.index.count} items")
+        return {"index": name, "model": spec, "count": loaded.index.count}
+
+    return run
+
+
+JOB_FACTORIES: dict[str, Callable[[Settings], JobFn]] = {
+    "bench-run": bench_job,
+    "train": train_job,
+    "index-build": index_job,
+}
+
+
+def describe_from_indices(settings: Settings) -> Callable[[str, str], dict[str, Any] | None]:
+    """A study-item describer for create_study: a benchmark item id -> what a rater is shown.
+
+    Benchmark ids are task-scoped ("<source>:<study id>"); the studies behind them are looked
+    up in every built index's metadata. Image studies show their image only (never their
+    labels or report, which would hint at the gold); text studies show their text.
+    """
+    rows: dict[str, dict[str, Any]] = {}
+
+    def lookup() -> dict[str, dict[str, Any]]:
+        if not rows:
+            from medheb_app.index.catalog import list_indices, load_index
+
+            for entry in list_indices(settings):
+                loaded = load_index(entry["name"], entry["fingerprint"], settings)
+                for item_id, row in loaded.items.items():
+                    rows.setdefault(item_id, row)
+        return rows
+
+    def describe(_task: str, item_id: str) -> dict[str, Any] | None:
+        known = lookup()
+        row = known.get(item_id) or known.get(item_id.rsplit(":", 1)[-1])
+        if row is None:
+            return None
+        if row.get("form") == "text" or not row.get("path"):
+            return {"text": row.get("text") or item_id}
+        return {"image": row["path"], "synthetic": bool(row.get("synthetic"))}
+
+    return describe

@@ -90,16 +90,10 @@ def render_image(pixels: np.ndarray, synthetic: bool, slice_index: int | None = 
     return label_synthetic(image) if synthetic else image
 
 
-def violated_constraints(
-    findings: Mapping[str, object], positive: Sequence[str], negative: Sequence[str]
-) -> list[str]:
-    """The query constraints a study breaks, in words (CXR-Retrieve section 3.2, main setting).
-
-    A positive constraint needs the finding coded 1; "no B" is broken only when B is coded 1.
-    """
-    broken = [f"lacks {name}" for name in positive if findings.get(name) != 1]
-    broken += [f"has {name}" for name in negative if findings.get(name) == 1]
-    return broken
+def violation_words(violations: Mapping[str, str]) -> list[str]:
+    """The search service's {finding: "missing" | "present"} as words a reader understands."""
+    words = {"missing": "lacks", "present": "has"}
+    return [f"{words.get(why, why)} {name}" for name, why in violations.items()]
 
 
 def finding_chips_html(

@@ -156,7 +156,7 @@ def index_choices_built(services: Services) -> set[str]:
 
 
 def hit_record(services: Services, index: str, model: str, result: dict[str, Any]) -> dict:
-    """A hit joined with its index metadata (image path, report, synthetic flag, boxes)."""
+    """A hit joined with its index metadata (report text, boxes) for the detail view."""
     from medheb_app.index.catalog import load_index
 
     record = dict(result)
@@ -167,7 +167,8 @@ def hit_record(services: Services, index: str, model: str, result: dict[str, Any
         log.exception("metadata for %s in %s unavailable", result.get("id"), index)
         meta = {}
     for key in ("path", "text", "synthetic", "boxes", "form", "modality", "split"):
-        record.setdefault(key, meta.get(key))
+        if record.get(key) is None:
+            record[key] = meta.get(key)
     return record
 
 
@@ -236,8 +237,7 @@ def run_search(
     )
     for rank, result in enumerate(payload.get("results") or [], start=1):
         record = hit_record(services, index, model, result)
-        findings = record.get("findings") or {}
-        broken = ui.violated_constraints(findings, positive, negative)
+        broken = ui.violation_words(record.get("violations") or {})
         record.update(rank=rank, broken=broken, positive=positive, negative=negative)
         caption = ui.hit_caption(rank, float(record["score"]), broken, record.get("satisfies"))
         outcome.hits.append(record)

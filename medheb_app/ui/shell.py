@@ -15,6 +15,7 @@ import gradio as gr
 
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
+from medheb_app.ui.admin_tab import build_admin_tab
 from medheb_app.ui.compare_tab import build_compare_tab
 from medheb_app.ui.explorer_tab import build_explorer_tab
 from medheb_app.ui.search_tab import build_search_tab
@@ -40,6 +41,9 @@ def build_app(services: Services) -> gr.Blocks:
             with gr.Tab("Blinded comparison", id="compare"):
                 gr.Markdown(f"Raters: the same page without the other tabs is at `/{RATER_PATH}`.")
                 compare = build_compare_tab(services)
+            if services.admin_enabled:  # a public demo has no admin controls at all
+                with gr.Tab("Admin", id="admin"):
+                    build_admin_tab(services)
         demo.load(
             lambda: (
                 *search["refresh_pickers"](),
