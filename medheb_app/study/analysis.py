@@ -14,6 +14,7 @@ both_poor}, stratum, item, rater, choice).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -114,15 +115,10 @@ def bradley_terry(
             boots.append(bradley_terry_mm(_pairwise_counts(sample, models)[0], prior))
         except ValueError:  # a resample where a model never won: skip it
             continue
-    boots_arr = np.array(boots) if boots else np.full((1, len(models)), np.nan)
-    frame = pd.DataFrame(
-        {
-            "model": models,
-            "strength": strength,
-            "lo": np.nanpercentile(boots_arr, 2.5, axis=0),
-            "hi": np.nanpercentile(boots_arr, 97.5, axis=0),
-        }
-    )
+    frame = pd.DataFrame({"model": models, "strength": strength, "lo": np.nan, "hi": np.nan})
+    if boots:
+        frame["lo"] = np.percentile(boots, 2.5, axis=0)
+        frame["hi"] = np.percentile(boots, 97.5, axis=0)
     frame["rank"] = frame["strength"].rank(ascending=False, method="min").astype(int)
     return frame.sort_values("rank").reset_index(drop=True)
 
@@ -202,13 +198,25 @@ def summarise(votes: pd.DataFrame, n_boot: int = 200, seed: int = 0) -> dict[str
     }
     if len(models) >= 2 and len(votes):
         summary["bradley_terry"] = _records(bradley_terry(votes, n_boot=n_boot, seed=seed))
-    return summary
+    return _no_nan(summary)
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as dicts with NaN as None, so the JSON is valid."""
-    clean = frame.astype(object).where(frame.notna(), None)
-    return clean.to_dict(orient="records")
+    return frame.to_dict(orient="records")
+
+
+def _no_nan(value: Any) -> Any:
+    """NaN (an empty stratum, an undefined kappa) as None, and numpy scalars as Python ones,
+    so the summary is strict JSON."""
+    if isinstance(value, dict):
+        return {key: _no_nan(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
 
 
 def stratum_figure(votes: pd.DataFrame) -> go.Figure:
