@@ -9,6 +9,8 @@ into the layout, which also makes new models and runs appear without a restart.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -16,10 +18,12 @@ import gradio as gr
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
 from medheb_app.ui.admin_tab import build_admin_tab
+from medheb_app.ui.analysis_tab import build_analysis_tab
 from medheb_app.ui.compare_tab import build_compare_tab
 from medheb_app.ui.explorer_tab import build_explorer_tab
 from medheb_app.ui.search_tab import build_search_tab
 
+log = logging.getLogger(__name__)
 TITLE = "Clinical evidence retrieval workbench"
 RATER_PATH = "rate"
 
@@ -27,6 +31,17 @@ RATER_PATH = "rate"
 def launch_options(services: Services) -> dict[str, Any]:
     """Keyword arguments for Blocks.launch that belong to the app (Gradio 6 takes css here)."""
     return {"css": ui.CSS, "max_file_size": services.settings.max_upload_bytes}
+
+
+def _safely(refresh: Callable[[], Any], n_outputs: int = 1) -> tuple[Any, ...]:
+    """Run a picker refresh; if its service fails, log it and leave the pickers as they are,
+    so one broken service never blanks the whole page."""
+    try:
+        result = refresh()
+    except Exception:
+        log.exception("page load: %s failed", getattr(refresh, "__qualname__", refresh))
+        return (gr.update(),) * n_outputs
+    return tuple(result) if n_outputs > 1 else (result,)
 
 
 def build_app(services: Services) -> gr.Blocks:
@@ -41,20 +56,31 @@ def build_app(services: Services) -> gr.Blocks:
             with gr.Tab("Blinded comparison", id="compare"):
                 gr.Markdown(f"Raters: the same page without the other tabs is at `/{RATER_PATH}`.")
                 compare = build_compare_tab(services)
+            with gr.Tab("Study analysis", id="analysis"):
+                analysis = build_analysis_tab(services)
             if services.admin_enabled:  # a public demo has no admin controls at all
                 with gr.Tab("Admin", id="admin"):
                     build_admin_tab(services)
         demo.load(
             lambda: (
-                *search["refresh_pickers"](),
-                compare["refresh_studies"](),
-                explorer["refresh_runs"](),
+                *_safely(search["refresh_pickers"], 2),
+                *_safely(compare["refresh_studies"]),
+                *_safely(explorer["refresh_runs"]),
+                *_safely(analysis["refresh_studies"]),
             ),
             None,
-            [search["model"], search["index"], compare["study"], explorer["run"]],
+            [
+                search["model"],
+                search["index"],
+                compare["study"],
+                explorer["run"],
+                analysis["study"],
+            ],
             api_name=False,
         )
     with demo.route("Rate", f"/{RATER_PATH}") as rater_page:
         rater = build_compare_tab(services)
-        rater_page.load(rater["refresh_studies"], None, [rater["study"]], api_name=False)
+        rater_page.load(
+            lambda: _safely(rater["refresh_studies"])[0], None, [rater["study"]], api_name=False
+        )
     return demo
