@@ -14,9 +14,10 @@ from medheb_app.evidence.findings import CHEXPERT_14
 from medheb_app.evidence.sources.chexpert import load_chexpert
 from medheb_app.evidence.study import EvidenceError
 
-TABLE = (
-    Path(importlib.util.find_spec("torchxrayvision").origin).parent / "data"
-)  # no torch import / "chexpert_train.csv.gz"
+# torchxrayvision ships the tables; find them without importing it (and torch).
+XRV_SPEC = importlib.util.find_spec("torchxrayvision")
+assert XRV_SPEC is not None and XRV_SPEC.origin is not None
+TABLE = Path(XRV_SPEC.origin).parent / "data" / "chexpert_train.csv.gz"
 
 
 def test_real_table_keeps_one_zero_minus_one_and_blank() -> None:

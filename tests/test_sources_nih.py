@@ -14,9 +14,10 @@ from medheb_app.evidence.sources.nih import load_nih, nih_findings
 from medheb_app.evidence.study import EvidenceError
 from tests.conftest import NIH_DIR, require_shared
 
-XRV_DATA = (
-    Path(importlib.util.find_spec("torchxrayvision").origin).parent / "data"
-)  # no torch import
+# torchxrayvision ships the tables; find them without importing it (and torch).
+XRV_SPEC = importlib.util.find_spec("torchxrayvision")
+assert XRV_SPEC is not None and XRV_SPEC.origin is not None
+XRV_DATA = Path(XRV_SPEC.origin).parent / "data"
 
 
 def test_positive_only_labels_never_become_zero() -> None:
