@@ -10,14 +10,9 @@ from pathlib import Path
 import pytest
 
 from medheb_app.eval.results import TaskRun, model_dirname
-from medheb_app.study.items import (
-    StudyError,
-    build_items,
-    common_queries,
-    gold_ids,
-    load_run,
-    stratified_sample,
-)
+from medheb_app.study.errors import StudyError
+from medheb_app.study.items import build_items, stratified_sample
+from medheb_app.study.run_outputs import common_queries, gold_ids, load_run
 
 
 def ranked_for(model: str, positive: str, candidates: list[str], rng: random.Random) -> list[str]:
@@ -183,3 +178,45 @@ def test_build_items_needs_two_distinct_models(tmp_path: Path):
     outputs = load_run(write_run(tmp_path / "run"), ["oracle"])
     with pytest.raises(StudyError, match="at least two"):
         build_items(outputs, n_queries=2, seed=0)
+
+
+def test_describe_with_tasks_gives_text_files_and_salted_pngs(tmp_path: Path):
+    import numpy as np
+    from PIL import Image
+
+    from medheb_app.evidence.readers import read_any
+    from medheb_app.evidence.study import Evidence, Study
+    from medheb_app.study.payloads import describe_with_tasks
+    from medheb_app.tasks.base import Item, Query, Task, TaskMetadata
+
+    xray = np.tile(np.linspace(0, 1, 32, dtype=np.float32), (24, 1))
+    volume = np.stack([xray * (d / 4) for d in range(5)])
+    on_disk = tmp_path / "nih" / "00000001_000.png"
+    on_disk.parent.mkdir()
+    Image.fromarray((xray * 255).astype(np.uint8)).save(on_disk)
+    metadata = TaskMetadata(
+        name="phantom-vg", family="VG", form="2d", split="ID", anatomy="chest",
+        source="phantom", qry_inst="Find the region.", synthetic=True,
+    )  # fmt: skip
+    task = Task(
+        metadata=metadata,
+        queries=[Query("q0", Evidence(text="left lower lobe", image=xray), positives=("c0",))],
+        candidates=[
+            Item("c0", Study(id="s0", form="2d", pixels=xray)),
+            Item("c1", Study(id="s1", form="3d", modality="CT", pixels=volume)),
+            Item("c2", Study(id="s2", form="2d", path=str(on_disk))),
+            Item("c3", "Right pleural effusion."),
+        ],
+    )
+    describe = describe_with_tasks([task], tmp_path / "media")
+    query = describe("phantom-vg", "q0")
+    assert query["text"] == "left lower lobe" and query["synthetic"] is True
+    assert read_any(query["image"]).pixels.shape[:2] == (24, 32)
+    crop = describe("phantom-vg", "c0")["image"]
+    middle = describe("phantom-vg", "c1")["image"]
+    assert np.asarray(Image.open(middle)).max() == round(255 * 2 / 4)  # slice 2 of 5
+    for path in (query["image"], crop, middle):
+        assert "phantom" not in path and "c0" not in Path(path).name
+    assert describe("phantom-vg", "c2") == {"image": str(on_disk), "synthetic": True}
+    assert describe("phantom-vg", "c3") == {"text": "Right pleural effusion."}
+    assert describe("phantom-vg", "missing") is None

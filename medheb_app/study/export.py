@@ -15,7 +15,8 @@ from sqlalchemy import select
 
 from medheb_app.store.db import Store
 from medheb_app.store.study_tables import PreferenceStudy, Rater, StudyItem, Vote
-from medheb_app.study.items import StudyError, find_study
+from medheb_app.study.errors import StudyError
+from medheb_app.study.items import find_study
 
 COLUMNS = [
     "study",

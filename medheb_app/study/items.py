@@ -1,64 +1,36 @@
-"""Building a preference study from benchmark run outputs (MedHEB section 5.6).
-
-A run directory holds DIR/<model>/<task>.json (DESIGN.md "bench run"; eval/results.TaskRun):
-task metadata under "task" (or "metadata") and a `queries` list of {"id", "ranked": [ids best
-first], "positives": [ids]} or {"gains": {id: gain}}. Display payloads are optional: a query
-record may carry "query" (a dict or a string), "text" or "image"; a task file may carry
-"candidates" (or "payloads"): {id: {"text" | "image": ...}}. Without them an item shows the
-bare reference, so a `describe(task, id)` callback can supply them (see `describe_with_tasks`).
+"""Building and managing a preference study (MedHEB section 5.6).
 
 Queries are sampled stratified across tasks, as the paper's 530 queries across all 107 tasks:
 an equal share per task, the remainder to random tasks, and what a small task cannot supply
-handed on to tasks with queries to spare. Every sampled query yields one item per model pair.
+handed on to tasks with queries to spare. Every sampled query yields one item per model pair
+and stores the query, each model's top-3, the gold ids, the task and each model's top-1 hit.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import random
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, update
 
-from medheb_app.eval.results import model_dirname
 from medheb_app.store.db import Store
 from medheb_app.store.study_tables import PreferenceStudy, StudyItem, Vote, utcnow
+from medheb_app.study.errors import StudyError
+from medheb_app.study.payloads import Describe
+from medheb_app.study.run_outputs import (
+    Payload,
+    QueryOutput,
+    RunOutputs,
+    TaskOutput,
+    common_queries,
+    load_run,
+)
 
 TOP_K = 3
-Payload = dict[str, Any]
-Describe = Callable[[str, str], Payload | None]
-
-
-class StudyError(ValueError):
-    """A problem with a study request; the message is meant for the person who made it."""
-
-
-@dataclass(frozen=True)
-class QueryOutput:
-    """One query's ranked list from one model, with its gold ids and display payload."""
-
-    id: str
-    ranked: tuple[str, ...]
-    gold: frozenset[str]
-    payload: Payload
-
-
-@dataclass
-class TaskOutput:
-    """One model's output on one task."""
-
-    task: str
-    family: str
-    split: str
-    queries: dict[str, QueryOutput]
-    candidates: dict[str, Payload] = field(default_factory=dict)
-
-
-RunOutputs = dict[str, dict[str, TaskOutput]]  # model -> task -> output
 
 
 @dataclass(frozen=True)
@@ -77,99 +49,6 @@ class ItemSpec:
     gold: list[str]
     hit_a: bool
     hit_b: bool
-
-
-def gold_ids(record: Mapping[str, Any]) -> frozenset[str]:
-    """The positives; for graded tasks the ids with the highest positive gain."""
-    if record.get("positives") is not None:
-        return frozenset(str(p) for p in record["positives"])
-    gains = {str(k): float(v) for k, v in (record.get("gains") or {}).items()}
-    best = max(gains.values(), default=0.0)
-    return frozenset(k for k, v in gains.items() if v == best and v > 0)
-
-
-def _ranked_ids(ranked: Sequence[Any]) -> tuple[str, ...]:
-    return tuple(str(r["id"]) if isinstance(r, Mapping) else str(r) for r in ranked)
-
-
-def _query_payload(record: Mapping[str, Any]) -> Payload:
-    query = record.get("query")
-    if isinstance(query, Mapping):
-        return dict(query)
-    if isinstance(query, str):
-        return {"text": query}
-    payload = {key: record[key] for key in ("text", "image") if record.get(key) is not None}
-    return payload or {"ref": str(record["id"])}
-
-
-def load_task_output(path: Path) -> TaskOutput:
-    """Read one DIR/<model>/<task>.json."""
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise StudyError(f"{path} is not valid JSON: {error.msg} (line {error.lineno}).") from None
-    if not isinstance(data, Mapping) or not isinstance(data.get("queries"), list):
-        raise StudyError(f"{path} has no 'queries' list; is it a benchmark run output?")
-    meta = data.get("metadata") or data.get("task") or {}
-    if not isinstance(meta, Mapping):
-        meta = {"name": meta}
-    queries = {}
-    for record in data["queries"]:
-        if "id" not in record or "ranked" not in record:
-            raise StudyError(f"{path}: every query needs 'id' and 'ranked'.")
-        query = QueryOutput(
-            id=str(record["id"]),
-            ranked=_ranked_ids(record["ranked"]),
-            gold=gold_ids(record),
-            payload=_query_payload(record),
-        )
-        queries[query.id] = query
-    candidates = data.get("candidates") or data.get("payloads") or {}
-    return TaskOutput(
-        task=str(meta.get("name") or path.stem),
-        family=str(meta.get("family", "")),
-        split=str(meta.get("split", "")),
-        queries=queries,
-        candidates={str(k): dict(v) for k, v in candidates.items()},
-    )
-
-
-def _model_dir(run_dir: Path, model: str) -> Path:
-    """The folder of `model`: its name as given, or as a runner would make it path-safe."""
-    for name in (model_dirname(model), model):
-        if (run_dir / name).is_dir():
-            return run_dir / name
-    available = sorted(p.name for p in run_dir.iterdir() if p.is_dir())
-    raise StudyError(
-        f"No outputs for model '{model}' in {run_dir}; available: {', '.join(available) or 'none'}."
-    )
-
-
-def load_run(run_dir: str | Path, models: Sequence[str]) -> RunOutputs:
-    """Read every task output of `models` from a benchmark run directory."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise StudyError(f"Run directory not found: {run_dir}")
-    outputs: RunOutputs = {}
-    for model in models:
-        files = sorted(_model_dir(run_dir, model).glob("*.json"))
-        if not files:
-            raise StudyError(f"No task outputs (*.json) for model '{model}' in {run_dir}.")
-        tasks = [load_task_output(path) for path in files]
-        outputs[model] = {task.task: task for task in tasks}
-    return outputs
-
-
-def common_queries(outputs: RunOutputs) -> dict[str, list[str]]:
-    """Task -> query ids that every model answered (sorted, so sampling is reproducible)."""
-    models = list(outputs)
-    tasks = set.intersection(*(set(outputs[m]) for m in models))
-    shared = {}
-    for task in sorted(tasks):
-        ids = set.intersection(*(set(outputs[m][task].queries) for m in models))
-        if ids:
-            shared[task] = sorted(ids)
-    return shared
 
 
 def stratified_sample(

@@ -31,14 +31,10 @@ from medheb_app.store.study_tables import (
     Vote,
     utcnow,
 )
-from medheb_app.study.items import StudyError
+from medheb_app.study.errors import ItemGoneError, StudyError
 
 CHOICES = ("A", "B", "tie", "both_poor")
 UNDO_WINDOW_SECONDS = 30.0
-
-
-class ItemGoneError(StudyError):
-    """The item a vote was meant for is no longer in the study."""
 
 
 @dataclass(frozen=True)
