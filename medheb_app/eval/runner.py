@@ -49,7 +49,7 @@ class Ranker(Protocol):
 
 def instruction_for(task: Task) -> str:
     """qry_inst followed by the task-level qry_text (e.g. Table 9's question), if any."""
-    return " ".join(part for part in (task.metadata.qry_inst, task.metadata.qry_text) if part)
+    return task.metadata.instruction
 
 
 def _baseline_card(name: str, description: str) -> ModelCard:

@@ -42,13 +42,18 @@ class TaskMetadata(BaseModel):
     anatomy: str
     source: str
     qry_inst: str = Field(min_length=1)
-    qry_text: str = ""
+    qry_text: str = ""  # task-level query text (Table 9); per-row text lives in the query item
     main_metric: MainMetric = "hit@1"
     graded: bool = False
     relation: str = ""  # graded tasks: the relation type of Table 5 (severity, laterality, ...)
     description: str = ""
     data_revision: str = ""
     synthetic: bool = False
+
+    @property
+    def instruction(self) -> str:
+        """What the query is prefixed with: qry_inst, then the task-level qry_text if any."""
+        return " ".join(part for part in (self.qry_inst, self.qry_text) if part)
 
     @model_validator(mode="after")
     def _graded_uses_ndcg(self) -> TaskMetadata:

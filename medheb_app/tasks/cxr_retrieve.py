@@ -193,9 +193,14 @@ def select_split(studies: Sequence[Study], split: str | None) -> list[Study]:
     return chosen
 
 
+def gallery_from_studies(studies: Sequence[Study], source: str, split: str | None) -> Gallery:
+    """The 2D chest radiographs of `split` among studies already loaded, with label notes."""
+    chosen = [s for s in select_split(studies, split) if s.form == "2d"]
+    if not chosen:
+        raise ValueError(f"Source {source!r} has no 2D chest radiographs in split {split!r}.")
+    return Gallery(chosen, source=source, split=split, notes=label_notes(chosen))
+
+
 def load_gallery(source: str, settings: Settings, split: str | None = "test") -> Gallery:
     """The 2D chest radiographs of `source` in `split`, with label notes."""
-    studies = [s for s in select_split(load_studies(source, settings), split) if s.form == "2d"]
-    if not studies:
-        raise ValueError(f"Source {source!r} has no 2D chest radiographs in split {split!r}.")
-    return Gallery(studies, source=source, split=split, notes=label_notes(studies))
+    return gallery_from_studies(load_studies(source, settings), source, split)

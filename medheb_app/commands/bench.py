@@ -1,0 +1,121 @@
+"""`python -m medheb_app bench list|run|report`: the MedHEB benchmark from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from medheb_app.cli import UserError, add_json_flag
+from medheb_app.settings import Settings
+
+DEFAULT_SUITE = "medheb-lite"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    bench = subparsers.add_parser(
+        "bench",
+        help="list and run MedHEB benchmark suites",
+        description="MedHEB: rank candidates by cosine for every task and model; report tables.",
+    )
+    commands = bench.add_subparsers(dest="bench_command", required=True)
+
+    listing = commands.add_parser("list", help="the suite's tasks (building them) and skips")
+    listing.add_argument("--suite", default=DEFAULT_SUITE, help=f"default {DEFAULT_SUITE}")
+    add_json_flag(listing)
+    listing.set_defaults(handler=run_list)
+
+    run = commands.add_parser("run", help="evaluate models on a suite and write results")
+    run.add_argument("--suite", default=DEFAULT_SUITE, help=f"default {DEFAULT_SUITE}")
+    run.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        help="model spec, repeatable ('random' and 'oracle' need no trained model)",
+    )
+    run.add_argument("--out", required=True, help="output folder (created if missing)")
+    run.add_argument("--task", action="append", help="only this task (repeatable)")
+    run.add_argument("--progress", action="store_true", help="print progress lines to stderr")
+    add_json_flag(run)
+    run.set_defaults(handler=run_bench)
+
+    report = commands.add_parser("report", help="re-render the tables of a finished run")
+    report.add_argument("--out", required=True, help="the run's output folder")
+    add_json_flag(report)
+    report.set_defaults(handler=run_report)
+
+
+def _suite(name: str):
+    from medheb_app.tasks.medheb import SUITES, get_suite
+
+    if name not in SUITES:
+        raise UserError(f"Unknown suite {name!r}; known: {', '.join(SUITES)}.")
+    return get_suite(name)
+
+
+def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    suite = _suite(args.suite)
+    tasks, skipped = suite.build(settings)
+    rows = [
+        {
+            "name": task.name,
+            "family": task.metadata.family,
+            "form": task.metadata.form,
+            "split": task.metadata.split,
+            "n_queries": len(task.queries),
+            "n_candidates": len(task.candidates),
+            "source": task.metadata.source,
+            "graded": task.metadata.graded,
+        }
+        for task in tasks
+    ]
+    payload = {
+        "suite": suite.name,
+        "tasks": rows,
+        "skipped": [{"name": name, "reason": why} for name, why in skipped.items()],
+    }
+    lines = [f"Suite {suite.name}: {len(rows)} tasks"]
+    lines += [
+        f"  {r['name']:<32} {r['family']:<6} {r['form']:<4} {r['split']:<16} "
+        f"{r['n_queries']:>4} queries {r['n_candidates']:>5} candidates  {r['source']}"
+        for r in rows
+    ]
+    lines += [f"  skipped {name}: {why}" for name, why in skipped.items()]
+    return "\n".join(lines), payload
+
+
+def _print_progress(fraction: float, message: str) -> None:
+    print(f"[{100 * fraction:5.1f}%] {message}", file=sys.stderr, flush=True)
+
+
+def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.eval.reports import render_report
+    from medheb_app.eval.runner import run_suite
+
+    suite = _suite(args.suite)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a folder.")
+    try:
+        summary = run_suite(
+            suite,
+            args.model,
+            out,
+            settings,
+            progress=_print_progress if args.progress else None,
+            only=args.task,
+        )
+    except KeyError as error:  # unknown task names or model specs
+        raise UserError(error.args[0] if error.args else str(error)) from error
+    return render_report(summary), summary.to_dict()
+
+
+def run_report(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.eval.reports import render_report
+    from medheb_app.eval.results import Summary
+
+    summary = Summary.from_disk(Path(args.out))
+    text = render_report(summary)
+    (Path(args.out) / "report.md").write_text(text)
+    return text, summary.to_dict()
