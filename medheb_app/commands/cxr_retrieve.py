@@ -1,0 +1,111 @@
+"""`python -m medheb_app cxr-retrieve eval|ablations ...`: the CXR-Retrieve benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from medheb_app.cli import UserError, add_json_flag
+from medheb_app.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "cxr-retrieve",
+        help="compositional chest X-ray retrieval benchmark (145 queries)",
+        description="CXR-Retrieve: single, pair and negation queries over labelled radiographs.",
+    )
+    commands = parser.add_subparsers(dest="cxr_command", required=True)
+
+    run = commands.add_parser(
+        "eval",
+        help="rank a gallery for the 145 queries and score P@k, R@k, HNRR@k",
+        description="Repeat --model to compare models on one gallery in one run. A spec is any "
+        "embedder spec (dual-lite, dual-lite@label-aware, random, oracle, open_clip:...) or "
+        "logic:<spec> for the logic-aware ranker over that embedder.",
+    )
+    run.add_argument("--model", action="append", required=True, help="model spec (repeatable)")
+    run.add_argument("--data", default="phantom", help="phantom | nih:PATH | mimic:PATH")
+    run.add_argument("--setting", choices=("main", "strict"), default="main")
+    run.add_argument("--paraphrase", action="store_true", help="'an image with A but without B'")
+    run.add_argument("--split", default="test", help="gallery split (default test; 'all')")
+    run.add_argument("--out", required=True, help="JSON file for scores and every top 10")
+    add_json_flag(run)
+    run.set_defaults(handler=run_eval)
+
+    from medheb_app.train.ablations import add_ablation_arguments
+
+    ablations = commands.add_parser(
+        "ablations",
+        help="Table 4: loss, caption mix and init variants of label-aware training",
+    )
+    add_ablation_arguments(ablations)
+    add_json_flag(ablations)
+    ablations.set_defaults(handler=run_ablations)
+
+
+def run_eval(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
+    from medheb_app.index.cache import EmbeddingCache
+    from medheb_app.ranking.specs import make_ranker
+    from medheb_app.tasks.cxr_retrieve import gallery_from_studies, load_studies, parse_source
+    from medheb_app.tasks.cxr_retrieve_eval import (
+        coverage_line,
+        evaluate,
+        table2,
+        table3,
+        table5,
+    )
+
+    try:
+        parse_source(args.data)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    started = time.perf_counter()
+    split = None if args.split == "all" else args.split
+    studies = load_studies(args.data, settings)
+    gallery = gallery_from_studies(studies, args.data, split)
+    cache = EmbeddingCache(settings.cache_dir)
+    train = [s for s in studies if s.split == "train"]
+    reports = []
+    for spec in args.model:
+        ranker = make_ranker(spec, settings, lambda: train, cache)
+        model_started = time.perf_counter()
+        report = evaluate(ranker, gallery, args.setting, args.paraphrase)
+        report.timing_s["total"] = round(time.perf_counter() - model_started, 2)
+        reports.append(report)
+    payload: dict[str, Any] = (
+        reports[0].to_json() if len(reports) == 1 else {"runs": [r.to_json() for r in reports]}
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    lines = [
+        f"CXR-Retrieve on {args.data} (split {args.split}, {len(gallery)} images), "
+        f"{args.setting} setting{', paraphrased negations' if args.paraphrase else ''}",
+        *[f"note: {note}" for note in gallery.notes],
+        coverage_line(reports[0]),
+        "",
+        "Table 2 layout:",
+        table2(reports),
+        "",
+        "Table 3 layout (negation" + (", paraphrased" if args.paraphrase else "") + "):",
+        table3(reports),
+        "",
+        "Table 5 layout (same ranking, both relevance settings):",
+        table5(reports),
+        "",
+        "time: "
+        + ", ".join(f"{r.model} {r.timing_s['total']:.1f} s" for r in reports)
+        + f"; total {time.perf_counter() - started:.1f} s",
+        f"wrote {out}",
+    ]
+    return "\n".join(lines), payload
+
+
+def run_ablations(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
+    from medheb_app.train.ablations import run_ablations as run
+
+    return run(args, settings)

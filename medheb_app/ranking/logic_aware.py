@@ -1,0 +1,153 @@
+"""The logic-aware ranker: decompose a query into constraints and score each image by logic.
+
+Beyond the paper. Report-trained embedders read "A and no B" as a bag of words and retrieve
+images with both A and B (CXR-Retrieve section 1, the affirmation bias). This ranker does not
+ask the text tower to understand negation at all. It parses the query into constraints
+(tasks/query_parser.py), scores every finding per image with a calibrated probe on the
+model's image embeddings (ranking/probes.py, fit on the train split's labels) and combines
+them with the query's logic, as the log-probability that an image satisfies the whole query
+under independence:
+
+    score(x) = sum_{A required} log p_A(x) + sum_{B excluded} log (1 - p_B(x))
+
+A tiny share of the query-image cosine breaks ties. Findings the probe could not be fit on
+(no labels in training, e.g. Fracture on NIH) fall back to the image's cosine to the finding's
+name, standardised over the gallery and read as log-odds. Queries with no constraint (only
+unknown words) rank by plain cosine. It works with any Embedder, so it is model-agnostic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from medheb_app.evidence.findings import CXR_RETRIEVE_10
+from medheb_app.evidence.study import Study
+from medheb_app.models.base import Embedder
+from medheb_app.ranking.probes import FindingProbe, fit_probe
+from medheb_app.settings import Settings
+from medheb_app.tasks.query_parser import ParsedQuery, parse_query
+
+TIE_WEIGHT = 1e-3
+PREFIX = "logic:"
+
+
+def log_sigmoid(x: np.ndarray) -> np.ndarray:
+    """log(1 / (1 + e^-x)), stable for large |x|."""
+    return -np.logaddexp(0.0, -x)
+
+
+def logic_scores(
+    parsed: ParsedQuery,
+    logits: np.ndarray,
+    findings: Sequence[str],
+    similarity: np.ndarray | None = None,
+    tie_weight: float = TIE_WEIGHT,
+) -> np.ndarray:
+    """Per image: sum of log p(A) over required A and log(1 - p(B)) over excluded B.
+
+    `logits` is (n, L) log-odds per finding (no NaN: fill fallbacks first); `similarity` the
+    (n,) query-image cosine, used to break ties and as the whole score without constraints.
+    """
+    n = logits.shape[0]
+    similarity = np.zeros(n) if similarity is None else np.asarray(similarity, dtype=np.float64)
+    if not parsed.has_constraints:
+        return similarity
+    column = {name: i for i, name in enumerate(findings)}
+    total = np.zeros(n)
+    for name in parsed.positive:
+        total += log_sigmoid(logits[:, column[name]])
+    for name in parsed.negative:
+        total += log_sigmoid(-logits[:, column[name]])
+    return total + tie_weight * similarity
+
+
+def standardised(values: np.ndarray) -> np.ndarray:
+    return (values - values.mean(axis=0)) / (values.std(axis=0) + 1e-8)
+
+
+class LogicAwareRanker:
+    """Constraint logic over per-finding probes on an embedder's image vectors."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        probe: FindingProbe,
+        cache: object = None,
+        name: str | None = None,
+        vocabulary: Sequence[str] = CXR_RETRIEVE_10,
+    ) -> None:
+        if probe.model_fingerprint != embedder.card.fingerprint:
+            raise ValueError("This probe was fit on another model's embeddings; refit it.")
+        self.embedder = embedder
+        self.probe = probe
+        self.cache = cache
+        self.vocabulary = tuple(vocabulary)
+        self.name = name or f"{PREFIX}{embedder.card.name}"
+
+    def finding_logits(self, image_vectors: np.ndarray) -> np.ndarray:
+        """(n, L) log-odds; unfitted findings from standardised cosine to the finding's name."""
+        logits = self.probe.logits(image_vectors)
+        missing = [i for i, ok in enumerate(self.probe.fitted) if not ok]
+        if missing:
+            names = [self.probe.findings[i] for i in missing]
+            text = np.asarray(self.embedder.encode(names), dtype=np.float64)
+            logits[:, missing] = standardised(image_vectors @ text.T)
+        return logits
+
+    def score_vectors(self, texts: Sequence[str], image_vectors: np.ndarray) -> np.ndarray:
+        """(len(texts), n) scores over precomputed image vectors (e.g. a search index)."""
+        image_vectors = np.asarray(image_vectors, dtype=np.float64)
+        logits = self.finding_logits(image_vectors)
+        similarity = np.asarray(self.embedder.encode(list(texts)), np.float64) @ image_vectors.T
+        rows = [
+            logic_scores(parse_query(text, self.vocabulary), logits, self.probe.findings, sim)
+            for text, sim in zip(texts, similarity, strict=True)
+        ]
+        return np.stack(rows) if rows else np.zeros((0, len(image_vectors)))
+
+    def score(self, texts: Sequence[str], gallery: Sequence[Study]) -> np.ndarray:
+        return self.score_vectors(texts, study_vectors(self.embedder, gallery, self.cache))
+
+
+def study_vectors(embedder: Embedder, studies: Sequence[Study], cache: object = None) -> np.ndarray:
+    """Image embeddings of studies through the embedding cache (content-addressed keys)."""
+    from medheb_app.index.cache import embed_with_cache
+    from medheb_app.index.catalog import study_content_key
+
+    keys = [study_content_key(study) for study in studies]
+    return embed_with_cache(embedder, list(studies), keys, cache)  # type: ignore[arg-type]
+
+
+def probe_path(settings: Settings, embedder: Embedder, train: Sequence[Study]) -> Path:
+    """Where the probe for (model, exact training images and labels) is kept."""
+    from medheb_app.index.catalog import study_content_key
+
+    digest = hashlib.sha1()
+    for study in sorted(train, key=lambda s: s.id):
+        digest.update(study_content_key(study).encode())
+        digest.update(repr(sorted(study.findings.items(), key=str)).encode())
+    name = f"{embedder.card.fingerprint}-{digest.hexdigest()[:12]}.npz"
+    return settings.data_dir / "probes" / name
+
+
+def load_or_fit_probe(
+    embedder: Embedder,
+    train: Sequence[Study],
+    settings: Settings,
+    cache: object = None,
+    vocabulary: Sequence[str] = CXR_RETRIEVE_10,
+) -> FindingProbe:
+    """The probe for these training studies, fit once and then read from DATA_DIR/probes."""
+    if not train:
+        raise ValueError("The logic-aware ranker needs labelled training images to fit on.")
+    path = probe_path(settings, embedder, train)
+    if path.is_file():
+        return FindingProbe.load(path)
+    vectors = study_vectors(embedder, train, cache)
+    probe = fit_probe(vectors, [s.findings for s in train], vocabulary, embedder.card.fingerprint)
+    probe.save(path)
+    return probe

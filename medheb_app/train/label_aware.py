@@ -1,0 +1,174 @@
+"""The label-aware recipe (CXR-Retrieve section 4): captions from labels, soft targets, HNM.
+
+Each epoch every training image gets a fresh caption sampled from its labels (50% single,
+25% pair, 25% negation; train/captions.py) with the caption's assertion vector y; the loss is
+L + 0.3 L_HNM (eq. 7, train/losses.py). Training reuses the generic LiT-style trainer
+(train/contrastive.py): the image tower stays frozen with cached features, and by default
+LoRA adapters of rank 12 (section 5.1) tune the text tower's attention projections, with the
+projection heads trained alongside. The image tower can be LoRA-tuned too (lora_towers image
+text), at a large cost on a CPU: every step then runs EfficientNet forward and backward.
+
+Train split only; the val split gives a held-out loss; the test split is never read here.
+The checkpoint folder registers as "dual-lite@<tag>" (e.g. models/dual-lite/label-aware).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from medheb_app.evidence.findings import CXR_RETRIEVE_10
+from medheb_app.evidence.study import Study
+from medheb_app.settings import Settings
+from medheb_app.train.captions import Caption, parse_mix, sample_captions
+from medheb_app.train.contrastive import (
+    Pairs,
+    Progress,
+    TrainerConfig,
+    TrainResult,
+    data_fingerprint,
+    train_contrastive,
+)
+from medheb_app.train.losses import (
+    HNM_WEIGHT,
+    clip_loss_ignoring_labels,
+    label_aware_loss,
+    label_aware_total,
+)
+
+VAL_SPLITS = ("val", "valid", "validation")
+LossName = Literal["label-aware", "attract", "clip"]
+
+
+@dataclass
+class LabelAwareConfig(TrainerConfig):
+    """Label-aware fine-tuning: trainer settings plus data, caption mix and loss."""
+
+    tune: Literal["frozen", "lora"] = field(
+        default="lora", metadata={"help": "towers frozen (cached features) or LoRA-tuned"}
+    )
+    lora_towers: tuple[str, ...] = field(
+        default=("text",), metadata={"help": "towers that get LoRA adapters (image, text)"}
+    )
+    lr: float = field(default=5e-4, metadata={"help": "AdamW peak learning rate"})
+    epochs: int = field(default=12, metadata={"help": "passes over the training images"})
+    data: str = field(
+        default="phantom", metadata={"help": "training source: phantom | nih:PATH | mimic:PATH"}
+    )
+    mix: str = field(
+        default="2:1:1", metadata={"help": "caption mix single:pair:negation (paper: 2:1:1)"}
+    )
+    loss: LossName = field(
+        default="label-aware",
+        metadata={"help": "label-aware (L + HNM, eq. 7) | attract (eq. 5 only) | clip (diag.)"},
+    )
+    hnm_weight: float = field(default=HNM_WEIGHT, metadata={"help": "lambda_HNM of eq. 7"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        parse_mix(self.mix)
+        if self.loss not in ("label-aware", "attract", "clip"):
+            raise ValueError(f"loss must be label-aware, attract or clip; got {self.loss!r}")
+        if self.hnm_weight < 0:
+            raise ValueError(f"hnm_weight must be >= 0; got {self.hnm_weight}")
+
+
+def loss_function(config: LabelAwareConfig) -> Callable[..., torch.Tensor]:
+    """The loss named by the config, with the label-aware call signature."""
+    if config.loss == "clip":
+        return clip_loss_ignoring_labels
+    if config.loss == "attract":
+        return label_aware_loss
+    return partial(label_aware_total, hnm_weight=config.hnm_weight)
+
+
+def captioned_pairs(captions: Sequence[Caption], indices: np.ndarray) -> Pairs:
+    """Pairs (image index, caption text) with the assertion vectors as the `labels` extra."""
+    labels = torch.from_numpy(np.stack([c.y for c in captions]).astype(np.float32))
+    return Pairs(indices, [c.text for c in captions], {"labels": labels})
+
+
+def usable_images(studies: Sequence[Study], vocabulary: Sequence[str]) -> list[Study]:
+    """Studies with pixels and at least one positive finding (others take no caption)."""
+    return [
+        s
+        for s in studies
+        if any(s.findings.get(f) == 1 for f in vocabulary) and s.load_pixels() is not None
+    ]
+
+
+def train_label_aware(
+    config: LabelAwareConfig,
+    out: Path | str,
+    settings: Settings,
+    studies: Sequence[Study] | None = None,
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+) -> TrainResult:
+    """Fine-tune dual-lite with the label-aware objective and save the checkpoint `out`.
+
+    `studies` defaults to every study of `config.data`; only the train split is trained on.
+    """
+    from medheb_app.tasks.cxr_retrieve import load_studies
+
+    vocabulary = CXR_RETRIEVE_10
+    source = config.data if studies is None else "given"
+    studies = list(studies) if studies is not None else load_studies(config.data, settings)
+    train = usable_images([s for s in studies if s.split == "train"], vocabulary)
+    val = usable_images([s for s in studies if s.split in VAL_SPLITS], vocabulary)
+    if len(train) < 2:
+        raise ValueError("The training split has fewer than 2 images with a positive finding.")
+    images = [np.asarray(s.pixels, dtype=np.float32) for s in train]
+    mix = parse_mix(config.mix)
+    labels = [s.findings for s in train]
+
+    def sample_pairs(epoch: int, rng: np.random.Generator) -> Pairs:
+        indices, captions = sample_captions(labels, rng, mix, vocabulary)
+        return captioned_pairs(captions, indices)
+
+    _, first = sample_captions(labels, np.random.default_rng(config.seed), mix)
+    kinds = Counter(c.kind for c in first)
+    val_pairs = val_images = None
+    if len(val) >= 2:
+        val_images = [np.asarray(s.pixels, dtype=np.float32) for s in val]
+        v_idx, v_caps = sample_captions([s.findings for s in val], np.random.default_rng(0), mix)
+        val_pairs = captioned_pairs(v_caps, v_idx)
+    for study in [*train, *val]:
+        if study.path is not None:
+            study.pixels = None  # keep memory flat; the trainer holds the arrays it needs
+    run_info = {
+        "tag": Path(out).name,
+        "recipe": "label-aware",
+        "description": f"Label-aware fine-tuning (CXR-Retrieve eq. 7, loss {config.loss}, "
+        f"mix {config.mix}) on {len(images)} {source} training images",
+        "data": {
+            "source": source,
+            "n_train_images": len(images),
+            "n_train_studies": sum(s.split == "train" for s in studies),
+            "n_val_images": len(val),
+            "caption_kinds_epoch0": dict(kinds),
+        },
+        "data_fingerprint": data_fingerprint(
+            [c.text for c in first], images, source=source, mix=config.mix
+        ),
+    }
+    return train_contrastive(
+        images,
+        sample_pairs,
+        loss_function(config),
+        config,
+        out,
+        run_info=run_info,
+        val_pairs=val_pairs,
+        val_images=val_images,
+        progress=progress,
+        stop=stop,
+    )

@@ -1,0 +1,124 @@
+"""The logic-aware ranker fixes a bag-of-words embedder's negation failure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from medheb_app.evidence.findings import CXR_RETRIEVE_10
+from medheb_app.evidence.study import Study
+from medheb_app.models.base import ModelCard, l2_normalise
+from medheb_app.ranking.logic_aware import (
+    LogicAwareRanker,
+    load_or_fit_probe,
+    log_sigmoid,
+    logic_scores,
+)
+from medheb_app.ranking.probes import FindingProbe, fit_probe
+from medheb_app.tasks.cxr_retrieve import Gallery
+from medheb_app.tasks.cxr_retrieve_eval import EmbeddingRanker, evaluate
+from medheb_app.tasks.query_parser import ParsedQuery, parse_query
+
+DIMS = 24
+
+
+class BagOfWordsEmbedder:
+    """Images: noisy label indicators. Texts: every named finding +1, negated or not."""
+
+    card = ModelCard(name="bag", version="1", dims=DIMS, modalities=("text", "2d"), license="-")
+
+    def encode(self, items: Sequence[object], instruction: str | None = None) -> np.ndarray:
+        rows = []
+        for item in items:
+            vector = np.zeros(DIMS)
+            if isinstance(item, Study):
+                rng = np.random.default_rng(int(item.id.split("-")[1]))
+                for i, name in enumerate(CXR_RETRIEVE_10):
+                    vector[i] = 1.0 if item.findings.get(name) == 1 else 0.0
+                vector += rng.normal(0, 0.15, DIMS)
+            else:
+                parsed = parse_query(str(item))
+                for name in (*parsed.positive, *parsed.negative):
+                    vector[CXR_RETRIEVE_10.index(name)] = 1.0
+            rows.append(vector)
+        return l2_normalise(np.stack(rows))
+
+
+def corpus(n: int, seed: int, split: str) -> list[Study]:
+    rng = np.random.default_rng(seed)
+    studies = []
+    for i in range(n):
+        findings = {
+            name: (1 if rng.random() < 0.3 else (0 if rng.random() < 0.3 else None))
+            for name in CXR_RETRIEVE_10
+        }
+        studies.append(
+            Study(id=f"s-{seed * 10000 + i}", form="2d", findings=findings, split=split)  # type: ignore[arg-type]
+        )
+    return studies
+
+
+def test_log_sigmoid_is_stable() -> None:
+    values = log_sigmoid(np.array([-800.0, 0.0, 800.0]))
+    assert np.all(np.isfinite(values))
+    assert values[1] == pytest.approx(np.log(0.5))
+    assert values[2] == pytest.approx(0.0)
+
+
+def test_logic_scores_combine_constraints() -> None:
+    findings = ("A", "B")
+    logits = np.array([[3.0, 3.0], [3.0, -3.0], [-3.0, -3.0]])
+    parsed = parse_query("x", vocabulary=findings)
+    assert not parsed.has_constraints
+    similarity = np.array([0.1, 0.2, 0.3])
+    assert logic_scores(parsed, logits, findings, similarity).tolist() == similarity.tolist()
+    query = ParsedQuery(text="A and no B", positive=("A",), negative=("B",), vocabulary=findings)
+    scores = logic_scores(query, logits, findings, tie_weight=0.0)
+    assert np.argmax(scores) == 1
+    expected = log_sigmoid(np.array([3.0]))[0] + log_sigmoid(np.array([3.0]))[0]
+    assert scores[1] == pytest.approx(expected)
+
+
+def test_probe_fits_learnable_findings_and_marks_the_rest(tmp_path) -> None:
+    train = corpus(300, 1, "train")
+    for study in train:
+        study.findings["Fracture"] = None  # never labelled, like NIH
+    embedder = BagOfWordsEmbedder()
+    probe = fit_probe(embedder.encode(train), [s.findings for s in train], CXR_RETRIEVE_10, "fp")
+    assert not probe.fitted[CXR_RETRIEVE_10.index("Fracture")]
+    assert probe.fitted.sum() == 9
+    logits = probe.logits(embedder.encode(train))
+    assert np.isnan(logits[:, CXR_RETRIEVE_10.index("Fracture")]).all()
+    edema = CXR_RETRIEVE_10.index("Edema")
+    truth = np.array([s.findings["Edema"] == 1 for s in train])
+    accuracy = np.mean((logits[:, edema] > 0) == truth)
+    assert accuracy > 0.95
+    path = probe.save(tmp_path / "probe.npz")
+    again = FindingProbe.load(path)
+    assert np.allclose(again.weights, probe.weights) and again.findings == probe.findings
+
+
+def test_logic_ranker_fixes_negation_of_a_bag_of_words_model(settings) -> None:
+    embedder = BagOfWordsEmbedder()
+    train, test = corpus(400, 1, "train"), corpus(300, 2, "test")
+    gallery = Gallery(test, source="synthetic", split="test")
+    probe = load_or_fit_probe(embedder, train, settings)
+    assert load_or_fit_probe(embedder, train, settings).n_train == probe.n_train  # from disk
+    assert list((settings.data_dir / "probes").glob("*.npz"))
+    bag = evaluate(EmbeddingRanker(embedder), gallery)
+    logic = evaluate(LogicAwareRanker(embedder, probe), gallery)
+    assert bag.regimes["negation"]["HNRR@5"] > 20.0  # affirmation bias
+    assert logic.regimes["negation"]["HNRR@5"] < 2.0
+    assert logic.regimes["negation"]["P@5"] > bag.regimes["negation"]["P@5"] + 30.0
+    assert logic.regimes["pair"]["P@5"] >= bag.regimes["pair"]["P@5"]
+
+
+def test_probe_of_another_model_is_rejected() -> None:
+    embedder = BagOfWordsEmbedder()
+    probe = FindingProbe(
+        ("Edema",), np.zeros((1, DIMS)), np.zeros(1), np.ones(1, bool), "other", 1, (1,)
+    )
+    with pytest.raises(ValueError, match="another model"):
+        LogicAwareRanker(embedder, probe)
