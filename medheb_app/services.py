@@ -303,32 +303,14 @@ JOB_FACTORIES: dict[str, Callable[[Settings], JobFn]] = {
 }
 
 
-def describe_from_indices(settings: Settings) -> Callable[[str, str], dict[str, Any] | None]:
-    """A study-item describer for create_study: a benchmark item id -> what a rater is shown.
+def describe_for_run(settings: Settings, suite: str) -> Callable[[str, str], Any] | None:
+    """What raters are shown for a run's items: the suite's tasks rebuilt and rendered by
+    medheb_app.study.payloads (salted file names, so no path names a task or an item).
+    None for a run of a suite this checkout cannot rebuild (items then show their ids)."""
+    from medheb_app.study.payloads import describe_with_tasks
+    from medheb_app.tasks.medheb import SUITES
 
-    Benchmark ids are task-scoped ("<source>:<study id>"); the studies behind them are looked
-    up in every built index's metadata. Image studies show their image only (never their
-    labels or report, which would hint at the gold); text studies show their text.
-    """
-    rows: dict[str, dict[str, Any]] = {}
-
-    def lookup() -> dict[str, dict[str, Any]]:
-        if not rows:
-            from medheb_app.index.catalog import list_indices, load_index
-
-            for entry in list_indices(settings):
-                loaded = load_index(entry["name"], entry["fingerprint"], settings)
-                for item_id, row in loaded.items.items():
-                    rows.setdefault(item_id, row)
-        return rows
-
-    def describe(_task: str, item_id: str) -> dict[str, Any] | None:
-        known = lookup()
-        row = known.get(item_id) or known.get(item_id.rsplit(":", 1)[-1])
-        if row is None:
-            return None
-        if row.get("form") == "text" or not row.get("path"):
-            return {"text": row.get("text") or item_id}
-        return {"image": row["path"], "synthetic": bool(row.get("synthetic"))}
-
-    return describe
+    if suite not in SUITES:
+        return None
+    tasks, _skipped = SUITES[suite]().build(settings)
+    return describe_with_tasks(tasks, settings.data_dir / "study-media" / _stamp())

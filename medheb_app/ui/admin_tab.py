@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services, describe_from_indices
+from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services, describe_for_run
 from medheb_app.ui import components as ui
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def create_study(
             raters_per_item=int(raters_per_item),
             reveal_after_vote=bool(reveal),
             seed=int(seed),
-            describe=describe_from_indices(services.settings),
+            describe=describe_for_run(services.settings, summary.suite),
         )
     except (ValueError, KeyError, FileNotFoundError) as error:
         return ui.notice_html("error", str(error))
