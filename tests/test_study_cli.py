@@ -88,6 +88,17 @@ def test_study_command_errors_are_one_line(tmp_path: Path, settings: Settings, c
         "--n", "2", "--name", "x",
     )  # fmt: skip
     assert code == 2 and err.count("\n") == 1 and "No outputs for model 'nope'" in err
+    code, _, err = run_cli(
+        capsys, "study", "create", "--run", str(run), "--model", "oracle", "--model", "random",
+        "--n", "2", "--name", "x", "--payloads", "tasks",
+    )  # fmt: skip
+    assert code == 2 and "summary.json not found" in err
+    (run / "summary.json").write_text(json.dumps({"suite": "no-such-suite", "tasks": []}))
+    code, _, err = run_cli(
+        capsys, "study", "create", "--run", str(run), "--model", "oracle", "--model", "random",
+        "--n", "2", "--name", "x",
+    )  # fmt: skip
+    assert code == 2 and "Unknown suite 'no-such-suite'" in err
     code, _, err = run_cli(capsys, "study", "analyse", "--study", "missing")
     assert code == 2 and "No study 'missing'" in err
     code, _, err = run_cli(capsys, "study", "export", "--out", str(tmp_path))

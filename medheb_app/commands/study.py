@@ -28,6 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument(
         "--no-reveal", action="store_true", help="never show model names after a vote"
     )
+    create.add_argument(
+        "--payloads",
+        choices=("auto", "tasks", "none"),
+        default="auto",
+        help="what raters see for each id: 'tasks' rebuilds the run's suite tasks and shows "
+        "their texts and images (PNGs in DATA_DIR/study-media), 'none' the bare ids, 'auto' "
+        "(default) tasks when the run folder has a summary.json",
+    )
     add_json_flag(create)
     create.set_defaults(handler=run_create)
 
@@ -63,6 +71,7 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
     if args.n < 1:
         raise UserError(f"--n must be at least 1; got {args.n}.")
     store = _store(settings)
+    describe = _describer(args.payloads, args.run, settings)
     study_id = create_study(
         store,
         args.name,
@@ -72,6 +81,7 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         raters_per_item=args.raters,
         reveal_after_vote=not args.no_reveal,
         seed=args.seed,
+        describe=describe,
     )
     study = next(s for s in list_studies(store) if s["id"] == study_id)
     human = (
@@ -79,6 +89,25 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         f"{', '.join(study['models'])}, {args.raters} rater(s) per item."
     )
     return human, study
+
+
+def _describer(kind: str, run_dir: str, settings: Settings):
+    """The display-payload source for `study create --payloads`."""
+    import json
+    from pathlib import Path
+
+    summary_path = Path(run_dir) / "summary.json"
+    if kind == "none" or (kind == "auto" and not summary_path.is_file()):
+        return None
+    if not summary_path.is_file():
+        raise UserError(f"{summary_path} not found; --payloads tasks needs a `bench run` folder.")
+    from medheb_app.study.payloads import describe_with_tasks
+    from medheb_app.tasks.medheb import get_suite
+
+    summary = json.loads(summary_path.read_text())
+    names = [task["name"] for task in summary.get("tasks", [])]
+    tasks, _skipped = get_suite(summary["suite"]).build(settings, only=names or None)
+    return describe_with_tasks(tasks, settings.data_dir / "study-media")
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
