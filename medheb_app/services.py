@@ -232,16 +232,29 @@ def train_job(settings: Settings) -> JobFn:
         if not tag or not tag.replace("-", "").replace("_", "").isalnum():
             raise ValueError("A checkpoint tag uses letters, digits, - and _ only.")
         out = settings.trained_models_dir / tag
-        overrides = {"epochs": int(params.get("epochs", 5)), "n": int(params.get("n", 2000))}
+        epochs = int(params.get("epochs", 5))
         if recipe == "report":
             from medheb_app.train.report import ReportTrainingConfig, train_report
 
+            overrides = {"epochs": epochs, "n": int(params.get("n", 2000))}
             config = config_from_sources(ReportTrainingConfig, overrides=overrides)
-            train = train_report
+
+            def train(config, out, progress, stop):
+                return train_report(config, out, progress=progress, stop=stop)
+
+        elif recipe == "label-aware":
+            from medheb_app.train.label_aware import LabelAwareConfig, train_label_aware
+
+            overrides = {"epochs": epochs}
+            config = config_from_sources(LabelAwareConfig, overrides=overrides)
+
+            def train(config, out, progress, stop):
+                return train_label_aware(config, out, settings, progress=progress, stop=stop)
+
         else:
-            raise ValueError(f"Unknown training recipe {recipe!r}.")
+            raise ValueError(f"Unknown training recipe {recipe!r}; use report or label-aware.")
         log(f"training {recipe} -> {out} with {overrides}")
-        result = train(config, out, progress=_training_progress(progress, log), stop=stop)
+        result = train(config, out, _training_progress(progress, log), stop)
         if stop.is_set():
             raise JobCancelled("training was cancelled")
         log(f"saved dual-lite@{tag}")

@@ -19,7 +19,7 @@ from medheb_app.ui import components as ui
 log = logging.getLogger(__name__)
 NOT_ADMIN = "Sign in as admin first."
 LOG_LINES_SHOWN = 200
-TRAIN_RECIPES = ("report",)
+TRAIN_RECIPES = ("report", "label-aware")
 
 
 def sign_in(services: Services, password: str | None) -> tuple[bool, str]:
@@ -160,7 +160,9 @@ def build_admin_tab(services: Services) -> dict[str, Any]:
             recipe = gr.Dropdown(label="Recipe", choices=list(TRAIN_RECIPES), value="report")
             tag = gr.Textbox(label="Checkpoint tag (becomes dual-lite@TAG)")
             epochs = gr.Number(label="Epochs", value=5, precision=0, minimum=1)
-            n_train = gr.Number(label="Phantom studies", value=2000, precision=0, minimum=4)
+            n_train = gr.Number(
+                label="Phantom studies (report recipe)", value=2000, precision=0, minimum=4
+            )
             train_start = gr.Button("Start training")
         with gr.Tab("Index build"):
             index_name = gr.Textbox(label="Index name", value="demo-cxr")
