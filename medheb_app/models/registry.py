@@ -1,0 +1,173 @@
+"""Spec string -> embedder, resolved in layers like open_clip's factory.
+
+  1. a built-in name           "dual-lite" (its shipped report checkpoint), "random", "oracle"
+  2. name@tag                  "dual-lite@label-aware": a checkpoint folder found under
+                               models/dual-lite/<tag>/, models/<tag>/ or
+                               DATA_DIR/models/<tag>/ (trained at run time), or
+                               "dual-lite@/path/to/checkpoint"
+  3. "open_clip:..."           see open_clip_embedder.py
+  4. "mllm:..."                medheb_app/models/mllm.py (Qwen-VL style embedders)
+Anything else is an error that lists the valid specs. Loaded embedders are memoised per
+process; a checkpoint is reloaded when its weights file changes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from medheb_app.models.base import Embedder, ModelCard
+from medheb_app.models.baselines import OracleEmbedder, RandomEmbedder
+from medheb_app.models.dual_lite import (
+    DUAL_LITE,
+    HEADS_FILE,
+    DualLiteEmbedder,
+    checkpoint_card,
+    read_checkpoint_config,
+)
+from medheb_app.settings import Settings
+
+DEFAULT_DUAL_LITE_TAG = "report"
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A named model: how to load it, and its card without loading it (for listings)."""
+
+    load: Callable[[Settings], Embedder]
+    card: Callable[[Settings], ModelCard]
+
+
+BUILTINS: dict[str, Builtin] = {
+    "random": Builtin(lambda s: RandomEmbedder(), lambda s: RandomEmbedder().card),
+    "oracle": Builtin(lambda s: OracleEmbedder(), lambda s: OracleEmbedder().card),
+}
+# Other model modules add their built-ins here, e.g. BUILTINS["medemb-lite"] = Builtin(...).
+
+_CACHE: dict[tuple, Embedder] = {}
+_LOCK = threading.Lock()
+
+
+class UnknownModelError(KeyError):
+    """No layer of the resolver matched; the message lists what would have."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown model"
+
+
+def checkpoint_folders(settings: Settings) -> dict[str, Path]:
+    """tag -> folder of every dual-lite checkpoint, committed ones first (they win ties)."""
+    candidates = [
+        *sorted((settings.models_dir / DUAL_LITE).glob("*/")),
+        *sorted(settings.models_dir.glob("*/")),
+        *sorted(settings.trained_models_dir.glob("*/")),
+    ]
+    found: dict[str, Path] = {}
+    for folder in candidates:
+        if not (folder / HEADS_FILE).is_file():
+            continue
+        try:
+            config = read_checkpoint_config(folder)
+        except (OSError, ValueError):
+            continue
+        if config.get("name") != DUAL_LITE:
+            continue
+        found.setdefault(folder.name, folder)
+    return found
+
+
+def _dual_lite_folder(tag: str, settings: Settings) -> Path:
+    if "/" in tag or tag.startswith("."):
+        folder = Path(tag).expanduser()
+        read_checkpoint_config(folder)  # raises a clear error when it is not a checkpoint
+        return folder
+    folders = checkpoint_folders(settings)
+    if tag not in folders:
+        if tag == DEFAULT_DUAL_LITE_TAG:
+            raise FileNotFoundError(
+                f"The default dual-lite weights are missing from "
+                f"{settings.models_dir / DUAL_LITE / tag}; recreate them with "
+                f"`python -m medheb_app train report --out models/{DUAL_LITE}/{tag}`."
+            )
+        raise UnknownModelError(
+            f"No dual-lite checkpoint tagged {tag!r}. "
+            f"Valid specs: {', '.join(valid_specs(settings))}"
+        )
+    return folders[tag]
+
+
+def _load_mllm(spec: str) -> Embedder:
+    try:
+        module = importlib.import_module("medheb_app.models.mllm")
+    except ModuleNotFoundError as error:
+        raise UnknownModelError(f"mllm models are not available in this build ({error}).") from None
+    return module.load(spec)
+
+
+def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedder]]:
+    """(memo key, loader) for a spec; raises when no layer matches."""
+    if spec in BUILTINS:
+        return (spec,), lambda: BUILTINS[spec].load(settings)
+    name, at, tag = spec.partition("@")
+    if name == DUAL_LITE:
+        folder = _dual_lite_folder(tag if at else DEFAULT_DUAL_LITE_TAG, settings)
+        stamp = (folder / HEADS_FILE).stat().st_mtime_ns
+        return (DUAL_LITE, str(folder.resolve()), stamp), lambda: DualLiteEmbedder.from_checkpoint(
+            folder
+        )
+    if spec.startswith("open_clip:"):
+        from medheb_app.models.open_clip_embedder import OpenClipEmbedder
+
+        return (spec,), lambda: OpenClipEmbedder(spec)
+    if spec.startswith("mllm:"):
+        return (spec,), lambda: _load_mllm(spec)
+    raise UnknownModelError(
+        f"Unknown model spec {spec!r}. Valid specs: {', '.join(valid_specs(settings))}, "
+        "open_clip:<ARCH>@/path/weights.pt, open_clip:/path/config.json@/path/weights.pt, "
+        "open_clip:hf-hub:org/name, mllm:/path/to/model"
+    )
+
+
+def load_embedder(spec: str, settings: Settings) -> Embedder:
+    """The embedder for `spec`, loaded once per process (the same object on later calls)."""
+    spec = spec.strip()
+    key, loader = _resolve(spec, settings)
+    with _LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = loader()
+        return _CACHE[key]
+
+
+def valid_specs(settings: Settings) -> list[str]:
+    """Built-in names and every dual-lite checkpoint spec that would resolve now."""
+    specs = [DUAL_LITE, *BUILTINS]
+    specs += [f"{DUAL_LITE}@{tag}" for tag in checkpoint_folders(settings)]
+    return specs
+
+
+def list_models(settings: Settings) -> list[dict[str, object]]:
+    """[{spec, card}] for built-ins and every checkpoint, without loading any tower."""
+    models: list[dict[str, object]] = []
+    folders = checkpoint_folders(settings)
+    default = folders.get(DEFAULT_DUAL_LITE_TAG)
+    if default is not None:
+        models.append({"spec": DUAL_LITE, "card": _card_dict(default)})
+    for name, builtin in BUILTINS.items():
+        models.append({"spec": name, "card": builtin.card(settings).to_dict()})
+    for tag, folder in folders.items():
+        models.append({"spec": f"{DUAL_LITE}@{tag}", "card": _card_dict(folder)})
+    return models
+
+
+def _card_dict(folder: Path) -> dict[str, object]:
+    """The checkpoint's card computed from its files (card.json is only for people)."""
+    return checkpoint_card(folder, read_checkpoint_config(folder)).to_dict()
+
+
+def clear_cache() -> None:
+    """Forget loaded embedders (tests, or after deleting a checkpoint)."""
+    with _LOCK:
+        _CACHE.clear()

@@ -1,0 +1,305 @@
+"""A small LiT-style contrastive trainer for dual-lite's heads (and optional LoRA towers).
+
+Towers frozen: their features are computed once (images up front, each distinct text the
+first time it is sampled) and only the projection heads and the logit scale train, which
+makes an epoch over thousands of pairs take well under a second on a CPU. Towers LoRA-tuned
+(peft): features are recomputed with gradients every step.
+
+The loss is injected: `loss_fn(image_emb, text_emb, logit_scale, **extras)`, where `extras`
+are per-pair tensors from the pair sampler (e.g. label vectors for the label-aware loss), so
+other recipes reuse this loop. Progress goes to a callback (step, total, loss); a
+threading.Event stops the run between steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from medheb_app.models.base import ModelCard
+from medheb_app.models.dual_lite import DualLiteEmbedder, HeadConfig, ProjectionHeads
+from medheb_app.models.towers import IMAGE_SIZE, ImageTower, TextTower, preprocess_images
+from medheb_app.train.config import config_to_dict
+
+Progress = Callable[[int, int, float], None]
+LossFn = Callable[..., torch.Tensor]
+
+
+@dataclass
+class TrainerConfig:
+    """Optimisation settings shared by every dual-lite training recipe."""
+
+    epochs: int = field(default=20, metadata={"help": "passes over the training pairs"})
+    batch_size: int = field(default=128, metadata={"help": "pairs per step (in-batch negatives)"})
+    lr: float = field(default=1e-3, metadata={"help": "AdamW peak learning rate"})
+    weight_decay: float = field(default=0.05, metadata={"help": "AdamW weight decay"})
+    seed: int = field(default=0, metadata={"help": "seed for head init, shuffling and sampling"})
+    embed_dim: int = field(default=256, metadata={"help": "shared embedding size"})
+    hidden_dim: int = field(
+        default=0, metadata={"help": "hidden width of the heads; 0 = linear projections"}
+    )
+    image_size: int = field(
+        default=IMAGE_SIZE, metadata={"help": "side in pixels that images are resized to"}
+    )
+    tune: Literal["frozen", "lora"] = field(
+        default="frozen", metadata={"help": "towers frozen (cached features) or LoRA-tuned"}
+    )
+    lora_rank: int = field(default=12, metadata={"help": "LoRA rank when tune=lora"})
+    lora_alpha: int = field(default=24, metadata={"help": "LoRA alpha when tune=lora"})
+    lora_towers: tuple[str, ...] = field(
+        default=("image", "text"), metadata={"help": "towers that get LoRA adapters"}
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "embed_dim", "lora_rank", "lora_alpha"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+        if not 32 <= self.image_size <= 1024:
+            raise ValueError(f"image_size must be between 32 and 1024; got {self.image_size}")
+        if self.batch_size < 2:
+            raise ValueError("batch_size must be at least 2: contrastive steps need negatives")
+        if self.lr <= 0 or self.weight_decay < 0 or self.hidden_dim < 0:
+            raise ValueError("lr must be > 0, weight_decay >= 0 and hidden_dim >= 0")
+        if self.tune not in ("frozen", "lora"):
+            raise ValueError(f"tune must be 'frozen' or 'lora'; got {self.tune!r}")
+        unknown = set(self.lora_towers) - {"image", "text"}
+        if unknown:
+            raise ValueError(f"lora_towers must name 'image' and/or 'text'; got {sorted(unknown)}")
+
+
+@dataclass
+class Pairs:
+    """Training pairs for one epoch: image i of `image_index` goes with text i."""
+
+    image_index: np.ndarray
+    texts: list[str]
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.image_index = np.asarray(self.image_index, dtype=np.int64)
+        n = len(self.texts)
+        if len(self.image_index) != n or any(len(v) != n for v in self.extras.values()):
+            raise ValueError("Pairs: image_index, texts and every extra need one row per pair")
+
+
+PairSampler = Callable[[int, np.random.Generator], Pairs]
+
+
+@dataclass
+class TrainResult:
+    """What a run produced; `card` is None when the run was cancelled before saving."""
+
+    folder: Path
+    card: ModelCard | None
+    steps: int
+    epoch_losses: list[float]
+    val_loss: float | None
+    seconds: float
+    cancelled: bool = False
+
+    @property
+    def final_loss(self) -> float | None:
+        return self.epoch_losses[-1] if self.epoch_losses else None
+
+
+LORA_TARGETS = {
+    "image": ["conv_pw", "conv_pwl"],  # EfficientNet blocks' 1x1 expand / project convolutions
+    "text": ["query", "key", "value"],  # MiniLM self-attention projections
+}
+
+
+def _lora_tower(kind: str, config: TrainerConfig) -> ImageTower | TextTower:
+    from peft import LoraConfig, get_peft_model
+
+    tower = ImageTower() if kind == "image" else TextTower()
+    tower.requires_grad_(False)
+    lora = LoraConfig(
+        r=config.lora_rank, lora_alpha=config.lora_alpha, target_modules=LORA_TARGETS[kind]
+    )
+    tower.net = get_peft_model(tower.net, lora)
+    return tower
+
+
+def build_embedder(config: TrainerConfig) -> DualLiteEmbedder:
+    """Fresh heads (seeded) on frozen shared towers, or on LoRA-wrapped private towers."""
+    from medheb_app.models.dual_lite import untrained
+
+    heads = HeadConfig(config.embed_dim, config.hidden_dim)
+    embedder = untrained(heads, seed=config.seed, image_size=config.image_size)
+    if config.tune == "lora":
+        for kind in config.lora_towers:
+            setattr(embedder, f"{kind}_tower", _lora_tower(kind, config))
+    return embedder
+
+
+class _Features:
+    """Tower features: cached once when frozen, recomputed with gradients when tuned."""
+
+    def __init__(self, embedder: DualLiteEmbedder, images: Sequence[np.ndarray], tuned: set):
+        self.embedder = embedder
+        self.images = images
+        self.tuned = tuned
+        # clone(): features come from inference mode, and autograd refuses inference tensors
+        self.image_cache = None if "image" in tuned else embedder.image_features(images).clone()
+        self.text_cache: dict[str, torch.Tensor] = {}
+
+    def prepare_texts(self, texts: Sequence[str]) -> None:
+        if "text" in self.tuned:
+            return
+        missing = sorted({t for t in texts if t not in self.text_cache})
+        if missing:
+            features = self.embedder.text_features(missing).clone()
+            self.text_cache.update(zip(missing, features, strict=True))
+
+    def image(self, index: np.ndarray) -> torch.Tensor:
+        if self.image_cache is not None:
+            return self.image_cache[torch.from_numpy(index)]
+        pixels = preprocess_images([self.images[i] for i in index], self.embedder.image_size)
+        return self.embedder.image_tower(pixels)
+
+    def text(self, texts: Sequence[str]) -> torch.Tensor:
+        if "text" in self.tuned:
+            return self.embedder.text_tower.encode(texts)
+        return torch.stack([self.text_cache[t] for t in texts])
+
+
+def _batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffled batches; a last batch of a single pair has no negatives and is dropped."""
+    order = rng.permutation(n)
+    batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    return [b for b in batches if len(b) >= 2]
+
+
+def _loss(
+    heads: ProjectionHeads, features: _Features, pairs: Pairs, rows: np.ndarray, loss_fn: LossFn
+) -> torch.Tensor:
+    image_emb = heads.project_image(features.image(pairs.image_index[rows]))
+    text_emb = heads.project_text(features.text([pairs.texts[i] for i in rows]))
+    extras = {k: v[torch.from_numpy(rows)] for k, v in pairs.extras.items()}
+    return loss_fn(image_emb, text_emb, heads.logit_scale(), **extras)
+
+
+def train_contrastive(
+    images: Sequence[np.ndarray],
+    sample_pairs: PairSampler,
+    loss_fn: LossFn,
+    config: TrainerConfig,
+    out: Path | str,
+    run_info: dict | None = None,
+    val_pairs: Pairs | None = None,
+    val_images: Sequence[np.ndarray] | None = None,
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+) -> TrainResult:
+    """Train heads (and LoRA adapters if config.tune == "lora") and save a checkpoint to `out`.
+
+    `images` are the distinct training images; `sample_pairs(epoch, rng)` returns that
+    epoch's pairs (fixed for report matching, resampled captions for label-aware training).
+    `run_info` (recipe config, data fingerprint, tag, description) is stored in config.json.
+    """
+    started = time.perf_counter()
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    embedder = build_embedder(config)
+    tuned = set(config.lora_towers) if config.tune == "lora" else set()
+    features = _Features(embedder, images, tuned)
+
+    parameters = [p for p in embedder.heads.parameters()]
+    for kind in tuned:
+        parameters += [
+            p for p in getattr(embedder, f"{kind}_tower").parameters() if p.requires_grad
+        ]
+    optimiser = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
+
+    epoch_pairs = [sample_pairs(0, rng)]
+    steps_per_epoch = len(_batches(len(epoch_pairs[0].texts), config.batch_size, rng))
+    if steps_per_epoch == 0:
+        raise ValueError("Need at least 2 training pairs.")
+    total = steps_per_epoch * config.epochs
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=total)
+
+    step, epoch_losses, cancelled = 0, [], False
+    embedder.heads.train()
+    for epoch in range(config.epochs):
+        pairs = epoch_pairs[0] if epoch == 0 else sample_pairs(epoch, rng)
+        features.prepare_texts(pairs.texts)
+        running, count = 0.0, 0
+        for rows in _batches(len(pairs.texts), config.batch_size, rng):
+            if stop is not None and stop.is_set():
+                cancelled = True
+                break
+            loss = _loss(embedder.heads, features, pairs, rows, loss_fn)
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
+            schedule.step()
+            step += 1
+            running += loss.item() * len(rows)
+            count += len(rows)
+            if progress is not None:
+                progress(step, total, loss.item())
+        if cancelled:
+            break
+        epoch_losses.append(running / max(count, 1))
+    embedder.heads.eval()
+
+    val_loss = None
+    if not cancelled and val_pairs is not None and val_images is not None:
+        val_loss = evaluate_loss(embedder, val_images, val_pairs, loss_fn, config.batch_size)
+
+    folder = Path(out)
+    seconds = time.perf_counter() - started
+    if cancelled:
+        return TrainResult(folder, None, step, epoch_losses, None, seconds, cancelled=True)
+    info = dict(run_info or {})
+    info.setdefault("tag", folder.name)
+    info["training"] = config_to_dict(config)
+    info["results"] = {
+        "steps": step,
+        "epoch_losses": [round(x, 6) for x in epoch_losses],
+        "final_loss": round(epoch_losses[-1], 6),
+        "val_loss": None if val_loss is None else round(val_loss, 6),
+        "seconds": round(seconds, 1),
+    }
+    card = embedder.save_checkpoint(folder, info)
+    return TrainResult(folder, card, step, epoch_losses, val_loss, seconds)
+
+
+def evaluate_loss(
+    embedder: DualLiteEmbedder,
+    images: Sequence[np.ndarray],
+    pairs: Pairs,
+    loss_fn: LossFn,
+    batch_size: int,
+) -> float:
+    """Mean loss over fixed, unshuffled batches of held-out pairs (no gradients)."""
+    with torch.inference_mode():
+        features = _Features(embedder, images, tuned=set())
+        features.prepare_texts(pairs.texts)
+        total, count = 0.0, 0
+        for start in range(0, len(pairs.texts), batch_size):
+            rows = np.arange(start, min(start + batch_size, len(pairs.texts)))
+            if len(rows) < 2:
+                continue
+            total += _loss(embedder.heads, features, pairs, rows, loss_fn).item() * len(rows)
+            count += len(rows)
+    return total / max(count, 1)
+
+
+def data_fingerprint(texts: Sequence[str], images: Sequence[np.ndarray], **meta: object) -> str:
+    """SHA-256 (16 hex) over the training texts, image bytes and recipe metadata."""
+    digest = hashlib.sha256(repr(sorted(meta.items())).encode())
+    for text in texts:
+        digest.update(text.encode())
+        digest.update(b"\0")
+    for image in images:
+        digest.update(np.ascontiguousarray(image, dtype=np.float32).tobytes())
+    return digest.hexdigest()[:16]
