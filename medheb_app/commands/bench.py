@@ -27,7 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.set_defaults(handler=run_list)
 
     run = commands.add_parser("run", help="evaluate models on a suite and write results")
-    run.add_argument("--suite", default=DEFAULT_SUITE, help=f"default {DEFAULT_SUITE}")
+    run.add_argument(
+        "--suite",
+        default=DEFAULT_SUITE,
+        help=f"suite name or a folder of task manifests (default {DEFAULT_SUITE})",
+    )
     run.add_argument(
         "--model",
         action="append",
@@ -47,11 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _suite(name: str):
-    from medheb_app.tasks.medheb import SUITES, get_suite
+    from medheb_app.tasks.medheb import get_suite
 
-    if name not in SUITES:
-        raise UserError(f"Unknown suite {name!r}; known: {', '.join(SUITES)}.")
-    return get_suite(name)
+    try:
+        return get_suite(name)
+    except KeyError as error:
+        raise UserError(error.args[0]) from error
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:

@@ -10,6 +10,7 @@ prostate MRI. Query counts are capped so the whole suite embeds in minutes on CP
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from medheb_app.evidence.study import EmbedItem
 from medheb_app.settings import Settings
@@ -358,10 +359,14 @@ SUITES: dict[str, Callable[[], Suite]] = {"medheb-lite": build_suite}
 
 
 def get_suite(name: str) -> Suite:
-    """A suite by name; unknown names list the known ones."""
-    if name not in SUITES:
-        raise KeyError(f"Unknown suite {name!r}; known: {', '.join(SUITES)}")
-    return SUITES[name]()
+    """A suite by name, or a folder of task manifests; unknown names list the known ones."""
+    if name in SUITES:
+        return SUITES[name]()
+    if Path(name).is_dir():
+        from medheb_app.tasks.manifest import manifest_suite
+
+        return manifest_suite(Path(name))
+    raise KeyError(f"Unknown suite {name!r}; known: {', '.join(SUITES)} or a manifest folder")
 
 
 TrainingPair = tuple[str, EmbedItem, EmbedItem, str]
