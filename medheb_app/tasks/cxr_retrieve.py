@@ -11,7 +11,7 @@ NIH ChestX-ray14 or MIMIC-CXR-JPG.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations, permutations
 from typing import Literal
@@ -151,12 +151,9 @@ def _nih_studies(path: str) -> list[Study]:
 
 
 def _mimic_studies(path: str) -> list[Study]:
-    from medheb_app.evidence.sources import mimic
+    from medheb_app.evidence.sources.mimic import load_mimic
 
-    loader: Callable[[str], list[Study]] = (
-        getattr(mimic, "load_mimic", None) or mimic.load_mimic_cxr
-    )
-    return loader(path)
+    return load_mimic(path)
 
 
 def parse_source(source: str) -> tuple[str, str]:
