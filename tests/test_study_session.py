@@ -227,3 +227,25 @@ def test_concurrent_raters_lose_no_votes(store: Store, run_dir: Path, settings: 
         for vote in votes:
             per_item.setdefault(vote.item_id, set()).add(vote.rater_id)
         assert all(len(raters) == 3 for raters in per_item.values())
+
+
+def test_idle_claims_go_back_to_the_pool(store: Store, run_dir: Path):
+    study_id = make_study(store, run_dir, n=2, raters=1)
+    walker = sign_in(store, study_id, "walks-away")
+    stale = next_item(store, study_id, walker.id)
+    voter = sign_in(store, study_id, "stays")
+    first = next_item(store, study_id, voter.id)
+    record_vote(store, first.token, voter.id, "A")
+    assert next_item(store, study_id, voter.id) is None  # the other item is held
+    with store.session() as session:
+        claim = session.scalar(select(Assignment).where(Assignment.token == stale.token))
+        claim.created_at -= timedelta(hours=1)
+    # the walker's own idle claim is kept for them when they come back ...
+    assert next_item(store, study_id, walker.id).token == stale.token
+    # ... but another rater asking for work frees it
+    freed = next_item(store, study_id, voter.id)
+    assert freed is not None and freed.query == stale.query
+    record_vote(store, freed.token, voter.id, "B")
+    with pytest.raises(ItemGoneError, match="idle too long"):
+        record_vote(store, stale.token, walker.id, "A")
+    assert progress(store, study_id) == {"study_done": 2, "study_total": 2}

@@ -156,6 +156,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     for row in summary["rates"]:
         if row["stratum"] == "all":
             lines += ["", f"{row['model_a']} (a) vs {row['model_b']} (b)"]
+        if not row["n"]:
+            continue  # an empty stratum has nothing to say
         cells = "  ".join(
             f"{name} {_pct(row[f'{key}_rate'])} [{_pct(row[f'{key}_lo'])}-{_pct(row[f'{key}_hi'])}]"
             for key, name in (("a", "a"), ("b", "b"), ("tie", "tie"), ("both_poor", "both poor"))

@@ -79,7 +79,8 @@ class Rater(Base):
 
 class Assignment(Base):
     """An item handed to a rater, with the side order drawn for them and the opaque token the
-    UI holds. `vote_id` is the vote currently in force (None: not voted, or undone)."""
+    UI holds. `vote_id` is the vote currently in force (None: not voted, or undone);
+    `released_at` is set when an unvoted claim was idle too long and its slot went back."""
 
     __tablename__ = "study_assignments"
     __table_args__ = (UniqueConstraint("item_id", "rater_id", name="uq_assignment_item_rater"),)
@@ -92,6 +93,7 @@ class Assignment(Base):
     model_left: Mapped[str] = mapped_column(String(500))
     model_right: Mapped[str] = mapped_column(String(500))
     vote_id: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    released_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 

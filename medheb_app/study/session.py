@@ -35,6 +35,7 @@ from medheb_app.study.errors import ItemGoneError, StudyError
 
 CHOICES = ("A", "B", "tie", "both_poor")
 UNDO_WINDOW_SECONDS = 30.0
+CLAIM_TIMEOUT_SECONDS = 30 * 60.0
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,14 @@ def sign_in(store: Store, study_id: int, name_or_token: str) -> RaterInfo:
         return RaterInfo(rater.id, rater.name, rater.token)
 
 
-def next_item(store: Store, study_id: int, rater_id: int) -> ItemView | None:
+def next_item(
+    store: Store, study_id: int, rater_id: int, claim_timeout_s: float = CLAIM_TIMEOUT_SECONDS
+) -> ItemView | None:
     """The rater's open item (same token and sides as before), else a newly claimed one, else
-    None when nothing is left for this rater."""
+    None when nothing is left for this rater. Other raters' claims left unvoted for longer
+    than `claim_timeout_s` (and never voted on) give their slot back first, so a rater who
+    walks away does not hold items forever."""
+    release_idle_claims(store, study_id, claim_timeout_s, keep_rater=rater_id)
     with store.session() as session:
         study = _study(session, study_id)
         assignment = _open_assignment(session, study_id, rater_id)
@@ -128,6 +134,11 @@ def record_vote(store: Store, item_token: str, rater_id: int, choice: str) -> Vo
             )
         if assignment.rater_id != rater_id:
             raise StudyError("This item was given to another rater; load your next item.")
+        if assignment.released_at is not None:
+            raise ItemGoneError(
+                "This item was idle too long and went back to the pool; your earlier votes "
+                "are kept. Load the next item."
+            )
         item = session.get(StudyItem, assignment.item_id)
         if item is None or item.withdrawn_at is not None:
             raise ItemGoneError(
@@ -198,6 +209,43 @@ def undo_last_vote(store: Store, rater_id: int, window_seconds: float = UNDO_WIN
         return session.get(Assignment, vote.assignment_id).token
 
 
+def release_idle_claims(
+    store: Store, study_id: int, older_than_s: float, keep_rater: int | None = None
+) -> int:
+    """Give back the slots of claims never voted on (not even a later-undone vote) that are
+    older than `older_than_s`, except `keep_rater`'s own; returns how many were released.
+    Nothing is deleted: the claim keeps its row, marked released."""
+    cutoff = utcnow() - timedelta(seconds=older_than_s)
+    ever_voted = select(Vote.assignment_id).where(Vote.study_id == study_id)
+    with store.session() as session:
+        idle = session.scalars(
+            select(Assignment).where(
+                Assignment.study_id == study_id,
+                Assignment.vote_id.is_(None),
+                Assignment.released_at.is_(None),
+                Assignment.created_at < cutoff,
+                Assignment.id.not_in(ever_voted),
+                Assignment.rater_id != (keep_rater if keep_rater is not None else -1),
+            )
+        ).all()
+        released = 0
+        for assignment in idle:
+            done = session.execute(
+                update(Assignment)
+                .where(Assignment.id == assignment.id, Assignment.released_at.is_(None))
+                .where(Assignment.vote_id.is_(None))
+                .values(released_at=utcnow())
+            ).rowcount
+            if done:
+                session.execute(
+                    update(StudyItem)
+                    .where(StudyItem.id == assignment.item_id)
+                    .values(n_assigned=StudyItem.n_assigned - 1)
+                )
+                released += 1
+        return released
+
+
 def progress(store: Store, study_id: int, rater_id: int | None = None) -> dict[str, int]:
     """Votes in force: the rater's (done / items) and the study's (votes / items x raters)."""
     with store.session() as session:
@@ -250,6 +298,7 @@ def _open_assignment(session: Session, study_id: int, rater_id: int) -> Assignme
             Assignment.study_id == study_id,
             Assignment.rater_id == rater_id,
             Assignment.vote_id.is_(None),
+            Assignment.released_at.is_(None),
             StudyItem.withdrawn_at.is_(None),
         )
         .order_by(Assignment.id)
