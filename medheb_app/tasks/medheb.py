@@ -27,7 +27,7 @@ from medheb_app.tasks.base import (
 from medheb_app.tasks.builders import generic, phantom, real
 
 # Corpus sizes and caps: the phantom test split (20% of patients) gives ~{CHEST_N/5} studies.
-CHEST_N = 1500
+CHEST_N = 2000
 CHEST_SEED = 0
 VOLUME_SUBJECTS = 60
 VOLUME_SEED = 0
@@ -67,9 +67,17 @@ def label_text(label: str) -> str:
 # ---- phantom chest (ID) ------------------------------------------------------------------
 
 
-def _chest(part: Part) -> tuple[list, str]:
-    studies = phantom.in_part(phantom.chest_corpus(CHEST_N, CHEST_SEED), part)
-    rev = revision("phantom-cxr", CHEST_N, CHEST_SEED, [s.id for s in studies])
+def corpus_root(settings: Settings) -> Path:
+    """Where generated benchmark corpora are kept between runs."""
+    return settings.data_dir / "bench-corpora"
+
+
+def _chest(settings: Settings, part: Part) -> tuple[list, str]:
+    corpus = phantom.chest_corpus(CHEST_N, CHEST_SEED, corpus_root(settings))
+    studies = phantom.in_part(corpus, part)
+    rev = revision(
+        "phantom-cxr", CHEST_N, CHEST_SEED, phantom.generator_version(), [s.id for s in studies]
+    )
     return studies, rev
 
 
@@ -88,7 +96,7 @@ def _phantom_meta(name: str, family: str, description: str, rev: str, **fields) 
 
 
 def phantom_cxr_i2i(settings: Settings, part: Part = "test") -> Task:
-    studies, rev = _chest(part)
+    studies, rev = _chest(settings, part)
     meta = _phantom_meta(
         "phantom-cxr-i2i",
         "I-I",
@@ -105,7 +113,7 @@ def _label_id(source: str) -> Callable[[str], str]:
 
 
 def phantom_cxr_i2label(settings: Settings, part: Part = "test") -> Task:
-    studies, rev = _chest(part)
+    studies, rev = _chest(settings, part)
     meta = _phantom_meta(
         "phantom-cxr-i2label",
         "I-Lab",
@@ -121,7 +129,7 @@ def phantom_cxr_i2label(settings: Settings, part: Part = "test") -> Task:
 
 
 def phantom_cxr_t2i(settings: Settings, part: Part = "test") -> Task:
-    studies, rev = _chest(part)
+    studies, rev = _chest(settings, part)
     meta = _phantom_meta(
         "phantom-cxr-t2i",
         "T-I",
@@ -134,7 +142,7 @@ def phantom_cxr_t2i(settings: Settings, part: Part = "test") -> Task:
 
 
 def phantom_cxr_i2report(settings: Settings, part: Part = "test") -> Task:
-    studies, rev = _chest(part)
+    studies, rev = _chest(settings, part)
     meta = _phantom_meta(
         "phantom-cxr-i2report",
         "I-Rep",
@@ -153,7 +161,7 @@ def phantom_cxr_i2report(settings: Settings, part: Part = "test") -> Task:
 
 
 def phantom_cxr_vqa(settings: Settings, part: Part = "test") -> Task:
-    studies, rev = _chest(part)
+    studies, rev = _chest(settings, part)
     meta = _phantom_meta(
         "phantom-cxr-vqa",
         "VQA",
@@ -167,7 +175,7 @@ def phantom_cxr_vqa(settings: Settings, part: Part = "test") -> Task:
 def phantom_cxr_vg(settings: Settings, part: Part = "test") -> Task:
     from medheb_app.evidence.phantoms import region_description
 
-    studies, rev = _chest(part)
+    studies, rev = _chest(settings, part)
     meta = _phantom_meta(
         "phantom-cxr-vg",
         "VG",
@@ -182,7 +190,7 @@ def phantom_cxr_vg(settings: Settings, part: Part = "test") -> Task:
 
 
 def phantom_cxr_graded_severity(settings: Settings, part: Part = "test") -> Task:
-    studies, rev = _chest(part)
+    studies, rev = _chest(settings, part)
     meta = _phantom_meta(
         "phantom-cxr-graded-severity",
         "I-I",
@@ -199,7 +207,7 @@ def phantom_cxr_graded_severity(settings: Settings, part: Part = "test") -> Task
 
 
 def phantom_cxr_graded_laterality(settings: Settings, part: Part = "test") -> Task:
-    studies, rev = _chest(part)
+    studies, rev = _chest(settings, part)
     meta = _phantom_meta(
         "phantom-cxr-graded-laterality",
         "I-I",
@@ -218,14 +226,21 @@ def phantom_cxr_graded_laterality(settings: Settings, part: Part = "test") -> Ta
 # ---- phantom volumes (ID) ----------------------------------------------------------------
 
 
-def _volumes(part: Part) -> tuple[list, str]:
-    studies = phantom.in_part(phantom.volume_corpus(VOLUME_SUBJECTS, VOLUME_SEED), part)
-    rev = revision("phantom-vol", VOLUME_SUBJECTS, VOLUME_SEED, [s.id for s in studies])
+def _volumes(settings: Settings, part: Part) -> tuple[list, str]:
+    corpus = phantom.volume_corpus(VOLUME_SUBJECTS, VOLUME_SEED, corpus_root(settings))
+    studies = phantom.in_part(corpus, part)
+    rev = revision(
+        "phantom-vol",
+        VOLUME_SUBJECTS,
+        VOLUME_SEED,
+        phantom.generator_version(),
+        [s.id for s in studies],
+    )
     return studies, rev
 
 
 def phantom_mr_t1_t2(settings: Settings, part: Part = "test") -> Task:
-    studies, rev = _volumes(part)
+    studies, rev = _volumes(settings, part)
     meta = _meta(
         "phantom-mr-t1-t2",
         "MB-VR",
@@ -241,7 +256,7 @@ def phantom_mr_t1_t2(settings: Settings, part: Part = "test") -> Task:
 
 
 def phantom_ct_xray(settings: Settings, part: Part = "test") -> Task:
-    studies, rev = _volumes(part)
+    studies, rev = _volumes(settings, part)
     meta = _meta(
         "phantom-ct-xray",
         "MB-VR",
@@ -326,6 +341,30 @@ def nih_t2i(settings: Settings, part: Part = "test") -> Task:
     return generic.label_to_image_task(meta, items, _label_id("nih"), label_text)
 
 
+def pubmedqa_q2context(settings: Settings, part: Part = "test") -> Task:
+    pairs, rev = real.pubmedqa_pairs(settings.shared_data_dir / "pubmedqa", part)
+    meta = _meta(
+        "pubmedqa-q2context", "T-T", "text", "ID", "pubmedqa", anatomy="multi",
+        qry_inst=INST_QA, data_revision=rev,
+        description="PubMedQA question to its abstract context among the split's contexts.",
+    )  # fmt: skip
+    return generic.paired_task(
+        meta, pairs, distractors=[t for _, t in pairs], max_queries=_cap(part), seed=21
+    )
+
+
+def iu_findings2impression(settings: Settings, part: Part = "test") -> Task:
+    pairs, rev = real.iu_findings_impression_pairs(part)
+    meta = _meta(
+        "iu-findings2impression", "T-T", "text", "ID", "iu-xray", qry_inst=INST_F2I,
+        data_revision=rev,
+        description="IU X-ray findings to the report's impression (distinct impressions).",
+    )  # fmt: skip
+    return generic.paired_task(
+        meta, pairs, distractors=[t for _, t in pairs], max_queries=_cap(part), seed=22
+    )
+
+
 def build_suite() -> Suite:
     """The registered medheb-lite suite (builders only; nothing is built until asked)."""
     suite = Suite(
@@ -346,6 +385,8 @@ def build_suite() -> Suite:
         (nih_i2i, "I-I", "held-out-source", "nih-cxr14", False),
         (nih_i2label, "I-Lab", "held-out-source", "nih-cxr14", False),
         (nih_t2i, "T-I", "held-out-source", "nih-cxr14", False),
+        (pubmedqa_q2context, "T-T", "ID", "pubmedqa", True),
+        (iu_findings2impression, "T-T", "ID", "iu-xray", True),
         (phantom_cxr_graded_severity, "I-I", "ID", phantom.SOURCE_2D, False),
         (phantom_cxr_graded_laterality, "I-I", "ID", phantom.SOURCE_2D, False),
     ]

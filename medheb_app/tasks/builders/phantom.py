@@ -8,8 +8,12 @@ arguments plus the ids and relevance it produced.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -26,19 +30,53 @@ NO_FINDING = "No Finding"
 IGNORED_FOR_LABEL = ("Support Devices",)
 
 
+def generator_version() -> str:
+    """Hash of the phantom generator's source: a changed generator means a new corpus."""
+    import medheb_app.evidence.phantoms as package
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(package.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:10]
+
+
+def cached_corpus(name: str, generate: Callable[[], list[Study]], root: Path) -> list[Study]:
+    """The corpus saved under root/name, generated and saved first if absent.
+
+    Tasks always read the saved copy (8-bit images, float16 volumes), so a cold run and a
+    warm run embed exactly the same pixels, and a warm run does not regenerate anything.
+    """
+    from medheb_app.evidence.phantoms import load_corpus, save_corpus
+
+    directory = root / name
+    if not (directory / "manifest.jsonl").is_file():
+        partial = root / f".{name}.partial-{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        save_corpus(generate(), partial)
+        try:
+            partial.rename(directory)  # atomic: a reader never sees a half-written corpus
+        except OSError:
+            shutil.rmtree(partial, ignore_errors=True)  # another process got there first
+    return load_corpus(directory)
+
+
 @lru_cache(maxsize=4)
-def chest_corpus(n: int, seed: int) -> tuple[Study, ...]:
-    """The generated chest corpus, memoised so the suite's tasks share one generation."""
+def chest_corpus(n: int, seed: int, root: Path) -> tuple[Study, ...]:
+    """The benchmark's chest corpus (memoised: the suite's tasks share one copy)."""
     from medheb_app.evidence.phantoms import generate_chest_corpus
 
-    return tuple(generate_chest_corpus(n=n, seed=seed))
+    name = f"chest-n{n}-s{seed}-{generator_version()}"
+    return tuple(cached_corpus(name, lambda: generate_chest_corpus(n=n, seed=seed), root))
 
 
 @lru_cache(maxsize=4)
-def volume_corpus(n_subjects: int, seed: int) -> tuple[Study, ...]:
+def volume_corpus(n_subjects: int, seed: int, root: Path) -> tuple[Study, ...]:
     from medheb_app.evidence.phantoms import generate_volume_corpus
 
-    return tuple(generate_volume_corpus(n_subjects=n_subjects, seed=seed))
+    name = f"volumes-n{n_subjects}-s{seed}-{generator_version()}"
+    return tuple(
+        cached_corpus(name, lambda: generate_volume_corpus(n_subjects=n_subjects, seed=seed), root)
+    )
 
 
 def in_part(studies: Sequence[Study], part: Part) -> list[Study]:

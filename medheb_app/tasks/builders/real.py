@@ -77,3 +77,51 @@ def nih_labelled(studies: Sequence[Study], revision: str) -> list[LabelledItem]:
         for study in studies
         if (label := nih_label(study)) is not None
     ]
+
+
+def pubmedqa_pairs(directory: Path, part: str) -> tuple[list[tuple[Item, Item]], str]:
+    """Question -> its abstract context (PubMedQA PQA-L; test = the 500 official test ids)."""
+    from medheb_app.evidence.sources.pubmedqa import load_pubmedqa
+
+    data_file = require(directory / "ori_pqal.json", "PubMedQA ori_pqal.json")
+    split_file = require(directory / "test_ground_truth.json", "PubMedQA test ids")
+    data = load_pubmedqa(directory)
+    rev = file_digest(data_file, split_file)
+    pairs = [
+        (
+            Item(f"pubmedqa@{rev}:{question.id}", question.text or ""),
+            Item(f"pubmedqa@{rev}:{context.id}", context.text or ""),
+        )
+        for question, context in zip(data.questions, data.contexts, strict=True)
+        if question.split == part
+    ]
+    return pairs, rev
+
+
+def iu_findings_impression_pairs(part: str, test_fraction: float = 0.3, seed: int = 0):
+    """IU X-ray FINDINGS -> IMPRESSION, split 70/30 by report, impressions deduplicated.
+
+    Many IU impressions are the same sentence ("No acute cardiopulmonary abnormality."), so
+    each distinct impression text is one candidate and every report stating it points to it:
+    the single positive is then never a false negative of an identical twin.
+    """
+    from medheb_app.evidence.sources.iu_xray import bundled_reports, load_iu_reports
+    from medheb_app.evidence.sources.layout import split_by_patient
+
+    source = bundled_reports()
+    if not source.exists():
+        raise TaskUnavailable(f"IU X-ray reports not found at {source} (torchxrayvision data)")
+    reports = load_iu_reports(source)
+    splits = split_by_patient([r.id for r in reports], test_fraction, seed)
+    rev = file_digest(source)
+    impressions: dict[str, Item] = {}
+    pairs = []
+    for report in reports:
+        if splits[report.id] != part:
+            continue
+        impression = " ".join(str(report.meta["impression"]).split())
+        key = impression.lower()
+        if key not in impressions:
+            impressions[key] = Item(f"iu@{rev}:impression:{report.id}", impression)
+        pairs.append((Item(f"iu@{rev}:{report.id}", report.text or ""), impressions[key]))
+    return pairs, rev
