@@ -1,0 +1,93 @@
+"""search(): constraints parsed, hits checked against them, files searched, errors clear."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from medheb_app.demo import ensure_demo
+from medheb_app.index.catalog import IndexNotFoundError
+from medheb_app.search import SearchError, search
+from medheb_app.settings import Settings
+from medheb_app.tasks.query_parser import parse_query, satisfies
+
+QUERY = "pleural effusion and no cardiomegaly"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    settings = Settings(data_dir=tmp_path_factory.mktemp("search") / "data", demo_size=120)
+    ensure_demo(settings, models=["oracle", "random"])
+    return settings
+
+
+def test_oracle_puts_studies_that_meet_the_query_first(demo: Settings) -> None:
+    response = search(query_text=QUERY, model_spec="oracle", k=5, settings=demo)
+    payload = response.to_json()
+    assert payload["constraints"]["positive"] == ["Pleural Effusion"]
+    assert payload["constraints"]["negative"] == ["Cardiomegaly"]
+    assert payload["warnings"] == []
+    assert len(payload["results"]) == 5
+    for hit in payload["results"]:
+        assert set(hit) >= {"id", "score", "findings", "source", "satisfies"}
+        assert hit["source"] == "phantom"
+        assert hit["findings"]["Pleural Effusion"] == 1
+        assert hit["findings"]["Cardiomegaly"] != 1
+        assert hit["satisfies"] is True and hit["violations"] == {}
+    scores = [hit["score"] for hit in payload["results"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_satisfies_and_violations_follow_each_hits_labels(demo: Settings) -> None:
+    response = search(query_text=QUERY, model_spec="random", k=40, settings=demo)
+    parsed = parse_query(QUERY)
+    assert {hit.satisfies for hit in response.results} == {True, False}  # chance mixes both
+    for hit in response.results:
+        assert hit.satisfies == satisfies(hit.findings, parsed)
+        assert (hit.violations == {}) == hit.satisfies
+    strict = search(query_text=QUERY, model_spec="random", k=40, settings=demo, setting="strict")
+    for hit in strict.results:
+        assert hit.satisfies == satisfies(hit.findings, parsed, "strict")
+
+
+def test_a_query_without_known_findings_still_searches_with_a_warning(demo: Settings) -> None:
+    response = search(query_text="something interesting", model_spec="random", k=3, settings=demo)
+    assert len(response.results) == 3
+    assert all(hit.satisfies is None for hit in response.results)
+    assert any("No known finding" in warning for warning in response.warnings)
+    assert response.to_json()["constraints"]["positive"] == []
+
+
+def test_a_file_query_finds_the_same_image_first(demo: Settings, tmp_path: Path) -> None:
+    from medheb_app.evidence.phantoms import load_corpus
+
+    target = load_corpus(next((demo.demo_dir).glob("cxr-*")))[7]
+    response = search(file=target.path, model_spec="random", k=3, settings=demo)
+    assert response.query_kind == "file"
+    assert response.results[0].id == target.id
+    assert response.results[0].score == pytest.approx(1.0, abs=1e-5)
+    assert all(hit.satisfies is None for hit in response.results)
+    assert response.to_json()["constraints"] == {"positive": [], "negative": [], "uncertain": []}
+    not_an_image = tmp_path / "notes.png"
+    not_an_image.write_text("this is not an image")
+    with pytest.raises(SearchError, match=r"notes\.png"):
+        search(file=not_an_image, model_spec="random", settings=demo)
+
+
+def test_bad_requests_get_one_clear_error(demo: Settings, tmp_path: Path) -> None:
+    with pytest.raises(SearchError, match="exactly one"):
+        search(model_spec="random", settings=demo)
+    picture = tmp_path / "x.png"
+    Image.new("L", (8, 8)).save(picture)
+    with pytest.raises(SearchError, match="exactly one"):
+        search(query_text="edema", file=picture, model_spec="random", settings=demo)
+    with pytest.raises(SearchError, match="empty"):
+        search(query_text="   ", model_spec="random", settings=demo)
+    with pytest.raises(SearchError, match="between 1 and"):
+        search(query_text="edema", model_spec="random", k=0, settings=demo)
+    with pytest.raises(IndexNotFoundError, match="does not exist"):
+        search(query_text="edema", model_spec="random", index="my-index", settings=demo)
+    with pytest.raises((KeyError, ValueError), match="no-such-model"):
+        search(query_text="edema", model_spec="no-such-model", settings=demo)
