@@ -64,7 +64,9 @@ def test_study_commands_end_to_end(tmp_path: Path, settings: Settings, capsys):
     assert (dr_a["winner"] == dr_a["model_left"]).all()
     assert len(votes_frame(store, "pilot", include_retracted=True)) == 12
 
-    code, out, err = run_cli(capsys, "study", "analyse", "--study", "pilot", "--json")
+    code, out, err = run_cli(
+        capsys, "study", "analyse", "--study", "pilot", "--boot", "50", "--json"
+    )
     assert code == 0, err
     summary = json.loads(out)
     assert summary["n_votes"] == 11
@@ -77,7 +79,7 @@ def test_study_commands_end_to_end(tmp_path: Path, settings: Settings, capsys):
         "left": 6,
         "left_rate": 1.0,
     }
-    code, out, _ = run_cli(capsys, "study", "analyse")
+    code, out, _ = run_cli(capsys, "study", "analyse", "--boot", "0")
     assert "oracle (a) vs worst (b)" in out and "Position bias" in out
 
 
