@@ -56,8 +56,15 @@ class DemoAssets:
         return data
 
 
+def generator_version() -> str:
+    """Hash of the phantom generator's code: a changed generator means a new demo corpus."""
+    from medheb_app.tasks.builders.phantom import generator_version as version
+
+    return version()
+
+
 def corpus_dir(settings: Settings, kind: str, n: int, seed: int) -> Path:
-    return settings.demo_dir / f"{kind}-seed{seed}-n{n}"
+    return settings.demo_dir / f"{kind}-seed{seed}-n{n}-g{generator_version()}"
 
 
 def default_demo_models(settings: Settings) -> list[str]:
@@ -139,12 +146,18 @@ class _LazyCorpus:
 
 
 def _corpus_info(kind: str, directory: Path, n: int, seed: int) -> dict[str, Any]:
-    return {"kind": f"phantom-{kind}", "dir": str(directory), "n": n, "seed": seed}
+    return {
+        "kind": f"phantom-{kind}",
+        "dir": str(directory),
+        "n": n,
+        "seed": seed,
+        "generator": generator_version(),
+    }
 
 
 def _index_matches(loaded: LoadedIndex, corpus: dict[str, Any]) -> bool:
     recorded = loaded.info.get("corpus", {})
-    return all(recorded.get(key) == corpus[key] for key in ("kind", "n", "seed"))
+    return all(recorded.get(key) == corpus[key] for key in ("kind", "n", "seed", "generator"))
 
 
 def _ensure_index(

@@ -63,3 +63,17 @@ def test_demo_index_for_another_model_reuses_the_built_corpus(settings) -> None:
 def test_too_small_a_demo_is_refused(settings) -> None:
     with pytest.raises(ValueError, match="at least 10"):
         ensure_demo(settings, n=3, models=["oracle"])
+
+
+def test_a_changed_phantom_generator_regenerates_the_demo(settings, monkeypatch) -> None:
+    import medheb_app.demo as demo
+
+    first = ensure_demo(settings, n=20, models=["oracle"])
+    monkeypatch.setattr(demo, "generator_version", lambda: "changed000")
+    second = ensure_demo(settings, n=20, models=["oracle"])
+    assert second.corpus_dir != first.corpus_dir and second.corpus_dir.name.endswith("gchanged000")
+    assert second.corpus_generated and second.indices[0]["built"]
+    assert (
+        load_index(DEMO_CXR, second.indices[0]["fingerprint"], settings).info["corpus"]["generator"]
+        == "changed000"
+    )
