@@ -77,3 +77,18 @@ def test_a_changed_phantom_generator_regenerates_the_demo(settings, monkeypatch)
         load_index(DEMO_CXR, second.indices[0]["fingerprint"], settings).info["corpus"]["generator"]
         == "changed000"
     )
+
+
+def test_the_3d_demo_index_holds_ct_mr_and_projections(settings) -> None:
+    from medheb_app.demo import DEMO_3D
+    from medheb_app.search import search
+
+    assets = ensure_demo(settings, n=20, models=["random"], with_3d=True)
+    assert [entry["name"] for entry in assets.indices] == [DEMO_CXR, DEMO_3D]
+    loaded = load_index(DEMO_3D, assets.indices[1]["fingerprint"], settings)
+    modalities = {row["modality"] for row in loaded.items.values()}
+    assert modalities == {"CT", "MR-T1", "MR-T2", "DX-projection"}
+    assert {row["form"] for row in loaded.items.values()} == {"2d", "3d"}
+    ct = next(row for row in loaded.items.values() if row["modality"] == "CT")
+    response = search(file=ct["path"], model_spec="random", index=DEMO_3D, k=1, settings=settings)
+    assert response.results[0].id == ct["id"]  # a volume query finds the same volume
