@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.rss import peak_rss_of_command  # noqa: E402
+from bench.rss import free_port, peak_rss_of_command, peak_rss_of_server  # noqa: E402
 from medheb_app.evidence.findings import CXR_RETRIEVE_10  # noqa: E402
 from medheb_app.index.faiss_index import VectorIndex  # noqa: E402
 from medheb_app.models.base import l2_normalise  # noqa: E402
@@ -247,6 +247,31 @@ SERVICE_SCRIPT = textwrap.dedent(
 )
 
 
+def app_rss(settings: Settings) -> dict[str, Any]:
+    """Peak RSS of `python app.py` from start, through the demo bootstrap, to one search."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+
+    def one_search() -> str:
+        from gradio_client import Client
+
+        client = Client(url, verbose=False)
+        client.predict(
+            "pleural effusion and no cardiomegaly",
+            None,
+            settings.default_model,
+            settings.default_index,
+            10,
+            api_name="/search",
+        )
+        return "one search through the page's API"
+
+    env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1"}
+    return peak_rss_of_server(
+        [sys.executable, "app.py"], "demo ready", cwd=ROOT, env=env, after_ready=one_search
+    )
+
+
 def render(report: dict[str, Any], command: str) -> str:
     m = report["machine"]
     lines = [
@@ -299,13 +324,22 @@ def render(report: dict[str, Any], command: str) -> str:
         r = report["rss"]
         lines += [
             "",
-            "### Memory",
+            "### Memory (peak RSS, sampled every 50 ms with psutil; target < 3 GB)",
             "",
-            f"Peak RSS of a process serving searches with the default models "
-            f"({', '.join(r.get('models', [])) or 'default'}) and the demo index loaded: "
-            f"{r['peak_rss_mb']:.0f} MB (target < 3 GB; {r['seconds']:.0f} s run, "
-            f"exit {r['exit']}).",
+            f"- Search service process (ensure_demo, then 15 searches per default model; "
+            f"models {', '.join(r.get('models', []))}): {r['peak_rss_mb']:.0f} MB "
+            f"(exit {r['exit']}, {r['seconds']:.0f} s).",
         ]
+    if report.get("app_rss"):
+        a = report["app_rss"]
+        if a.get("ready_s") is None:
+            lines.append(f"- `python app.py`: did not become ready: {a.get('output_tail')}")
+        else:
+            lines.append(
+                f"- `python app.py` (Gradio app, demo bootstrap, then {a['after_ready']}): "
+                f"peak {a['peak_rss_mb']:.0f} MB; {a['ready_rss_mb']:.0f} MB when the demo "
+                f"was ready after {a['ready_s']:.0f} s."
+            )
     targets = report["targets"]
     lines += [
         "",
@@ -328,6 +362,17 @@ def write_section(path: Path, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     path.write_text(text)
+
+
+def _rss_target(report: dict[str, Any]) -> str:
+    peaks = [
+        report[key]["peak_rss_mb"]
+        for key in ("rss", "app_rss")
+        if report.get(key) and report[key].get("peak_rss_mb")
+    ]
+    if not peaks:
+        return "not measured (--skip-rss)"
+    return f"{'met' if max(peaks) < 3072 else 'NOT met'} (highest peak {max(peaks):.0f} MB)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
         from medheb_app.demo import default_demo_models
 
         report["rss"]["models"] = default_demo_models(settings)
+        if (ROOT / "app.py").is_file():
+            print("peak RSS of app.py ...", flush=True)
+            report["app_rss"] = app_rss(settings)
     largest = report["indices"]["sizes"].get("100000", {}).get("exact")
     report["targets"] = {
         "p50_100k": (
@@ -380,12 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             if largest
             else "not measured (100k not in --sizes)"
         ),
-        "rss": (
-            f"{'met' if report['rss']['peak_rss_mb'] < 3072 else 'NOT met'} "
-            f"({report['rss']['peak_rss_mb']:.0f} MB)"
-            if report.get("rss")
-            else "not measured (--skip-rss)"
-        ),
+        "rss": _rss_target(report),
     }
     section = render(report, command)
     write_section(args.out, section)

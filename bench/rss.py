@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
@@ -52,4 +53,94 @@ def peak_rss_of_command(
         "peak_rss_mb": peak / 2**20,
         "seconds": time.perf_counter() - started,
         "exit": exit_code,
+    }
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def peak_rss_of_server(
+    command: Sequence[str],
+    ready_text: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    after_ready: Callable[[], object] | None = None,
+    settle_s: float = 3.0,
+    interval_s: float = 0.05,
+    timeout_s: float = 1800.0,
+) -> dict[str, object]:
+    """Start a server, sample its memory until `ready_text` appears in its output, call
+    `after_ready` (e.g. one request), keep sampling `settle_s` more seconds, then stop it.
+
+    Returns peak MB, RSS once ready, seconds to ready, and what `after_ready` returned.
+    """
+    started = time.perf_counter()
+    child = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
+    process = psutil.Process(child.pid)
+    ready = threading.Event()
+    tail: list[str] = []
+
+    def read_output() -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            tail[:] = [*tail[-20:], line.rstrip()]
+            if ready_text in line:
+                ready.set()
+
+    reader = threading.Thread(target=read_output, daemon=True)
+    reader.start()
+    peak, ready_rss, ready_at, outcome = 0, 0, None, None
+    try:
+        while child.poll() is None and time.perf_counter() - started < timeout_s:
+            peak = max(peak, tree_rss(process))
+            if ready.is_set():
+                ready_at = time.perf_counter() - started
+                ready_rss = tree_rss(process)
+                break
+            time.sleep(interval_s)
+        if ready_at is not None:
+            sampler_stop = threading.Event()
+            samples: list[int] = []
+
+            def sample() -> None:
+                while not sampler_stop.is_set():
+                    samples.append(tree_rss(process))
+                    time.sleep(interval_s)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            try:
+                outcome = after_ready() if after_ready else None
+            except Exception as error:  # reported, the memory numbers still stand
+                outcome = f"{type(error).__name__}: {error}"
+            time.sleep(settle_s)
+            sampler_stop.set()
+            sampler.join()
+            peak = max([peak, *samples])
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    return {
+        "peak_rss_mb": peak / 2**20,
+        "ready_rss_mb": ready_rss / 2**20,
+        "ready_s": ready_at,
+        "after_ready": outcome,
+        "output_tail": tail[-5:] if ready_at is None else [],
     }
