@@ -10,9 +10,11 @@
 from medheb_app.evidence.phantoms.chest import generate_chest_corpus
 from medheb_app.evidence.phantoms.corpus import load_corpus, save_corpus
 from medheb_app.evidence.phantoms.regions import region_description
+from medheb_app.evidence.phantoms.volumes import generate_volume_corpus
 
 __all__ = [
     "generate_chest_corpus",
+    "generate_volume_corpus",
     "load_corpus",
     "region_description",
     "save_corpus",

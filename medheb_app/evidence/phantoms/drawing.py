@@ -47,6 +47,10 @@ class Canvas:
     def size(self) -> int:
         return self.geom.anatomy.size
 
+    def add_fill(self, amount: np.ndarray) -> None:
+        """Overlapping opacities combine like stacked absorbers: 1 - (1 - a)(1 - b)."""
+        self.fill[:] = 1 - (1 - self.fill) * (1 - np.clip(amount, 0, 1))
+
 
 # ---------------------------------------------------------------- geometry changes
 
@@ -132,12 +136,23 @@ def _segment(
 def _lung_point(
     canvas: Canvas, side: str, rng: np.random.Generator, zone: str, margin: float
 ) -> tuple[float, float]:
-    """A (u, v) well inside the lung's zone, `margin` (in v) away from the diaphragm."""
+    """A (u, v) well inside the lung's zone, `margin` (in v) above the diaphragm, chosen among
+    a few candidates as the one least hidden (by the heart or by opacities drawn so far)."""
     v_range = {"upper": (0.22, 0.4), "middle": (0.42, 0.6), "lower": (0.62, 0.74)}[zone]
-    v = float(rng.uniform(*v_range))
-    u = float(rng.uniform(0.3, max(0.35, float(lateral_wall(np.float32(v))) - 0.25)))
-    v = min(v, float(diaphragm(canvas.geom, side, np.float32(u))) - margin)
-    return u, v
+    best, best_fill = (0.5, 0.5), np.inf
+    for _ in range(6):
+        v = float(rng.uniform(*v_range))
+        u = float(rng.uniform(0.3, max(0.35, float(lateral_wall(np.float32(v))) - 0.25)))
+        v = min(v, float(diaphragm(canvas.geom, side, np.float32(u))) - margin)
+        x, y = canvas.geom.to_xy(side, u, v)
+        row = min(canvas.size - 1, max(0, int(y * canvas.size)))
+        col = min(canvas.size - 1, max(0, int(x * canvas.size)))
+        covered = float(canvas.fill[row, col]) + 1 - float(canvas.lungs[side][row, col])
+        if covered < best_fill:
+            best, best_fill = (u, v), covered
+        if covered < 0.2:
+            break
+    return best
 
 
 # ---------------------------------------------------------------- drawers
@@ -152,7 +167,7 @@ def draw_effusion(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -
         level = spec.level((0.88, 0.72, 0.52)) + rng.normal(0, 0.02)
         meniscus = level - 0.16 * np.clip(u, 0, 1) ** 2
         fluid = soft_step((v - meniscus) * (base - apex) * canvas.size, 2.5) * canvas.fields[side]
-        canvas.fill[:] = np.maximum(canvas.fill, fluid * spec.strength)
+        canvas.add_fill(fluid * spec.strength)
         canvas.extra += 0.08 * spec.strength * fluid  # fluid is denser than collapsed lung
         boxes += _mask_box(spec, side, fluid, canvas.size)
     return boxes
@@ -175,7 +190,7 @@ def draw_pneumothorax(canvas: Canvas, spec: FindingSpec, rng: np.random.Generato
         canvas.keep[:] = np.minimum(canvas.keep, 1 - spec.strength * space)
         canvas.extra += spec.strength * (0.22 * line - 0.07 * space)
         if spec.severity == "severe":  # the collapsing lung is denser
-            canvas.fill[:] = np.maximum(canvas.fill, 0.25 * spec.strength * (extent - space))
+            canvas.add_fill(0.25 * spec.strength * (extent - space))
         boxes += _mask_box(spec, side, np.maximum(space, line), canvas.size)
     return boxes
 
@@ -221,7 +236,7 @@ def draw_consolidation(canvas: Canvas, spec: FindingSpec, rng: np.random.Generat
         apex, base = canvas.geom.lung_rows(side)
         lobe = _lobe(u, v, side, spec.zone, (base - apex) * canvas.size) * canvas.fields[side]
         amount = spec.level((0.7, 0.82, 0.92)) * spec.strength
-        canvas.fill[:] = np.maximum(canvas.fill, amount * lobe * texture_mod)
+        canvas.add_fill(amount * lobe * texture_mod)
         centre_v = {"upper": 0.28, "middle": 0.55, "lower": 0.72}[spec.zone]
         _air_bronchograms(
             canvas, side, (0.15, centre_v), 0.5, 2 + int(rng.integers(3)), 0.2 * amount, lobe, rng
@@ -271,7 +286,7 @@ def draw_pneumonia(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) 
         blob = _blob(canvas, centre, radius, radius * 0.85, 6.0, 0.15, rng)
         blob *= canvas.fields[side]
         amount = 0.8 * spec.strength
-        canvas.fill[:] = np.maximum(canvas.fill, amount * blob * mottle)
+        canvas.add_fill(amount * blob * mottle)
         _air_bronchograms(
             canvas, side, (u0 - 0.12, v0), 0.2, 1 + int(rng.integers(2)), 0.25 * amount, blob, rng
         )
@@ -296,7 +311,7 @@ def draw_opacity(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) ->
                 * _blob(canvas, centre, r, r * rng.uniform(0.7, 1.0), 4.0, 0.2, rng),
             )
         patches *= canvas.fields[side]
-        canvas.fill[:] = np.maximum(canvas.fill, 0.55 * spec.strength * patches)
+        canvas.add_fill(0.55 * spec.strength * patches)
         boxes += _mask_box(spec, side, patches * canvas.lungs[side], canvas.size, 0.25)
     return boxes
 
@@ -311,7 +326,7 @@ def draw_edema(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> l
         hx, hy = canvas.geom.anatomy.hilum[side]
         haze = np.exp(-(((x - hx) / (1.15 * spread)) ** 2 + ((y - hy) / (1.5 * spread)) ** 2))
         haze *= canvas.fields[side]
-        canvas.fill[:] = np.maximum(canvas.fill, amount * haze)
+        canvas.add_fill(amount * haze)
         footprint = np.maximum(footprint, haze * canvas.lungs[side])
         lines = np.zeros_like(canvas.fill)
         for _ in range(int(spec.level((3, 5, 7)))):
@@ -334,7 +349,7 @@ def draw_lesion(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> 
         centre = canvas.geom.to_xy(side, u, v)
         wobble = 0.12 if spec.severity == "severe" else 0.03
         nodule = _blob(canvas, centre, radius, radius * rng.uniform(0.9, 1.0), 1.2, wobble, rng)
-        canvas.fill[:] = np.maximum(canvas.fill, 0.95 * spec.strength * nodule)
+        canvas.add_fill(0.95 * spec.strength * nodule)
         canvas.extra += 0.06 * spec.strength * nodule
         boxes += _mask_box(spec, side, nodule, canvas.size, 0.3)
     return boxes
@@ -379,7 +394,7 @@ def draw_atelectasis(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator
             p0 = canvas.geom.to_xy(side, float(rng.uniform(0.12, 0.25)), v)
             p1 = canvas.geom.to_xy(side, float(rng.uniform(0.65, 0.8)), v + rng.normal(0, 0.04))
             _segment(bands, p0, p1, spec.level((1.0, 1.4, 1.9)), 1.0, canvas.fields[side])
-        canvas.fill[:] = np.maximum(canvas.fill, 0.85 * spec.strength * np.minimum(bands, 1))
+        canvas.add_fill(0.85 * spec.strength * np.minimum(bands, 1))
         medial, lateral = canvas.geom.lung_edges(side)
         apex, base = canvas.geom.lung_rows(side)
         top = apex + (lowest - 0.04) * (base - apex)
@@ -413,7 +428,7 @@ def draw_pleural_thickening(
         )
         band *= soft_step((v - top) * (base - apex) * canvas.size, 6.0)
         band *= soft_step((bottom - v) * (base - apex) * canvas.size, 6.0) * canvas.fields[side]
-        canvas.fill[:] = np.maximum(canvas.fill, 0.75 * spec.strength * band)
+        canvas.add_fill(0.75 * spec.strength * band)
         boxes += _mask_box(spec, side, band, canvas.size, 0.3)
     return boxes
 

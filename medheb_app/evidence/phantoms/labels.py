@@ -55,6 +55,18 @@ def _patient_groups() -> list[np.ndarray]:
     return np.split(order, np.flatnonzero(np.diff(codes[order])) + 1)
 
 
+def _weighted_order(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """A random order of patients in which every CheXpert row is equally likely to be drawn.
+
+    Drawing patients uniformly would under-sample patients with many (often sicker) studies
+    and bias the finding rates; weighting each patient by n_studies / E[studies taken] makes
+    each row's chance equal. Weighted order without replacement: exponential keys / weight.
+    """
+    sizes = np.array([len(g) for g in groups], dtype=np.float64)
+    taken = np.mean([np.minimum(k, sizes) for k in range(1, MAX_STUDIES_PER_PATIENT + 1)], axis=0)
+    return np.argsort(rng.exponential(size=len(groups)) / (sizes / taken), kind="stable")
+
+
 @dataclass(frozen=True)
 class LabelRow:
     """One sampled CheXpert row: where it came from and its findings coded 1 / 0 / -1 / None."""
@@ -71,6 +83,7 @@ class LabelRow:
 def sample_label_rows(n: int, seed: int = 0) -> list[LabelRow]:
     """Draw `n` frontal label rows patient by patient (1-3 studies per patient).
 
+    Every frontal row is equally likely, so finding rates and co-occurrences match the table.
     Patients are visited in a seeded random order, so the first k rows for a seed do not depend
     on `n`.
     """
@@ -79,7 +92,7 @@ def sample_label_rows(n: int, seed: int = 0) -> list[LabelRow]:
     table = frontal_label_table()
     rng = np.random.default_rng([seed, 0xC4E7])
     groups = _patient_groups()
-    order = rng.permutation(len(groups))
+    order = _weighted_order(groups, rng)
     rows: list[LabelRow] = []
     for patient_index, position in enumerate(order):
         members = groups[position]

@@ -7,7 +7,7 @@ Uncertain (-1) findings are drawn faintly or not at all, decided by the seed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -22,17 +22,21 @@ DRAWABLE: tuple[str, ...] = (
     "Cardiomegaly",
     "Enlarged Cardiomediastinum",
     "Pleural Other",
-    "Atelectasis",
+    "Pleural Effusion",
+    "Edema",
     "Consolidation",
+    "Atelectasis",
     "Pneumonia",
     "Lung Opacity",
-    "Edema",
     "Lung Lesion",
-    "Pleural Effusion",
     "Pneumothorax",
     "Fracture",
     "Support Devices",
 )
+# Focal findings are placed in a zone that no lobar consolidation or sizeable effusion
+# already fills, so that each one stays visible.
+FOCAL = ("Pneumonia", "Lung Opacity", "Lung Lesion")
+ZONES = ("upper", "middle", "lower")
 
 # P(right), P(left), P(bilateral) per lateralised finding; None = no side (central).
 _SIDE_ODDS: dict[str, tuple[float, float, float] | None] = {
@@ -116,8 +120,6 @@ def plan_findings(findings: Findings, rng: np.random.Generator) -> list[FindingS
         side = None if odds is None else ("right", "left", "bilateral")[int(rng.choice(3, p=odds))]
         zones = _ZONES[name]
         zone = zones[int(rng.integers(len(zones)))]
-        if name in ("Consolidation", "Pneumonia") and zone == "middle" and side != "right":
-            zone = "upper"  # the left lung has no middle lobe; the lingula is read as upper
         size_mm = None
         if name == "Lung Lesion":
             radius = _LESION_RADIUS[severity] * float(rng.uniform(0.85, 1.15))
@@ -136,4 +138,32 @@ def plan_findings(findings: Findings, rng: np.random.Generator) -> list[FindingS
                 rib=rib,
             )
         )
-    return specs
+    return _separate_focal(specs, rng)
+
+
+def _occupied(specs: list[FindingSpec]) -> dict[str, set[str]]:
+    taken: dict[str, set[str]] = {"right": set(), "left": set()}
+    for spec in specs:
+        zones: tuple[str, ...] = ()
+        if spec.finding == "Consolidation":
+            zones = (spec.zone,)
+        elif spec.finding == "Pleural Effusion" and spec.severity != "mild":
+            zones = ("lower", "middle") if spec.severity == "severe" else ("lower",)
+        for side in spec.sides:
+            taken[side].update(zones)
+    return taken
+
+
+def _separate_focal(specs: list[FindingSpec], rng: np.random.Generator) -> list[FindingSpec]:
+    taken = _occupied(specs)
+    out = []
+    for spec in specs:
+        if spec.finding in FOCAL:
+            blocked = set().union(*(taken[side] for side in spec.sides))
+            free = [zone for zone in ZONES if zone not in blocked]
+            if spec.zone in blocked and free:
+                spec = replace(spec, zone=free[int(rng.integers(len(free)))])
+            for side in spec.sides:
+                taken[side].add(spec.zone)
+        out.append(spec)
+    return out

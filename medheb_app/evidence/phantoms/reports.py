@@ -69,12 +69,18 @@ def _ordinal(n: int) -> str:
 
 
 def _lobe(spec: FindingSpec) -> str:
+    if spec.zone == "middle" and spec.side == "left":
+        return "lingular"
+    if spec.zone == "middle" and spec.side == "bilateral":
+        return "right middle lobe and lingular"
     if spec.side == "bilateral":
         return f"bilateral {spec.zone} lobe"
     return f"{spec.side} {spec.zone} lobe"
 
 
 def _zone(spec: FindingSpec) -> str:
+    if spec.side == "bilateral":
+        return f"bilateral {spec.zone} zones"
     return f"{spec.side} {spec.zone} zone"
 
 
