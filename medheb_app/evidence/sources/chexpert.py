@@ -60,13 +60,31 @@ def coded_findings(frame: pd.DataFrame, names: tuple[str, ...], table: str) -> l
     ]
 
 
-def _report(row: dict[str, object]) -> str | None:
-    parts = []
-    for column, title in (("section_findings", "FINDINGS"), ("section_impression", "IMPRESSION")):
-        text = cell(row.get(column))
-        if isinstance(text, str) and text.strip():
-            parts.append(f"{title}: {text.strip()}")
-    return "\n".join(parts) or None
+def _column(frame: pd.DataFrame, name: str) -> list[object]:
+    """A column as plain Python values (NaN -> None); all None when the table lacks it."""
+    if name not in frame.columns:
+        return [None] * len(frame)
+    return [cell(v) for v in frame[name].tolist()]
+
+
+def _reports(frame: pd.DataFrame) -> list[str | None]:
+    """CheXpert-Plus report sections joined as "FINDINGS: ...\nIMPRESSION: ..." (None if absent)."""
+    sections = [
+        (title, _column(frame, column))
+        for column, title in (
+            ("section_findings", "FINDINGS"),
+            ("section_impression", "IMPRESSION"),
+        )
+    ]
+    reports: list[str | None] = []
+    for i in range(len(frame)):
+        parts = [
+            f"{title}: {values[i].strip()}"
+            for title, values in sections
+            if isinstance(values[i], str) and values[i].strip()
+        ]
+        reports.append("\n".join(parts) or None)
+    return reports
 
 
 def load_chexpert(
@@ -91,35 +109,45 @@ def load_chexpert(
     if frontal_only and "Frontal/Lateral" in frame.columns:
         frame = frame[frame["Frontal/Lateral"] == "Frontal"]
     root = Path(image_root) if image_root is not None else None
-    studies = []
     labels = coded_findings(frame, CHEXPERT_14, table.name)
-    for row, findings in zip(frame.to_dict("records"), labels, strict=True):
-        relative = str(row[column])
-        patient = _PATIENT.search(relative)
-        if patient is None:
-            raise EvidenceError(f"{table.name}: cannot find patientNNNNN in the path {relative!r}.")
-        parts = _STUDY.search(relative)
-        key = "-".join(parts.groups()) if parts else relative.replace("/", "-")
-        split = next((p for p in ("train", "valid", "test") if f"/{p}/" in f"/{relative}"), None)
+    relatives = frame[column].astype(str).tolist()
+    patients = [_PATIENT.search(r) for r in relatives]
+    if None in patients:
+        bad = relatives[patients.index(None)]
+        raise EvidenceError(f"{table.name}: cannot find patientNNNNN in the path {bad!r}.")
+    keys = [m.groups() if (m := _STUDY.search(r)) else (r.replace("/", "-"),) for r in relatives]
+    splits = [
+        next((p for p in ("train", "valid", "test") if f"/{p}/" in f"/{r}"), None)
+        for r in relatives
+    ]
+    meta_columns = {
+        key: _column(frame, name)
+        for key, name in (
+            ("sex", "Sex"),
+            ("age", "Age"),
+            ("view", "Frontal/Lateral"),
+            ("projection", "AP/PA"),
+        )
+    }
+    reports = _reports(frame)
+    studies = []
+    for i, (relative, findings) in enumerate(zip(relatives, labels, strict=True)):
         path = _resolve(root, relative)
         studies.append(
             Study(
-                id=f"chexpert-{key}",
+                id=f"chexpert-{'-'.join(keys[i])}",
                 form="2d",
                 modality="CR",
                 path=path,
-                text=_report(row),
+                text=reports[i],
                 findings=findings,
-                patient_id=patient.group(1),
-                split=split,
+                patient_id=patients[i].group(1),  # type: ignore[union-attr]
+                split=splits[i],
                 source="chexpert",
                 meta={
                     "image_path": relative,
                     "has_image": path is not None,
-                    "sex": cell(row.get("Sex")),
-                    "age": cell(row.get("Age")),
-                    "view": cell(row.get("Frontal/Lateral")),
-                    "projection": cell(row.get("AP/PA")),
+                    **{key: values[i] for key, values in meta_columns.items()},
                 },
             )
         )
