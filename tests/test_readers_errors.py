@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import zipfile
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pydicom
 import pytest
+from nibabel.testing import data_path as NIBABEL_DATA
 from pydicom.data import get_testdata_file
 
 from medheb_app.evidence.readers import read_any, study_from_file
@@ -117,6 +119,19 @@ def test_truncated_pixel_data() -> None:
 def test_zero_size_arrays(tmp_path: Path) -> None:
     np.save(tmp_path / "empty.npy", np.zeros((0, 64, 64), np.float32))
     expect_error(tmp_path / "empty.npy", "empty array")
+
+
+def test_gzip_files_that_are_not_named_nifti(tmp_path: Path) -> None:
+    volume = Path(NIBABEL_DATA) / "example4d.nii.gz"
+    renamed = tmp_path / "volume.bin"
+    renamed.write_bytes(volume.read_bytes())
+    expect_error(renamed, r"volume\.bin is a NIfTI volume; name it \.nii or \.nii\.gz")
+    packed = tmp_path / "slice.dcm.gz"
+    packed.write_bytes(gzip.compress(dicom_file("CT_small.dcm").read_bytes()))
+    expect_error(packed, r"slice\.dcm\.gz is gzip-compressed; unpack it first\.")
+    broken = tmp_path / "broken.gz"
+    broken.write_bytes(b"\x1f\x8b" + b"junk" * 10)
+    expect_error(broken, "not a PNG, JPEG, DICOM or NIfTI file")
 
 
 def test_missing_path(tmp_path: Path) -> None:

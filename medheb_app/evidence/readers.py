@@ -7,6 +7,7 @@ whose message names the file and says what is wrong with it, never a pydicom tra
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -83,6 +84,11 @@ def not_an_image(name: str) -> EvidenceError:
     return EvidenceError(f"{name} is not a PNG, JPEG, DICOM or NIfTI file.")
 
 
+def _is_nifti_header(head: bytes) -> bool:
+    """NIfTI-1 magic at byte 344, NIfTI-2 magic at byte 4."""
+    return head[344:348] in (b"n+1\x00", b"ni1\x00") or head[4:8] in (b"n+2\x00", b"ni2\x00")
+
+
 def _sniff(head: bytes, name: str) -> str:
     """The file's format from its magic bytes, else from its extension."""
     lower = name.lower()
@@ -96,9 +102,7 @@ def _sniff(head: bytes, name: str) -> str:
         return "zip"
     if head.startswith(b"\x93NUMPY"):
         return "npy"
-    if lower.endswith((".nii", ".nii.gz", ".img", ".hdr")) or head.startswith(b"\x1f\x8b"):
-        return "nifti"
-    if len(head) >= 348 and head[344:348] in (b"n+1\x00", b"ni1\x00"):
+    if lower.endswith((".nii", ".nii.gz", ".img", ".hdr")) or _is_nifti_header(head):
         return "nifti"
     if lower.endswith((".dcm", ".dicom", ".ima")) or "." not in Path(name).name:
         return "dicom-nometa"  # DICOM written without the 128-byte preamble, or not DICOM
@@ -230,9 +234,21 @@ def read_any(path: Path | str, max_bytes: int | None = None) -> LoadedImage:
         raise EvidenceError(f"{path.name} is empty (0 bytes).")
     with open(path, "rb") as handle:
         head = handle.read(352)
+    gzipped = head.startswith(b"\x1f\x8b")
+    if gzipped:  # look at what it holds: only NIfTI is read compressed
+        try:
+            with gzip.open(path, "rb") as handle:
+                head = handle.read(352)
+        except (OSError, EOFError):
+            raise not_an_image(path.name) from None
     fmt = _sniff(head, path.name)
+    named_nifti = path.name.lower().endswith((".nii", ".nii.gz", ".img", ".hdr"))
+    if fmt == "nifti" and not named_nifti:
+        raise EvidenceError(f"{path.name} is a NIfTI volume; name it .nii or .nii.gz to open it.")
     if fmt == "nifti":
         return _read_nifti(path)
+    if gzipped:
+        raise EvidenceError(f"{path.name} is gzip-compressed; unpack it first.")
     if fmt == "zip":
         return read_series(path, max_bytes)
     if fmt == "unknown":
