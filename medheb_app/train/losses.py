@@ -127,3 +127,67 @@ LOSSES = {
     "attract": label_aware_loss,
     "hnm": hnm_loss,
 }
+
+
+# -- MedEmb objective (MedHEB section 4, Appendix A.1) -------------------------------------
+
+MEDEMB_TEMPERATURE = 0.01  # tau, MedHEB section 4
+MEDEMB_MARGIN = 0.1  # delta, MedHEB section 4
+
+
+def false_negative_mask(
+    cosine: torch.Tensor, margin: float | None, same_target: torch.Tensor | None = None
+) -> torch.Tensor:
+    """m_ij of eq. 2 as a boolean "keep j as a negative of query i" matrix (B x B).
+
+    The diagonal is never a negative (j = i). With a margin, candidates whose cosine exceeds
+    the positive's cosine by more than `margin` are dropped as likely false negatives.
+
+    The margin is applied to the cosine, not to phi = exp(cos / tau) as eq. 2 literally reads.
+    With tau = 0.01, phi spans e^-100 .. e^100, so an additive 0.1 on phi has no fixed meaning:
+    when the positive scores cos > 0 it is negligible (the rule degenerates to "mask every
+    negative that scores above the positive"), and when cos_pos < 0 it becomes the unrelated
+    threshold cos_j > tau ln 0.1 = -0.023. On the cosine, delta = 0.1 is a fixed angular gap
+    that means the same at every scale; it equals phi_j > phi_pos * e^(delta / tau) on phi.
+
+    `same_target[i, j]` (optional) marks pairs whose targets are the same item (two queries
+    with the label "Edema" as target): such a j is the query's own positive, not a negative,
+    so it is dropped too whatever the margin.
+    """
+    batch = cosine.shape[0]
+    keep = ~torch.eye(batch, dtype=torch.bool, device=cosine.device)
+    if margin is not None:
+        positive = torch.diagonal(cosine).unsqueeze(1)
+        keep &= ~(cosine.detach() > positive.detach() + margin)
+    if same_target is not None:
+        keep &= ~same_target.to(torch.bool)
+    return keep
+
+
+def masked_infonce_loss(
+    query_emb: torch.Tensor,
+    target_emb: torch.Tensor,
+    temperature: float = MEDEMB_TEMPERATURE,
+    margin: float | None = MEDEMB_MARGIN,
+    same_target: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """L_MedEmb of eq. 3: query->target InfoNCE with false negatives masked out.
+
+    loss = -1/B sum_i log( phi_ii / (phi_ii + sum_j m_ij phi_ij) ), phi = exp(cos / tau),
+    computed as a cross-entropy over logits cos / tau with masked entries set to -inf.
+    `margin=None` and no `same_target` gives the plain InfoNCE of eq. 1. Embeddings must be
+    L2-normalised (rows); the sum is divided by B explicitly.
+    """
+    batch = query_emb.shape[0]
+    if target_emb.shape[0] != batch:
+        raise ValueError(
+            f"masked_infonce_loss needs matched pairs; got {batch} and {target_emb.shape[0]}"
+        )
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0; got {temperature}")
+    cosine = query_emb @ target_emb.T
+    keep = false_negative_mask(cosine, margin, same_target)
+    keep |= torch.eye(batch, dtype=torch.bool, device=cosine.device)  # the positive itself
+    logits = (cosine / temperature).masked_fill(~keep, float("-inf"))
+    targets = torch.arange(batch, device=cosine.device)
+    return F.cross_entropy(logits, targets, reduction="sum") / batch
