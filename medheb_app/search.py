@@ -89,17 +89,23 @@ class SearchResponse:
         }
 
 
-def resolve_index(name: str, spec: str, embedder: Embedder, settings: Settings) -> LoadedIndex:
-    """The index `name` for this model; a demo index missing for this model is built for it."""
+def resolve_index(
+    name: str, spec: str, embedder: Embedder, settings: Settings
+) -> tuple[LoadedIndex, bool]:
+    """(the index `name` for this model, whether it was just built).
+
+    A demo index that has not been built for this model yet is built now, from the demo
+    corpus (one-off, can take minutes for a large model); any other missing index is an error.
+    """
     from medheb_app.demo import DEMO_3D, DEMO_CXR, ensure_demo_index
 
     try:
-        return load_index(name, embedder, settings)
+        return load_index(name, embedder, settings), False
     except IndexNotFoundError:
         if name not in (DEMO_CXR, DEMO_3D):
             raise
     try:
-        return ensure_demo_index(name, spec, settings)
+        return ensure_demo_index(name, spec, settings), True
     except ImportError as error:  # a part of the demo is not installed in this checkout
         raise SearchError(f"The demo index {name!r} cannot be built here: {error}") from error
 
@@ -156,7 +162,9 @@ def search(
     if setting not in ("main", "strict"):
         raise SearchError(f"Unknown relevance setting {setting!r}; use 'main' or 'strict'.")
     embedder = load_embedder(spec, settings)
-    loaded = resolve_index(index_name, spec, embedder, settings)
+    build_started = time.perf_counter()
+    loaded, just_built = resolve_index(index_name, spec, embedder, settings)
+    build_seconds = time.perf_counter() - build_started
 
     started = time.perf_counter()
     parsed: ParsedQuery | None = None
@@ -186,6 +194,11 @@ def search(
             "search": round((searched - encoded) * 1000, 2),
         },
     )
+    if just_built:
+        response.warnings.append(
+            f"The {index_name} index had not been built for {spec}; it was built now "
+            f"({loaded.index.count} studies, {build_seconds:.0f} s). Later searches reuse it."
+        )
     if parsed is not None:
         response.positive = list(parsed.positive)
         response.negative = list(parsed.negative)

@@ -91,3 +91,15 @@ def test_bad_requests_get_one_clear_error(demo: Settings, tmp_path: Path) -> Non
         search(query_text="edema", model_spec="random", index="my-index", settings=demo)
     with pytest.raises((KeyError, ValueError), match="no-such-model"):
         search(query_text="edema", model_spec="no-such-model", settings=demo)
+
+
+def test_a_model_the_demo_was_not_built_for_gets_its_index_built_once(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(data_dir=tmp_path / "data", demo_size=30)
+    ensure_demo(settings, models=["oracle"])
+    first = search(query_text="edema", model_spec="random", k=3, settings=settings)
+    assert any("had not been built for random" in warning for warning in first.warnings)
+    assert len(first.results) == 3
+    again = search(query_text="edema", model_spec="random", k=3, settings=settings)
+    assert again.warnings == []
