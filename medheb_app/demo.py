@@ -171,8 +171,10 @@ def _ensure_index(
 ) -> dict[str, Any]:
     from medheb_app.models.registry import load_embedder
 
-    embedder = load_embedder(spec, settings)
     started = time.perf_counter()
+    if progress:
+        progress(0.0, f"loading model {spec}")
+    embedder = load_embedder(spec, settings)
     built = False
     try:
         loaded = load_index(name, embedder, settings)
