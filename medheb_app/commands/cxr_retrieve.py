@@ -1,4 +1,7 @@
-"""`python -m medheb_app cxr-retrieve eval|ablations ...`: the CXR-Retrieve benchmark."""
+"""`python -m medheb_app cxr-retrieve eval ...`: the CXR-Retrieve benchmark.
+
+Training and the Table 4 ablations live under `train label-aware` and `train ablations`.
+"""
 
 from __future__ import annotations
 
@@ -35,16 +38,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--out", required=True, help="JSON file for scores and every top 10")
     add_json_flag(run)
     run.set_defaults(handler=run_eval)
-
-    from medheb_app.train.ablations import add_ablation_arguments
-
-    ablations = commands.add_parser(
-        "ablations",
-        help="Table 4: loss, caption mix and init variants of label-aware training",
-    )
-    add_ablation_arguments(ablations)
-    add_json_flag(ablations)
-    ablations.set_defaults(handler=run_ablations)
 
 
 def run_eval(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
@@ -103,9 +96,3 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
         f"wrote {out}",
     ]
     return "\n".join(lines), payload
-
-
-def run_ablations(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
-    from medheb_app.train.ablations import run_ablations as run
-
-    return run(args, settings)

@@ -93,7 +93,15 @@ def _run_report(config: Any, out: Path, settings: Settings, progress: Progress) 
     return train_report(config, out, progress=progress)
 
 
+def _run_label_aware(config: Any, out: Path, settings: Settings, progress: Progress) -> TrainResult:
+    from medheb_app.train.label_aware import train_label_aware
+
+    return train_label_aware(config, out, settings, progress=progress)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from medheb_app.train.ablations import add_ablation_arguments, run_ablations
+    from medheb_app.train.label_aware import LabelAwareConfig
     from medheb_app.train.report import ReportTrainingConfig
 
     parser = subparsers.add_parser(
@@ -107,3 +115,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         _run_report,
         "report matching on the phantom corpus (CLIP loss; the CXR-Retrieve baseline)",
     )
+    add_recipe(
+        recipes,
+        "label-aware",
+        LabelAwareConfig,
+        _run_label_aware,
+        "label-aware fine-tuning (CXR-Retrieve eq. 7: soft label targets + conflict hinge)",
+    )
+    ablations = recipes.add_parser(
+        "ablations",
+        help="CXR-Retrieve Table 4: train and score loss / caption-mix / tuning variants",
+        description="Train every Table 4 variant of the label-aware recipe on the train split "
+        "and score each on the test split (P@5 per regime, HNRR@5).",
+    )
+    add_ablation_arguments(ablations)
+    add_json_flag(ablations)
+    ablations.set_defaults(handler=run_ablations)
