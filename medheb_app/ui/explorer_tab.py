@@ -2,8 +2,9 @@
 
 Runs come from the store (medheb_app.store.runs) and their files (Summary / TaskRun in
 medheb_app.eval.results); the paper tables come from medheb_app.eval.reports. The filtered
-leaderboard is the task-macro average over the tasks that pass the filters, as MedHEB's ID /
-held-out / all columns are (Table 4).
+leaderboard and the per-family / per-split bars are task-macro averages over the tasks that
+pass the filters, as MedHEB's ID / held-out / all columns are (Table 4); the run-level figures
+(accuracy vs CV, difficulty, relation gap, graded NDCG) come from medheb_app.eval.figures.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from medheb_app.eval import reports
+from medheb_app.eval import figures, reports
 from medheb_app.eval.results import Summary
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
@@ -129,27 +130,6 @@ def grouped_figure(frame: pd.DataFrame, by: str, title: str) -> go.Figure:
     return figure
 
 
-def cv_figure(summary: Summary) -> go.Figure:
-    """Cross-family CV of Hit@1 per model (MedHEB Table 7; lower is more consistent)."""
-    rows = [
-        {"model": model, "cv": block.consistency["cv"]}
-        for model, block in summary.models.items()
-        if block.consistency
-    ]
-    if not rows:
-        return _empty_figure("No family scores in this run.")
-    figure = px.bar(pd.DataFrame(rows), x="model", y="cv", title="Cross-family CV of Hit@1")
-    figure.update_yaxes(title="CV (std / mean)")
-    return figure
-
-
-def difficulty_figure(summary: Summary) -> go.Figure:
-    """How many tasks fall in each difficulty bucket (MedHEB Figure 4A)."""
-    counts = reports.bucket_counts(reports.difficulty_rows(summary))
-    data = pd.DataFrame({"bucket": list(counts), "tasks": list(counts.values())})
-    return px.bar(data, x="bucket", y="tasks", title="Task difficulty (reference models' Hit@1)")
-
-
 def scatter_figure(frame: pd.DataFrame, model_x: str | None, model_y: str | None) -> go.Figure:
     """Per-task Hit@1 of one model against another; points above the diagonal favour y."""
     if not model_x or not model_y or model_x == model_y:
@@ -252,8 +232,11 @@ def build_explorer_tab(services: Services) -> dict[str, Any]:
         family_plot = gr.Plot(label="Per family")
         split_plot = gr.Plot(label="ID vs held-out")
     with gr.Row():
-        cv_plot = gr.Plot(label="Consistency")
-        difficulty_plot = gr.Plot(label="Difficulty")
+        cv_plot = gr.Plot(label="Accuracy vs cross-family CV")
+        difficulty_plot = gr.Plot(label="Difficulty buckets")
+    with gr.Row():
+        gap_plot = gr.Plot(label="Established vs under-explored")
+        graded_plot = gr.Plot(label="Graded NDCG@5")
     with gr.Row():
         model_x = gr.Dropdown(label="Scatter: model on x", choices=[])
         model_y = gr.Dropdown(label="Scatter: model on y", choices=[])
@@ -308,14 +291,16 @@ def build_explorer_tab(services: Services) -> dict[str, Any]:
     def _views(summary, fam, frm, spl, mdl, mx, my):
         if summary is None:
             blank = _empty_figure("No run selected.")
-            return None, blank, blank, blank, blank, blank
+            return None, *[blank] * 7
         frame = filter_frame(task_frame(summary), fam, frm, spl, mdl)
         return (
             leaderboard(frame),
             grouped_figure(frame, "family", "Hit@1 per family"),
             grouped_figure(frame, "split", "Hit@1: ID vs held-out source"),
-            cv_figure(summary),
-            difficulty_figure(summary),
+            figures.accuracy_vs_balance(summary),
+            figures.difficulty_buckets(summary),
+            figures.relation_gap(summary),
+            figures.graded_ndcg(summary),
             scatter_figure(frame, mx, my),
         )
 
@@ -342,7 +327,16 @@ def build_explorer_tab(services: Services) -> dict[str, Any]:
         table4,
     ]
     view_inputs = [summary_state, families, forms, splits, models, model_x, model_y]
-    view_outputs = [board, family_plot, split_plot, cv_plot, difficulty_plot, scatter_plot]
+    view_outputs = [
+        board,
+        family_plot,
+        split_plot,
+        cv_plot,
+        difficulty_plot,
+        gap_plot,
+        graded_plot,
+        scatter_plot,
+    ]
     run.change(_load, [run], load_outputs, api_name=False).then(
         _views, view_inputs, view_outputs, api_name=False
     )

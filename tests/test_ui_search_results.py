@@ -1,0 +1,81 @@
+"""The search tab against a real (small) demo index: parsed query, marks on broken hits,
+the SYNTHETIC label on every thumbnail, the detail view, and the messages for bad queries."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from medheb_app.demo import ensure_demo
+from medheb_app.services import create_services
+from medheb_app.ui import search_tab
+
+pytestmark = pytest.mark.slow  # builds a 60-phantom demo index (about 20 s)
+QUERY = "pleural effusion and no cardiomegaly"
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory):
+    from medheb_app.settings import Settings
+
+    data_dir = tmp_path_factory.mktemp("search-ui") / "data"
+    settings = replace(Settings.from_env(data_dir=data_dir), demo_size=60)
+    ensure_demo(settings, models=["random", "oracle"])
+    services = create_services(settings, ensure_demo=lambda s, p: None)
+    services.bootstrap.wait(30)
+    yield services
+    services.jobs.shutdown(wait=False)
+
+
+def test_pickers_list_the_built_index_and_models(services):
+    model, index = search_tab.refresh_pickers(services, "oracle", None)
+    assert {"random", "oracle"} <= set(model["choices"]) and model["value"] == "oracle"
+    assert index["choices"] == ["demo-cxr"] and index["value"] == "demo-cxr"
+
+
+def test_oracle_hits_all_match_and_are_labelled_synthetic(services):
+    outcome = search_tab.run_search(services, QUERY, None, "oracle", "demo-cxr", 5)
+    assert "Must show:</b> Pleural Effusion" in outcome.parsed_html
+    assert "Must not show:</b> Cardiomegaly" in outcome.parsed_html
+    assert len(outcome.gallery) == 5
+    for hit, (thumbnail, caption) in zip(outcome.hits, outcome.gallery, strict=True):
+        assert hit["findings"]["Pleural Effusion"] == 1 and hit["findings"]["Cardiomegaly"] != 1
+        assert caption.startswith("✓ matches")
+        assert thumbnail.ndim == 3 and (thumbnail[:5, :, 0] > thumbnail[:5, :, 2]).mean() > 0.5
+    image, detail = search_tab.hit_detail(outcome.hits, 0)
+    assert image is not None and "SYNTHETIC phantom" in detail
+    assert outcome.hits[0]["text"] and outcome.hits[0]["text"][:20] in detail
+
+
+def test_random_model_hits_that_break_the_query_are_marked(services):
+    outcome = search_tab.run_search(services, QUERY, None, "random", "demo-cxr", 40)
+    broken = [hit for hit in outcome.hits if hit["satisfies"] is False]
+    assert broken, "a random ranking of 40 of 60 phantoms breaks the query somewhere"
+    for hit, (_, caption) in zip(outcome.hits, outcome.gallery, strict=True):
+        assert caption.startswith("✗ VIOLATES") == (hit["satisfies"] is False)
+    first = outcome.hits.index(broken[0])
+    _, detail = search_tab.hit_detail(outcome.hits, first)
+    assert "Breaks the query" in detail and "medheb-chip violates" in detail
+
+
+def test_query_without_known_finding_warns_and_unknown_model_errors(services):
+    outcome = search_tab.run_search(services, "zebra stripes", None, "oracle", "demo-cxr", 3)
+    assert "No known finding" in outcome.notice and "warning" in outcome.notice
+    bad = search_tab.run_search(services, QUERY, None, "no-such-model", "demo-cxr", 3)
+    assert 'class="medheb-notice error"' in bad.notice and not bad.gallery
+    assert "Traceback" not in bad.notice
+    missing = search_tab.run_search(services, QUERY, None, "oracle", "no-such-index", 3)
+    assert "does not exist" in missing.notice
+
+
+def test_uploaded_image_searches_the_index(services, tmp_path):
+    from PIL import Image
+
+    path = tmp_path / "query.png"
+    Image.fromarray((np.random.default_rng(0).random((64, 64)) * 255).astype(np.uint8)).save(path)
+    upload, _ = search_tab.load_upload(services, str(path))
+    outcome = search_tab.run_search(services, "", upload, "random", "demo-cxr", 4)
+    assert len(outcome.hits) == 4 and outcome.parsed_html == ""
+    assert all(hit["satisfies"] is None for hit in outcome.hits)
