@@ -1,0 +1,90 @@
+"""Admin panel callbacks: the password gate, a real background index build, study creation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from medheb_app.eval.runner import run_suite
+from medheb_app.services import create_services
+from medheb_app.tasks.base import Item, TaskMetadata
+from medheb_app.tasks.builders.generic import paired_task
+from medheb_app.ui import admin_tab, compare_tab, search_tab
+
+PASSWORD = "correct horse"
+
+
+@pytest.fixture
+def services(settings):
+    services = create_services(
+        replace(settings, admin_password=PASSWORD, demo_size=30), start_bootstrap=False
+    )
+    yield services
+    services.jobs.shutdown(wait=False)
+
+
+def test_password_gate(services, settings):
+    assert admin_tab.sign_in(services, PASSWORD)[0] is True
+    assert admin_tab.sign_in(services, "wrong")[0] is False
+    assert admin_tab.sign_in(services, "")[0] is False
+    public = create_services(settings, start_bootstrap=False)  # no ADMIN_PASSWORD
+    assert not public.admin_enabled and public.check_admin("") is False
+    public.jobs.shutdown(wait=False)
+
+
+def test_non_admin_cannot_start_or_cancel_jobs(services):
+    job_id, note = admin_tab.start_job(
+        services, False, "bench-run", {"suite": "medheb-lite", "models": ["random"]}
+    )
+    assert job_id is None and "Sign in as admin" in note
+    assert "Sign in as admin" in admin_tab.cancel_job(services, False, 1)
+    assert services.jobs.history() == []
+    job_id, note = admin_tab.start_job(services, True, "bench-run", {"suite": "", "models": []})
+    assert job_id is None and "Fill in: suite, models" in note
+    assert services.jobs.history() == []
+
+
+@pytest.mark.slow
+def test_index_build_job_runs_in_background_and_appears_in_the_picker(services):
+    params = {"name": "ui-built", "model": "random", "corpus": "phantom-demo"}
+    job_id, note = admin_tab.start_job(services, True, "index-build", params)
+    assert job_id is not None and f"Started job {job_id}" in note
+    info = services.jobs.wait(job_id, timeout=120)
+    assert info.status == "done", info.error
+    bar, log = admin_tab.job_detail(services, job_id)
+    assert 'aria-valuenow="100"' in bar and "built ui-built: 30 items" in log
+    table = admin_tab.job_table(services)
+    assert table.loc[0, "status"] == "done" and table.loc[0, "kind"] == "index-build"
+    assert "ui-built" in search_tab.index_choices(services)  # no restart needed
+    assert "already finished" in admin_tab.cancel_job(services, True, job_id)
+
+
+def test_create_study_from_a_stored_run(services, tmp_path):
+    rng = np.random.default_rng(0)
+    pairs = []
+    for i in range(12):
+        text = " ".join(rng.choice([f"w{j}" for j in range(20)], size=3, replace=False))
+        pairs.append((Item(f"q{i}", text), Item(f"t{i}", text + " target")))
+    meta = TaskMetadata(
+        name="tt",
+        family="T-T",
+        form="text",
+        split="ID",
+        anatomy="chest",
+        source="unit",
+        qry_inst="Find the matching passage:",
+    )
+    summary = run_suite(
+        [paired_task(meta, pairs)], ["random", "oracle"], tmp_path / "run", services.settings
+    )
+    args = (summary.run_id, ["random", "oracle"], "Pilot", 5, 1, True, 0)
+    assert "Sign in as admin" in admin_tab.create_study(services, False, *args)
+    assert compare_tab.study_choices(services) == []
+    note = admin_tab.create_study(services, True, *args)
+    assert "Created study" in note
+    [(label, _)] = compare_tab.study_choices(services)
+    assert "Pilot (5 items)" in label
+    again = admin_tab.create_study(services, True, *args)
+    assert "already exists" in again
