@@ -206,6 +206,23 @@ def test_split_by_patient(corpus):
     assert abs(shares["val"] - 0.1) < 0.02
 
 
+def test_a_patient_keeps_one_chest_across_studies(corpus):
+    by_patient: dict[str, list] = {}
+    for study in corpus:
+        by_patient.setdefault(study.patient_id, []).append(study)
+    pairs = [
+        (group[0], group[1])
+        for group in by_patient.values()
+        if len(group) > 1 and group[0].meta["view"] == group[1].meta["view"]
+    ]
+    assert pairs
+    for first, second in pairs[:5]:
+        anatomy_a, _ = chest_study_specs(first)
+        anatomy_b, _ = chest_study_specs(second)
+        assert anatomy_a.heart == anatomy_b.heart and anatomy_a.base == anatomy_b.base
+        assert anatomy_a.noise_shift != anatomy_b.noise_shift  # a new exposure each time
+
+
 def test_region_description():
     effusion = Box("Pleural Effusion", x=150, y=150, w=70, h=35, side="left", severity="mild")
     assert region_description(effusion) == "left lower zone pleural effusion"

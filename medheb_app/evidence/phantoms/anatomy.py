@@ -9,7 +9,7 @@ lung is on the image's left.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -82,7 +82,10 @@ class Geometry:
 
 
 def sample_anatomy(rng: np.random.Generator, size: int, view: str) -> ChestAnatomy:
-    """Draw a plausible normal chest: proportions vary a few percent between subjects."""
+    """Draw a plausible normal chest: proportions vary a few percent between subjects.
+
+    The acquisition (exposure, noise) is left neutral; see `with_acquisition`.
+    """
     cx = 0.5 + rng.normal(0, 0.008)
     base = 0.74 + rng.normal(0, 0.015)
     heart_rx = 0.145 + rng.normal(0, 0.007)
@@ -104,9 +107,19 @@ def sample_anatomy(rng: np.random.Generator, size: int, view: str) -> ChestAnato
         rib_curve=1.2 + rng.normal(0, 0.08),
         texture=int(rng.integers(N_TEXTURES)),
         texture_shift=(int(rng.integers(size)), int(rng.integers(size))),
+        exposure=0.9,
+        noise=0,
+        noise_shift=(0, 0),
+    )
+
+
+def with_acquisition(anatomy: ChestAnatomy, rng: np.random.Generator) -> ChestAnatomy:
+    """The same chest on another exposure: new exposure scale and quantum noise."""
+    return replace(
+        anatomy,
         exposure=float(rng.uniform(0.82, 0.98)),
         noise=int(rng.integers(N_TEXTURES)),
-        noise_shift=(int(rng.integers(size)), int(rng.integers(size))),
+        noise_shift=(int(rng.integers(anatomy.size)), int(rng.integers(anatomy.size))),
     )
 
 

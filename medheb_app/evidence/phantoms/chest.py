@@ -21,6 +21,7 @@ from medheb_app.evidence.phantoms.anatomy import (
     noise_bank,
     rib_layer,
     sample_anatomy,
+    with_acquisition,
 )
 from medheb_app.evidence.phantoms.corpus import quantise_image
 from medheb_app.evidence.phantoms.drawing import DRAWERS, Canvas, apply_geometry
@@ -31,6 +32,8 @@ from medheb_app.evidence.phantoms.splits import split_by_group
 from medheb_app.evidence.study import Box, EvidenceError, Study
 
 CHEST_SPLITS = {"train": 0.7, "val": 0.1, "test": 0.2}
+# Findings whose severity means something (a support device is present or not).
+GRADED = tuple(f for f in DRAWABLE if f != "Support Devices")
 NOISE_SD = 0.012
 
 
@@ -78,7 +81,7 @@ def _compose(canvas: Canvas, layers: dict[str, np.ndarray]) -> np.ndarray:
         - 0.25 * layers["trachea"]
         + lung * (0.25 * fill - 0.45 * (1 - fill))
         + 0.14 * lung_markings(geom) * lung * (1 - fill) * canvas.keep
-        + 0.09 * canvas.ribs
+        + 0.09 * canvas.ribs * (1 - 0.6 * layers["mediastinum"])  # posterior, behind the heart
         + 0.2 * clavicles(geom)
         + canvas.extra
     )
@@ -100,9 +103,8 @@ def generate_chest_corpus(n: int = 2000, seed: int = 0, size: int = 256) -> list
     splits = split_by_group(patient_ids, CHEST_SPLITS, seed)
     studies = []
     for index, (row, patient_id) in enumerate(zip(rows, patient_ids, strict=True)):
-        draw_rng = np.random.default_rng([seed, 1, index])
-        anatomy = sample_anatomy(draw_rng, size, row.view)
-        specs = plan_findings(row.findings, draw_rng)
+        anatomy = _study_anatomy(seed, row.patient_index, index, size, row.view)
+        specs = plan_findings(row.findings, np.random.default_rng([seed, 1, index]))
         pixels, boxes = render_chest(anatomy, specs)
         text = write_report(row.findings, specs, row.view, np.random.default_rng([seed, 2, index]))
         studies.append(
@@ -115,7 +117,7 @@ def generate_chest_corpus(n: int = 2000, seed: int = 0, size: int = 256) -> list
                 findings=dict(row.findings),
                 boxes=boxes,
                 laterality={s.finding: s.side for s in specs if s.side},
-                severity={s.finding: s.severity for s in specs},
+                severity={s.finding: s.severity for s in specs if s.finding in GRADED},
                 patient_id=patient_id,
                 split=splits[patient_id],
                 source="phantom",
@@ -139,6 +141,12 @@ def chest_study_specs(study: Study) -> tuple[ChestAnatomy, list[FindingSpec]]:
     index = int(study.id.rsplit("-", 1)[1])
     seed = int(study.meta["seed"])  # type: ignore[arg-type]
     size = study.pixels.shape[0] if study.pixels is not None else 256
-    draw_rng = np.random.default_rng([seed, 1, index])
-    anatomy = sample_anatomy(draw_rng, size, str(study.meta["view"]))
-    return anatomy, plan_findings(study.findings, draw_rng)
+    patient_index = int(str(study.patient_id).rsplit("-", 1)[1])
+    anatomy = _study_anatomy(seed, patient_index, index, size, str(study.meta["view"]))
+    return anatomy, plan_findings(study.findings, np.random.default_rng([seed, 1, index]))
+
+
+def _study_anatomy(seed: int, patient_index: int, index: int, size: int, view: str) -> ChestAnatomy:
+    """A patient keeps one chest across studies; each study is a new exposure of it."""
+    anatomy = sample_anatomy(np.random.default_rng([seed, 3, patient_index]), size, view)
+    return with_acquisition(anatomy, np.random.default_rng([seed, 4, index]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -461,7 +461,7 @@ def draw_device(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> 
     for p0, p1 in itertools.pairwise(path):
         _segment(device, p0, p1, 0.8, 1.0)
     canvas.extra += amount * np.minimum(device, 1.6)
-    return _mask_box(spec, None, device, canvas.size, 0.2)
+    return [replace(box, severity=None) for box in _mask_box(spec, None, device, canvas.size, 0.2)]
 
 
 def heart_box(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> list[Box]:

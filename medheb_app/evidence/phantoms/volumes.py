@@ -203,8 +203,8 @@ def _mr(signal: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     bias = 1 + 0.12 * rng.normal() * y[None, :, None] + 0.08 * rng.normal() * x[None, None, :]
     bias = bias + 0.05 * rng.normal() * z[:, None, None]
     sd = 0.02
-    real = signal * bias + rng.normal(0, sd, SHAPE).astype(np.float32)
-    imag = rng.normal(0, sd, SHAPE).astype(np.float32)
+    real = signal * bias + sd * rng.standard_normal(SHAPE, dtype=np.float32)
+    imag = sd * rng.standard_normal(SHAPE, dtype=np.float32)
     return np.sqrt(real * real + imag * imag)
 
 
@@ -278,7 +278,7 @@ def generate_volume_corpus(n_subjects: int = 48, seed: int = 0) -> list[Study]:
     for index, subject in enumerate(subject_ids):
         rng = np.random.default_rng([seed, 7, index])
         (hu, t1, t2), nodules, effusion = build_subject(rng)
-        hu = hu + rng.normal(0, 15, SHAPE).astype(np.float32)
+        hu = hu + 15 * rng.standard_normal(SHAPE, dtype=np.float32)
         projection = quantise_image(drr(hu))
         pixels = {
             "CT": quantise_volume(ct_to_unit(hu)),
