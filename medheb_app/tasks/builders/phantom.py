@@ -30,8 +30,12 @@ NO_FINDING = "No Finding"
 IGNORED_FOR_LABEL = ("Support Devices",)
 
 
+@lru_cache(maxsize=1)
 def generator_version() -> str:
-    """Hash of the phantom generator's source: a changed generator means a new corpus."""
+    """Hash of the phantom generator's source: a changed generator means a new corpus.
+
+    Read once per process, so every task of one run agrees on it.
+    """
     import medheb_app.evidence.phantoms as package
 
     digest = hashlib.sha256()
