@@ -23,8 +23,9 @@ from medheb_app.evidence.phantoms.anatomy import (
     sample_anatomy,
     with_acquisition,
 )
+from medheb_app.evidence.phantoms.canvas import Canvas
 from medheb_app.evidence.phantoms.corpus import quantise_image
-from medheb_app.evidence.phantoms.drawing import DRAWERS, Canvas, apply_geometry
+from medheb_app.evidence.phantoms.drawing import DRAWERS, apply_geometry
 from medheb_app.evidence.phantoms.labels import sample_label_rows
 from medheb_app.evidence.phantoms.plan import DRAWABLE, FindingSpec, plan_findings
 from medheb_app.evidence.phantoms.reports import write_report

@@ -9,48 +9,30 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from medheb_app.evidence.phantoms.anatomy import (
     Geometry,
-    diaphragm,
     grid,
     lateral_wall,
     lung_coordinates,
     rib_band,
-    segment_distance,
     soft_step,
-    texture_bank,
+)
+from medheb_app.evidence.phantoms.canvas import (
+    Canvas,
+    blob,
+    box_from_corners,
+    draw_segment,
+    lung_point,
+    mask_box,
+    mottle,
+    window,
 )
 from medheb_app.evidence.phantoms.plan import MM_PER_IMAGE_WIDTH, FindingSpec
 from medheb_app.evidence.study import Box
-
-Point = tuple[float, float]
-
-
-@dataclass
-class Canvas:
-    """Layers a finding may change before they are composed into the image."""
-
-    geom: Geometry
-    fields: dict[str, np.ndarray]  # pleural space per side (lung field incl. behind the heart)
-    lungs: dict[str, np.ndarray]  # aerated lung per side (heart and mediastinum removed)
-    fill: np.ndarray  # 0 = aerated .. 1 = air fully replaced by fluid or tissue
-    extra: np.ndarray  # additive density (lines, tubes, bronchograms)
-    keep: np.ndarray  # 1 = lung markings visible, 0 = none (pneumothorax)
-    ribs: np.ndarray
-    rib_p: np.ndarray
-
-    @property
-    def size(self) -> int:
-        return self.geom.anatomy.size
-
-    def add_fill(self, amount: np.ndarray) -> None:
-        """Overlapping opacities combine like stacked absorbers: 1 - (1 - a)(1 - b)."""
-        self.fill[:] = 1 - (1 - self.fill) * (1 - np.clip(amount, 0, 1))
-
 
 # ---------------------------------------------------------------- geometry changes
 
@@ -67,94 +49,6 @@ def apply_geometry(geom: Geometry, spec: FindingSpec) -> None:
             geom.elevation[side] = s * spec.level((0.04, 0.07, 0.11))
 
 
-# ---------------------------------------------------------------- box helpers
-
-
-def _box(
-    spec: FindingSpec, side: str | None, x0: float, y0: float, x1: float, y1: float, size: int
-) -> Box:
-    """A Box from normalised corners, clipped to the image."""
-    left, top = max(0.0, x0 * size), max(0.0, y0 * size)
-    right, bottom = min(float(size), x1 * size), min(float(size), y1 * size)
-    return Box(
-        finding=spec.finding,
-        x=round(float(left), 1),
-        y=round(float(top), 1),
-        w=round(float(max(right - left, 1.0)), 1),
-        h=round(float(max(bottom - top, 1.0)), 1),
-        side=side,
-        severity=spec.severity,
-    )
-
-
-def _mask_box(
-    spec: FindingSpec, side: str | None, mask: np.ndarray, size: int, threshold: float = 0.15
-) -> list[Box]:
-    rows = np.flatnonzero((mask > threshold).any(axis=1))
-    cols = np.flatnonzero((mask > threshold).any(axis=0))
-    if rows.size == 0:
-        return []
-    return [
-        _box(
-            spec,
-            side,
-            cols[0] / size,
-            rows[0] / size,
-            (cols[-1] + 1) / size,
-            (rows[-1] + 1) / size,
-            size,
-        )
-    ]
-
-
-def _window(size: int, points: list[Point], pad: float) -> tuple[slice, slice]:
-    xs = [p[0] for p in points]
-    ys = [p[1] for p in points]
-    c0, c1 = int(max(0, (min(xs) - pad) * size)), int(min(size, (max(xs) + pad) * size + 1))
-    r0, r1 = int(max(0, (min(ys) - pad) * size)), int(min(size, (max(ys) + pad) * size + 1))
-    return slice(r0, r1), slice(c0, c1)
-
-
-def _segment(
-    layer: np.ndarray,
-    p0: Point,
-    p1: Point,
-    half_px: float,
-    amount: float,
-    mask: np.ndarray | None = None,
-) -> None:
-    """Add a line of density `amount` and half width `half_px` from p0 to p1, in place."""
-    size = layer.shape[0]
-    rows, cols = _window(size, [p0, p1], (half_px + 2) / size)
-    x, y = grid(size)
-    band = soft_step(half_px - segment_distance(x[rows, cols], y[rows, cols], p0, p1) * size)
-    if mask is not None:
-        band *= mask[rows, cols]
-    layer[rows, cols] += amount * band
-
-
-def _lung_point(
-    canvas: Canvas, side: str, rng: np.random.Generator, zone: str, margin: float
-) -> tuple[float, float]:
-    """A (u, v) well inside the lung's zone, `margin` (in v) above the diaphragm, chosen among
-    a few candidates as the one least hidden (by the heart or by opacities drawn so far)."""
-    v_range = {"upper": (0.22, 0.4), "middle": (0.42, 0.6), "lower": (0.62, 0.74)}[zone]
-    best, best_fill = (0.5, 0.5), np.inf
-    for _ in range(6):
-        v = float(rng.uniform(*v_range))
-        u = float(rng.uniform(0.3, max(0.35, float(lateral_wall(np.float32(v))) - 0.25)))
-        v = min(v, float(diaphragm(canvas.geom, side, np.float32(u))) - margin)
-        x, y = canvas.geom.to_xy(side, u, v)
-        row = min(canvas.size - 1, max(0, int(y * canvas.size)))
-        col = min(canvas.size - 1, max(0, int(x * canvas.size)))
-        covered = float(canvas.fill[row, col]) + 1 - float(canvas.lungs[side][row, col])
-        if covered < best_fill:
-            best, best_fill = (u, v), covered
-        if covered < 0.2:
-            break
-    return best
-
-
 # ---------------------------------------------------------------- drawers
 
 
@@ -169,7 +63,7 @@ def draw_effusion(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -
         fluid = soft_step((v - meniscus) * (base - apex) * canvas.size, 2.5) * canvas.fields[side]
         canvas.add_fill(fluid * spec.strength)
         canvas.extra += 0.08 * spec.strength * fluid  # fluid is denser than collapsed lung
-        boxes += _mask_box(spec, side, fluid, canvas.size)
+        boxes += mask_box(spec, side, fluid, canvas.size)
     return boxes
 
 
@@ -191,7 +85,7 @@ def draw_pneumothorax(canvas: Canvas, spec: FindingSpec, rng: np.random.Generato
         canvas.extra += spec.strength * (0.22 * line - 0.07 * space)
         if spec.severity == "severe":  # the collapsing lung is denser
             canvas.add_fill(0.25 * spec.strength * (extent - space))
-        boxes += _mask_box(spec, side, np.maximum(space, line), canvas.size)
+        boxes += mask_box(spec, side, np.maximum(space, line), canvas.size)
     return boxes
 
 
@@ -221,16 +115,16 @@ def _air_bronchograms(
         u0, v0 = start[0] + rng.normal(0, 0.03), start[1] + rng.normal(0, 0.03)
         u1, v1 = u0 + reach * rng.uniform(0.7, 1.0), v0 + rng.normal(0, 0.12)
         p0, p1 = geom.to_xy(side, u0, v0), geom.to_xy(side, u1, v1)
-        _segment(canvas.extra, p0, p1, 0.9, -amount, mask)
+        draw_segment(canvas.extra, p0, p1, 0.9, -amount, mask)
         mid = ((p0[0] + p1[0]) / 2, (p0[1] + p1[1]) / 2)
         tip = geom.to_xy(side, u1 - 0.05, v1 + rng.choice((-1, 1)) * rng.uniform(0.08, 0.15))
-        _segment(canvas.extra, mid, tip, 0.7, -amount, mask)
+        draw_segment(canvas.extra, mid, tip, 0.7, -amount, mask)
 
 
 def draw_consolidation(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> list[Box]:
     """Lobar airspace opacity bounded by a fissure, with air bronchograms."""
     boxes = []
-    texture_mod = 0.85 + 0.15 * _noise(canvas, rng)
+    texture_mod = 0.85 + 0.15 * mottle(canvas, rng)
     for side in spec.sides:
         u, v = lung_coordinates(canvas.geom, side)
         apex, base = canvas.geom.lung_rows(side)
@@ -241,56 +135,26 @@ def draw_consolidation(canvas: Canvas, spec: FindingSpec, rng: np.random.Generat
         _air_bronchograms(
             canvas, side, (0.15, centre_v), 0.5, 2 + int(rng.integers(3)), 0.2 * amount, lobe, rng
         )
-        boxes += _mask_box(spec, side, lobe * canvas.lungs[side], canvas.size, 0.3)
+        boxes += mask_box(spec, side, lobe * canvas.lungs[side], canvas.size, 0.3)
     return boxes
-
-
-def _noise(canvas: Canvas, rng: np.random.Generator) -> np.ndarray:
-    """Smooth mottling in [0, 1] from the texture bank, placed by the finding's own seed."""
-    bank = texture_bank(canvas.size)
-    shift = (int(rng.integers(canvas.size)), int(rng.integers(canvas.size)))
-    return np.roll(bank[int(rng.integers(len(bank)))], shift, axis=(0, 1))
-
-
-def _blob(
-    canvas: Canvas,
-    centre: Point,
-    rx: float,
-    ry: float,
-    edge_px: float,
-    wobble: float,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """A soft, slightly irregular ellipse (irregularity = radial wobble with 3-5 lobes)."""
-    lobes, phase = int(rng.integers(3, 6)), float(rng.uniform(0, 6.3))
-    out = np.zeros_like(canvas.fill)
-    reach = max(rx, ry) * (1 + wobble) + edge_px / canvas.size
-    rows, cols = _window(canvas.size, [centre], reach)
-    x, y = grid(canvas.size)
-    dx, dy = (x[rows, cols] - centre[0]) / rx, (y[rows, cols] - centre[1]) / ry
-    r = np.sqrt(dx * dx + dy * dy)
-    if wobble:
-        r = r / (1 + wobble * np.sin(lobes * np.arctan2(dy, dx) + phase))
-    out[rows, cols] = soft_step((1 - r) * min(rx, ry) * canvas.size, edge_px)
-    return out
 
 
 def draw_pneumonia(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> list[Box]:
     """Focal, ill-defined consolidation in one zone, with a few air bronchograms."""
     boxes = []
-    mottle = 0.8 + 0.2 * _noise(canvas, rng)
+    texture = 0.8 + 0.2 * mottle(canvas, rng)
     for side in spec.sides:
         radius = spec.level((0.045, 0.065, 0.09)) * float(rng.uniform(0.9, 1.1))
-        u0, v0 = _lung_point(canvas, side, rng, spec.zone, 0.5 * radius / 0.6)
+        u0, v0 = lung_point(canvas, side, rng, spec.zone, 0.5 * radius / 0.6)
         centre = canvas.geom.to_xy(side, u0, v0)
-        blob = _blob(canvas, centre, radius, radius * 0.85, 6.0, 0.15, rng)
-        blob *= canvas.fields[side]
+        patch = blob(canvas, centre, radius, radius * 0.85, 6.0, 0.15, rng)
+        patch *= canvas.fields[side]
         amount = 0.8 * spec.strength
-        canvas.add_fill(amount * blob * mottle)
+        canvas.add_fill(amount * patch * texture)
         _air_bronchograms(
-            canvas, side, (u0 - 0.12, v0), 0.2, 1 + int(rng.integers(2)), 0.25 * amount, blob, rng
+            canvas, side, (u0 - 0.12, v0), 0.2, 1 + int(rng.integers(2)), 0.25 * amount, patch, rng
         )
-        boxes += _mask_box(spec, side, blob * canvas.lungs[side], canvas.size, 0.3)
+        boxes += mask_box(spec, side, patch * canvas.lungs[side], canvas.size, 0.3)
     return boxes
 
 
@@ -298,7 +162,7 @@ def draw_opacity(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) ->
     """Patchy, ill-defined airspace opacities clustered in one zone."""
     boxes = []
     for side in spec.sides:
-        u0, v0 = _lung_point(canvas, side, rng, spec.zone, 0.12)
+        u0, v0 = lung_point(canvas, side, rng, spec.zone, 0.12)
         patches = np.zeros_like(canvas.fill)
         for _ in range(int(spec.level((3, 5, 7)))):
             u = u0 + rng.normal(0, 0.12)
@@ -308,11 +172,11 @@ def draw_opacity(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) ->
             patches = np.maximum(
                 patches,
                 rng.uniform(0.7, 1.0)
-                * _blob(canvas, centre, r, r * rng.uniform(0.7, 1.0), 4.0, 0.2, rng),
+                * blob(canvas, centre, r, r * rng.uniform(0.7, 1.0), 4.0, 0.2, rng),
             )
         patches *= canvas.fields[side]
         canvas.add_fill(0.55 * spec.strength * patches)
-        boxes += _mask_box(spec, side, patches * canvas.lungs[side], canvas.size, 0.25)
+        boxes += mask_box(spec, side, patches * canvas.lungs[side], canvas.size, 0.25)
     return boxes
 
 
@@ -334,10 +198,10 @@ def draw_edema(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> l
             wall = float(lateral_wall(np.float32(v)))
             p0 = canvas.geom.to_xy(side, wall - 0.015, v)
             p1 = canvas.geom.to_xy(side, wall - rng.uniform(0.07, 0.11), v + rng.normal(0, 0.01))
-            _segment(lines, p0, p1, 0.6, 1.0, canvas.fields[side])
+            draw_segment(lines, p0, p1, 0.6, 1.0, canvas.fields[side])
         canvas.extra += 0.2 * spec.strength * lines
         footprint = np.maximum(footprint, lines)
-    return _mask_box(spec, "bilateral", footprint, canvas.size, 0.2)
+    return mask_box(spec, "bilateral", footprint, canvas.size, 0.2)
 
 
 def draw_lesion(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> list[Box]:
@@ -345,13 +209,13 @@ def draw_lesion(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> 
     radius = (spec.size_mm or 10) / 2 / MM_PER_IMAGE_WIDTH
     boxes = []
     for side in spec.sides:
-        u, v = _lung_point(canvas, side, rng, spec.zone, 0.08 + radius)
+        u, v = lung_point(canvas, side, rng, spec.zone, 0.08 + radius)
         centre = canvas.geom.to_xy(side, u, v)
         wobble = 0.12 if spec.severity == "severe" else 0.03
-        nodule = _blob(canvas, centre, radius, radius * rng.uniform(0.9, 1.0), 1.2, wobble, rng)
+        nodule = blob(canvas, centre, radius, radius * rng.uniform(0.9, 1.0), 1.2, wobble, rng)
         canvas.add_fill(0.95 * spec.strength * nodule)
         canvas.extra += 0.06 * spec.strength * nodule
-        boxes += _mask_box(spec, side, nodule, canvas.size, 0.3)
+        boxes += mask_box(spec, side, nodule, canvas.size, 0.3)
     return boxes
 
 
@@ -365,7 +229,7 @@ def draw_fracture(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -
     dx_break = a.half_width * float(rng.uniform(0.62, 0.8))
     x_break = a.cx - dx_break if side == "right" else a.cx + dx_break
     y_break = a.rib_phase + a.rib_spacing * (k + 0.5) + a.rib_curve * dx_break**2
-    rows, cols = _window(size, [(x_break, y_break)], max(0.05, a.rib_spacing))
+    rows, cols = window(size, [(x_break, y_break)], max(0.05, a.rib_spacing))
     p = canvas.rib_p[rows, cols]
     own = np.abs(p - (k + 0.5)) < 0.5
     dx = np.abs(x[rows, cols] - a.cx)
@@ -379,7 +243,7 @@ def draw_fracture(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -
     canvas.ribs[rows, cols] = after
     change = np.zeros_like(canvas.fill)
     change[rows, cols] = np.abs(after - before)
-    return _mask_box(spec, side, change, size, 0.1)
+    return mask_box(spec, side, change, size, 0.1)
 
 
 def draw_atelectasis(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> list[Box]:
@@ -393,13 +257,13 @@ def draw_atelectasis(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator
             lowest = min(lowest, v)
             p0 = canvas.geom.to_xy(side, float(rng.uniform(0.12, 0.25)), v)
             p1 = canvas.geom.to_xy(side, float(rng.uniform(0.65, 0.8)), v + rng.normal(0, 0.04))
-            _segment(bands, p0, p1, spec.level((1.0, 1.4, 1.9)), 1.0, canvas.fields[side])
+            draw_segment(bands, p0, p1, spec.level((1.0, 1.4, 1.9)), 1.0, canvas.fields[side])
         canvas.add_fill(0.85 * spec.strength * np.minimum(bands, 1))
         medial, lateral = canvas.geom.lung_edges(side)
         apex, base = canvas.geom.lung_rows(side)
         top = apex + (lowest - 0.04) * (base - apex)
         boxes.append(
-            _box(
+            box_from_corners(
                 spec,
                 side,
                 min(medial, lateral),
@@ -429,7 +293,7 @@ def draw_pleural_thickening(
         band *= soft_step((v - top) * (base - apex) * canvas.size, 6.0)
         band *= soft_step((bottom - v) * (base - apex) * canvas.size, 6.0) * canvas.fields[side]
         canvas.add_fill(0.75 * spec.strength * band)
-        boxes += _mask_box(spec, side, band, canvas.size, 0.3)
+        boxes += mask_box(spec, side, band, canvas.size, 0.3)
     return boxes
 
 
@@ -441,7 +305,7 @@ def draw_device(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> 
     if spec.zone == "endotracheal tube":
         tip = float(rng.uniform(0.22, 0.3))
         for offset in (-0.008, 0.008):
-            _segment(device, (a.cx + offset, 0.0), (a.cx + offset, tip), 0.6, 1.0)
+            draw_segment(device, (a.cx + offset, 0.0), (a.cx + offset, tip), 0.6, 1.0)
         path = []
     elif spec.zone == "central venous catheter":
         path = [
@@ -459,15 +323,15 @@ def draw_device(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> 
         hx, hy, _, _ = canvas.geom.heart_ellipse()
         path = [(gx - 0.03, gy), (a.cx + 0.02, 0.2), (a.cx - 0.01, hy - 0.02), (hx + 0.02, hy)]
     for p0, p1 in itertools.pairwise(path):
-        _segment(device, p0, p1, 0.8, 1.0)
+        draw_segment(device, p0, p1, 0.8, 1.0)
     canvas.extra += amount * np.minimum(device, 1.6)
-    return [replace(box, severity=None) for box in _mask_box(spec, None, device, canvas.size, 0.2)]
+    return [replace(box, severity=None) for box in mask_box(spec, None, device, canvas.size, 0.2)]
 
 
 def heart_box(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> list[Box]:
     """Cardiomegaly is drawn by the geometry; its box is the cardiac silhouette."""
     hx, hy, rx, ry = canvas.geom.heart_ellipse()
-    return [_box(spec, None, hx - rx, hy - ry, hx + rx, hy + ry, canvas.size)]
+    return [box_from_corners(spec, None, hx - rx, hy - ry, hx + rx, hy + ry, canvas.size)]
 
 
 def mediastinum_box(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator) -> list[Box]:
@@ -475,7 +339,9 @@ def mediastinum_box(canvas: Canvas, spec: FindingSpec, rng: np.random.Generator)
     a = canvas.geom.anatomy
     width = a.mediastinum_half_width * canvas.geom.mediastinum_scale
     _, hy, _, ry = canvas.geom.heart_ellipse()
-    return [_box(spec, None, a.cx - width, 0.1, a.cx + width, hy - 0.6 * ry, canvas.size)]
+    return [
+        box_from_corners(spec, None, a.cx - width, 0.1, a.cx + width, hy - 0.6 * ry, canvas.size)
+    ]
 
 
 Drawer = Callable[[Canvas, FindingSpec, np.random.Generator], list[Box]]
