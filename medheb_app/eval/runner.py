@@ -123,15 +123,25 @@ class EmbeddingRanker:
 
     def score(self, task: Task, progress: Progress | None, stop: threading.Event | None):
         instruction = instruction_for(task) or None
+
+        def half(offset: float) -> Progress | None:
+            if progress is None:
+                return None
+            return lambda fraction, message: progress(offset + fraction / 2, message)
+
         queries = self.embed(
             [q.item for q in task.queries],
             [q.id for q in task.queries],
             instruction,
-            progress,
+            half(0.0),
             stop,
         )
         candidates = self.embed(
-            [c.item for c in task.candidates], [c.id for c in task.candidates], None, progress, stop
+            [c.item for c in task.candidates],
+            [c.id for c in task.candidates],
+            None,
+            half(0.5),
+            stop,
         )
         return queries @ candidates.T
 
@@ -381,7 +391,7 @@ def run_suite(
                 def task_progress(
                     fraction: float, message: str, _done: float = done, _name: str = task.name
                 ) -> None:
-                    report(_done + fraction / total / 2, f"{_name}: {message}")
+                    report(_done + fraction / total, f"{_name}: {message}")
 
                 run = evaluate_task(task, ranker, task_progress, stop)
                 path = run.to_disk(out_dir)
