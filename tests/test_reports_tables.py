@@ -99,3 +99,14 @@ def test_markdown_report_and_figures_render(summary) -> None:
     bars = figures.family_profile(summary).data
     assert [trace.name for trace in bars] == ["random", "oracle"]
     assert list(bars[1].y) == [100.0, 100.0, 100.0]
+
+
+def test_comparison_rows_pair_each_tasks_queries(summary) -> None:
+    rows = {r["task"]: r for r in reports.comparison_rows(summary, "oracle", "random")}
+    assert set(rows) == {"a-tt", "b-vg", "c-ii", "d-graded"}
+    tt = rows["a-tt"]
+    random_hit1 = summary.models["random"].tasks["a-tt"]["hit@1"]
+    assert tt["oracle"] == "100.00"
+    assert float(tt["diff"]) == pytest.approx(100 - random_hit1, abs=0.01)
+    assert float(tt["p"]) < 0.01  # 40 queries, oracle always right, random rarely
+    assert rows["d-graded"]["metric"] == "ndcg@5"

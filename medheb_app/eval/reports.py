@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from medheb_app.eval import metrics
 from medheb_app.eval.results import Summary
 from medheb_app.tasks.base import ESTABLISHED_FAMILIES, FAMILIES, UNDEREXPLORED_FAMILIES
 
@@ -194,6 +195,34 @@ def task_rows(summary: Summary) -> list[dict[str, Any]]:
     return rows
 
 
+def comparison_rows(
+    summary: Summary, model_a: str, model_b: str, n_boot: int = 1000, seed: int = 0
+) -> list[dict[str, Any]]:
+    """Per task: Hit@1 (NDCG@5 for graded) of a and b, their difference with a 95% paired
+    bootstrap CI over the task's queries, and the two-sided p-value."""
+    rows = []
+    for task in summary.tasks:
+        name = task["name"]
+        if name not in summary.models[model_a].tasks or name not in summary.models[model_b].tasks:
+            continue
+        metric = "ndcg@5" if task["graded"] else "hit@1"
+        a = [q[metric] for q in summary.task_run(model_a, name).queries]
+        b = [q[metric] for q in summary.task_run(model_b, name).queries]
+        diff, (low, high), p_value = metrics.paired_bootstrap_test(a, b, n_boot=n_boot, seed=seed)
+        rows.append(
+            {
+                "task": name,
+                "metric": metric,
+                model_a: _fmt(100 * float(np.mean(a))),
+                model_b: _fmt(100 * float(np.mean(b))),
+                "diff": _fmt(100 * diff),
+                "95% CI": f"[{100 * low:.1f}, {100 * high:.1f}]",
+                "p": f"{p_value:.3f}",
+            }
+        )
+    return rows
+
+
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """Rows of equal keys as a GitHub markdown table ('' when there are none)."""
     if not rows:
@@ -255,6 +284,14 @@ def render_report(summary: Summary) -> str:
             markdown_table(gap),
         ]
     parts += ["", "## Per task (main metric, %)", markdown_table(task_rows(summary))]
+    compared = [name for name in summary.models if name not in NOT_MODELS]
+    if len(compared) >= 2:
+        a, b = compared[0], compared[1]
+        parts += [
+            "",
+            f"## {a} vs {b}: paired bootstrap over each task's queries (1,000 resamples)",
+            markdown_table(comparison_rows(summary, a, b)),
+        ]
     if summary.skipped:
         parts += ["", "## Skipped", *[f"- {name}: {why}" for name, why in summary.skipped.items()]]
     return "\n".join(parts) + "\n"
