@@ -406,6 +406,17 @@ def write_section(path: Path, section: str) -> None:
     path.write_text(text)
 
 
+def _print_progress() -> Callable[[float, str], None]:
+    last = {"message": ""}
+
+    def report(fraction: float, message: str) -> None:
+        if message.split(" ")[0] != last["message"].split(" ")[0] or fraction >= 1.0:
+            print(f"  [{fraction:4.0%}] {message}", flush=True)
+        last["message"] = message
+
+    return report
+
+
 def _rss_target(report: dict[str, Any]) -> str:
     peaks = [
         report[key]["peak_rss_mb"]
@@ -446,6 +457,13 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env()
     report: dict[str, Any] = {"machine": machine(), "torch_threads": torch.get_num_threads()}
     print(f"machine: {report['machine']}", flush=True)
+    if not (args.skip_service and args.skip_rss):
+        print("demo (built once, then loaded) ...", flush=True)
+        from medheb_app.demo import ensure_demo
+
+        started = time.perf_counter()
+        ensure_demo(settings, progress=_print_progress())
+        report["demo_seconds"] = round(time.perf_counter() - started, 1)
     embedder, report["model"] = load_dual_lite(settings)
     anchors = demo_anchors(settings, embedder)
     report["collection"] = (
