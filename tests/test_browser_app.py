@@ -92,6 +92,33 @@ def _write_run(run_dir: Path) -> None:
         (run_dir / model / f"{TASK}.json").write_text(json.dumps(payload))
 
 
+def _store_run(out_dir: Path, settings) -> None:
+    """A finished benchmark run of random vs oracle on two small text tasks, for the explorer."""
+    from medheb_app.eval.runner import run_suite
+    from medheb_app.tasks.base import Item, TaskMetadata
+    from medheb_app.tasks.builders.generic import paired_task
+
+    tasks = []
+    for name, family, split in (
+        ("tt-browser", "T-T", "ID"),
+        ("vg-browser", "VG", "held-out-source"),
+    ):
+        meta = TaskMetadata(
+            name=name,
+            family=family,
+            form="text",
+            split=split,
+            anatomy="chest",
+            source="unit",
+            qry_inst="Find the matching passage:",
+        )
+        pairs = [
+            (Item(f"q{i}", f"w{i} w{i + 1}"), Item(f"t{i}", f"w{i} target")) for i in range(15)
+        ]
+        tasks.append(paired_task(meta, pairs))
+    run_suite(tasks, ["random", "oracle"], out_dir, settings)
+
+
 def _wait_until_serving(process: subprocess.Popen, port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -140,6 +167,7 @@ def app(tmp_path_factory) -> Iterator[dict]:
     study_id = create_study(
         services.store, "Reader study 1", list(MODELS), root / "run", n_items=3, seed=3
     )
+    _store_run(root / "bench", settings)
     services.jobs.shutdown(wait=False)
     log = open(root / "app.log", "w")  # noqa: SIM115 - closed in teardown
     process = subprocess.Popen(
@@ -239,7 +267,10 @@ def test_search_returns_marked_results(app, page):
 def test_explorer_and_analysis_tabs_render(app, page):
     _open(page, app["url"])
     _tab(page, "Benchmark explorer")
-    page.get_by_text("Drill down").wait_for()
+    page.get_by_text("100.00").filter(visible=True).first.wait_for()  # the oracle's Hit@1
+    assert page.locator("#explorer-run input").input_value().startswith("Run 1:")
+    assert page.locator("#explorer-task input").input_value() == "tt-browser"  # first task
+    page.locator("#explorer-ranked").get_by_text("✓ GOLD").first.wait_for()
     _shot(page, "explorer")
     _tab(page, "Study analysis")
     page.locator("#analysis-study").wait_for()
@@ -310,4 +341,12 @@ def test_non_admin_cannot_start_a_job(app, page):
     page.locator("#admin-password input").fill(ADMIN_PASSWORD)
     page.locator("#admin-sign-in").click()
     page.locator("#admin-start-bench").wait_for(state="visible")
+    page.get_by_role("tab", name="Index build").click()
+    page.locator("#admin-index-name textarea").fill("browser-built")
+    page.locator("#admin-start-index").click()
+    page.locator("#admin-job-note").get_by_text("Started job").wait_for()
+    page.locator("#admin-jobs").get_by_test_id("cell-0-2").get_by_text("done").wait_for(
+        timeout=120_000
+    )  # polled
+    assert "built browser-built" in page.locator("#admin-log textarea").input_value()
     _shot(page, "admin")

@@ -165,10 +165,12 @@ def build_admin_tab(services: Services) -> dict[str, Any]:
             )
             train_start = gr.Button("Start training")
         with gr.Tab("Index build"):
-            index_name = gr.Textbox(label="Index name", value="demo-cxr")
+            index_name = gr.Textbox(
+                label="Index name", value="demo-cxr", elem_id="admin-index-name"
+            )
             index_model = gr.Dropdown(label="Model", choices=[])
             corpus = gr.Dropdown(label="Corpus", choices=list(INDEX_CORPORA), value="phantom-demo")
-            index_start = gr.Button("Start index build")
+            index_start = gr.Button("Start index build", elem_id="admin-start-index")
         with gr.Tab("Create study"):
             run = gr.Dropdown(label="Benchmark run", choices=[])
             study_models = gr.Dropdown(label="Models to compare", choices=[], multiselect=True)
@@ -180,12 +182,14 @@ def build_admin_tab(services: Services) -> dict[str, Any]:
             create = gr.Button("Create study")
             study_note = gr.HTML()
         gr.Markdown("### Jobs")
-        jobs = gr.Dataframe(label="History", interactive=False)
+        jobs = gr.Dataframe(label="History", interactive=False, elem_id="admin-jobs")
         with gr.Row():
             job_id = gr.Number(label="Job id", precision=0)
             cancel = gr.Button("Cancel job", variant="stop")
         job_progress = gr.HTML()
-        job_log = gr.Textbox(label="Log", lines=10, max_lines=20, autoscroll=True)
+        job_log = gr.Textbox(
+            label="Log", lines=10, max_lines=20, autoscroll=True, elem_id="admin-log"
+        )
 
     def _login(pw):
         ok, note = sign_in(services, pw)

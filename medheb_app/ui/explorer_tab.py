@@ -243,10 +243,10 @@ def build_explorer_tab(services: Services) -> dict[str, Any]:
     scatter_plot = gr.Plot(label="Model vs model")
     gr.Markdown("### Drill down: task → query → ranked lists")
     with gr.Row():
-        task = gr.Dropdown(label="Task", choices=[])
+        task = gr.Dropdown(label="Task", choices=[], elem_id="explorer-task")
         query = gr.Dropdown(label="Query", choices=[])
         compare_models = gr.Dropdown(label="Models to compare", choices=[], multiselect=True)
-    ranked = gr.HTML()
+    ranked = gr.HTML(elem_id="explorer-ranked")
     summary_state = gr.State(None)
 
     def _load(run_id):
@@ -274,6 +274,7 @@ def build_explorer_tab(services: Services) -> dict[str, Any]:
             )
         frame = task_frame(summary)
         names = list(summary.models)
+        tasks = sorted(frame["task"].unique())
         return (
             summary,
             "",
@@ -283,7 +284,7 @@ def build_explorer_tab(services: Services) -> dict[str, Any]:
             gr.update(choices=names, value=[]),
             gr.update(choices=names, value=names[0]),
             gr.update(choices=names, value=names[-1]),
-            gr.update(choices=sorted(frame["task"].unique()), value=None),
+            gr.update(choices=tasks, value=tasks[0] if tasks else None),
             gr.update(choices=names, value=names[:2]),
             pd.DataFrame(reports.table4_rows(summary)),
         )
