@@ -46,7 +46,7 @@ from medheb_app.settings import Settings  # noqa: E402
 
 START = "<!-- bench_retrieval:start -->"
 END = "<!-- bench_retrieval:end -->"
-ANN_KINDS: dict[str, dict[str, Any]] = {"ivf": {"nprobe": 16}, "hnsw": {"ef_search": 64}}
+ANN_KINDS: dict[str, dict[str, Any]] = {"ivf": {}, "hnsw": {}}  # the library's defaults
 
 
 def query_texts() -> list[str]:

@@ -83,7 +83,7 @@ class VectorIndex:
     ) -> VectorIndex:
         """Index `vectors` (n, d), unit-norm float32, under `ids` (unique strings).
 
-        ivf params: nlist (default 4 * sqrt(n)), nprobe (default 16), seed (default 0).
+        ivf params: nlist (default 4 * sqrt(n)), nprobe (default max(16, nlist / 32)), seed (0).
         hnsw params: m (32), ef_construction (80), ef_search (64).
         """
         if kind not in INDEX_KINDS:
@@ -105,7 +105,7 @@ class VectorIndex:
             resolved: dict[str, Any] = {}
         elif kind == "ivf":
             nlist = int(params.get("nlist") or default_nlist(len(ids)))
-            nprobe = int(params.get("nprobe", 16))
+            nprobe = int(params.get("nprobe") or max(16, nlist // 32))
             resolved = {"nlist": nlist, "nprobe": min(nprobe, nlist), "seed": params.get("seed", 0)}
             quantiser = faiss.IndexFlatIP(dims)
             index = faiss.IndexIVFFlat(quantiser, dims, nlist, faiss.METRIC_INNER_PRODUCT)
