@@ -342,7 +342,8 @@ def build_explorer_tab(services: Services) -> dict[str, Any]:
         _views, view_inputs, view_outputs, api_name=False
     )
     for control in (families, forms, splits, models, model_x, model_y):
-        control.change(_views, view_inputs, view_outputs, api_name=False)
+        # .input (user edits only): a run load sets all of them and redraws once, via .then
+        control.input(_views, view_inputs, view_outputs, api_name=False)
     task.change(_queries, [summary_state, task], [query], api_name=False)
     for control in (query, compare_models):
         control.change(
