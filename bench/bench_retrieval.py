@@ -285,9 +285,8 @@ def app_rss(settings: Settings) -> dict[str, Any]:
         from gradio_client import Client
 
         client = Client(url, verbose=False)
-        client.predict(
+        client.predict(  # the upload is a gr.State, which the API does not expose
             "pleural effusion and no cardiomegaly",
-            None,
             settings.default_model,
             settings.default_index,
             10,
