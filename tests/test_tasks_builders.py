@@ -225,3 +225,17 @@ def test_nih_label_tasks_are_single_label_and_patient_safe() -> None:
         assert all(by_id[p].group != by_id[query.id].group for p in query.positives)
     multi = [s for s in studies if len(s.meta["nih_labels"]) > 1]
     assert multi and not {f"nih@{revision}:{s.id}" for s in multi} & set(by_id)
+
+
+def test_studies_with_boxes_keeps_whole_images_under_the_cap() -> None:
+    boxes = [Box("Edema", 0, 0, 10, 10)]
+    studies = [
+        chest(f"s{i}", f"p{i}", ["Edema"], {"Edema": 1}, boxes=boxes * (i % 4)) for i in range(20)
+    ]
+    chosen = phantom.studies_with_boxes(studies, 12, seed=0)
+    assert sum(len(s.boxes) for s in chosen) <= 12
+    assert all(s.boxes for s in chosen)
+    assert chosen == phantom.studies_with_boxes(studies, 12, seed=0)
+    # greedy fill: no unchosen boxed study would still fit
+    room = 12 - sum(len(s.boxes) for s in chosen)
+    assert all(len(s.boxes) > room for s in studies if s.boxes and s not in chosen)

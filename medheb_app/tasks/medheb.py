@@ -29,7 +29,7 @@ from medheb_app.tasks.builders import generic, phantom, real
 # Corpus sizes and caps: the phantom test split (20% of patients) gives ~{CHEST_N/5} studies.
 CHEST_N = 2000
 CHEST_SEED = 0
-VOLUME_SUBJECTS = 60
+VOLUME_SUBJECTS = 50
 VOLUME_SEED = 0
 MAX_QUERIES = {"test": 200, "train": 1500}
 GRADED_MAX_QUERIES = 150
@@ -179,14 +179,13 @@ def phantom_cxr_vg(settings: Settings, part: Part = "test") -> Task:
     meta = _phantom_meta(
         "phantom-cxr-vg",
         "VG",
-        "Full image + region text to the box's crop among all crops.",
+        "Full image + region text to the box's crop among every crop of the sampled images "
+        "(a region competes with its own image's other regions).",
         rev,
         qry_inst=INST_VG,
     )
-    pairs = phantom.region_pairs(studies, rev, region_description)
-    return generic.paired_task(
-        meta, pairs, distractors=[t for _, t in pairs], max_queries=_cap(part), seed=5
-    )
+    chosen = phantom.studies_with_boxes(studies, _cap(part), seed=5)
+    return generic.paired_task(meta, phantom.region_pairs(chosen, rev, region_description))
 
 
 def phantom_cxr_graded_severity(settings: Settings, part: Part = "test") -> Task:

@@ -128,6 +128,20 @@ def crop(pixels: np.ndarray, box: Box) -> np.ndarray:
     return np.ascontiguousarray(pixels[y0 : y0 + h, x0 : x0 + w])
 
 
+def studies_with_boxes(studies: Sequence[Study], max_boxes: int, seed: int) -> list[Study]:
+    """Whole studies, in a seeded order, while their boxes total at most `max_boxes`."""
+    boxed = [study for study in studies if study.boxes]
+    order = np.random.default_rng(seed).permutation(len(boxed))
+    chosen, total = [], 0
+    for index in order:
+        study = boxed[index]
+        if total + len(study.boxes) > max_boxes:
+            continue
+        chosen.append(study)
+        total += len(study.boxes)
+    return sorted(chosen, key=lambda study: study.id)
+
+
 def region_pairs(
     studies: Sequence[Study], revision: str, describe: Callable[[Box], str]
 ) -> list[tuple[Item, Item]]:
