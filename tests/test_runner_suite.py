@@ -19,7 +19,7 @@ from medheb_app.eval.runner import (
     rank,
     run_suite,
 )
-from medheb_app.evidence.study import EmbedItem, Evidence, as_evidence
+from medheb_app.evidence.study import EmbedItem, Evidence, Study, as_evidence
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.models.base import ModelCard, l2_normalise
 from medheb_app.store.db import Store
@@ -189,3 +189,21 @@ def test_task_validation_rejects_unreachable_positives() -> None:
         TaskMetadata(**{**meta("x").model_dump(), "unknown_field": 1})
     with pytest.raises(ValueError):
         meta("x", family="I-X")
+
+
+def test_task_files_carry_what_a_rater_is_shown(settings, tmp_path: Path) -> None:
+    study = Study(id="s1", form="2d", path="/data/s1.png")
+    task = Task(
+        meta("shown"),
+        [Query("q", Evidence(image=np.zeros((4, 4), np.float32), text="Is there edema?"),
+               positives=("yes",))],
+        [Item("yes", "yes"), Item("img", study)],
+    )  # fmt: skip
+    run = evaluate_task(task, OracleRanker())
+    assert run.queries[0]["query"] == {"form": "text+2d", "text": "Is there edema?"}
+    assert run.payloads == {"yes": {"text": "yes"}, "img": {"form": "2d", "image": "/data/s1.png"}}
+    from medheb_app.study.run_outputs import load_task_output
+
+    path = run.to_disk(tmp_path)
+    loaded = load_task_output(path)
+    assert loaded.queries["q"].gold == frozenset({"yes"})

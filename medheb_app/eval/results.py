@@ -67,6 +67,7 @@ class TaskRun:
     instruction: str
     n_candidates: int
     timing: dict[str, float] = field(default_factory=dict)
+    payloads: dict[str, dict[str, Any]] = field(default_factory=dict)  # shown candidates
     code_version: str = field(default_factory=code_version)
     created: str = field(default_factory=now_iso)
     note: str = ""

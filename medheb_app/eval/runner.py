@@ -176,6 +176,25 @@ def task_forms(task: Task) -> set[str]:
     return forms
 
 
+def item_payload(item: EmbedItem) -> dict[str, Any]:
+    """What a person would be shown for an item: its text, its image file, or its form."""
+    if isinstance(item, str):
+        return {"text": item}
+    if isinstance(item, Study):
+        if item.form == "text":
+            return {"text": item.text or ""}
+        payload: dict[str, Any] = {"form": item.form}
+        if item.path:
+            payload["image" if item.form == "2d" else "volume"] = item.path
+        return payload
+    if isinstance(item, Evidence):
+        payload = {"form": "+".join(item.forms)}
+        if item.text is not None:
+            payload["text"] = item.text
+        return payload
+    return {}
+
+
 def rank(scores: np.ndarray, task: Task, k: int = TOP_K) -> list[list[int]]:
     """Per query, the indices of its top-k candidates (best first, ties in pool order),
     never including the query's excluded candidates."""
@@ -227,6 +246,7 @@ def evaluate_task(
         relevance = task.relevance(query)
         record: dict[str, Any] = {
             "id": query.id,
+            "query": item_payload(query.item),
             "ranked": ranked_ids,
             "scores": [round(float(scores[i, j]), 6) for j in order],
         }
@@ -236,6 +256,8 @@ def evaluate_task(
             record["positives"] = [pid for pid in query.positives if pid in relevance]
         record.update(score_query(ranked_ids, relevance, graded))
         records.append(record)
+    shown = {cid for record in records for cid in record["ranked"]}
+    payloads = {c.id: item_payload(c.item) for c in task.candidates if c.id in shown}
     names = [key for key in records[0] if "@" in key]
     task_scores = {name: metrics.macro_average(r[name] for r in records) for name in names}
     task_scores["n_queries"] = len(records)
@@ -247,6 +269,7 @@ def evaluate_task(
         queries=records,
         instruction=instruction_for(task),
         n_candidates=len(task.candidates),
+        payloads=payloads,
         timing={
             "score_s": round(scored - started, 3),
             "rank_s": round(time.perf_counter() - scored, 3),
