@@ -89,4 +89,6 @@ def test_drill_down_marks_the_gold(services, run_id):
     oracle_column = page.split("<h4>oracle</h4>")[1].split("</ol>")[0]
     assert oracle_column.index("✓ GOLD") < oracle_column.index("</li>")  # rank 1 is gold
     assert "gold first at rank 1" in oracle_column
+    assert "target</div>" in oracle_column  # candidate texts shown under their ids
+    assert page.startswith(f"<div><b>Query {ids[0]}</b>")
     assert "Pick a task" in ex.ranked_lists_html(summary, None, None, ["oracle"])

@@ -159,6 +159,19 @@ def _gold(record: dict[str, Any]) -> set[str]:
     return {str(k) for k, v in gains.items() if v == best and v > 0}
 
 
+def _snippet(payload: dict[str, Any], limit: int = 100) -> str:
+    """A candidate's or query's text (shortened) or file name, as an HTML line."""
+    text = payload.get("text")
+    if not text:
+        path = payload.get("image") or payload.get("volume")
+        text = f"[{payload.get('form', 'image')}: {str(path).rsplit('/', 1)[-1]}]" if path else ""
+    if not text:
+        return ""
+    text = str(text)
+    short = text if len(text) <= limit else text[: limit - 1] + "…"
+    return f'<div style="color:#555;font-size:.85em">{html.escape(short)}</div>'
+
+
 def query_ids(summary: Summary, task: str | None) -> list[str]:
     """The query ids of a task, from the first model that ran it."""
     if not task:
@@ -190,7 +203,8 @@ def ranked_lists_html(
             score = f" · {scores[rank]:.3f}" if rank < len(scores) else ""
             mark = " <b>✓ GOLD</b>" if str(candidate) in gold else ""
             style = ' style="background:#dff3e4"' if mark else ""
-            items.append(f"<li{style}>{html.escape(str(candidate))}{score}{mark}</li>")
+            shown = _snippet(run.payloads.get(str(candidate), {}))
+            items.append(f"<li{style}>{html.escape(str(candidate))}{score}{mark}{shown}</li>")
         found = [c for c in record["ranked"] if str(c) in gold]
         rank_note = (
             f"gold first at rank {record['ranked'].index(found[0]) + 1}"
@@ -204,7 +218,11 @@ def ranked_lists_html(
         )
     if not columns:
         return ui.notice_html("warning", "No ranked list for this query in the chosen models.")
-    gold_note = f"<div>Gold: {html.escape(', '.join(sorted(_gold(record))))}</div>"
+    query_note = _snippet(record.get("query") or {}, limit=400)
+    gold_note = (
+        f"<div><b>Query {html.escape(str(query_id))}</b>{query_note}</div>"
+        f"<div>Gold: {html.escape(', '.join(sorted(_gold(record))))}</div>"
+    )
     return f'{gold_note}<div style="display:flex;gap:16px;flex-wrap:wrap">{"".join(columns)}</div>'
 
 
