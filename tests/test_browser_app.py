@@ -222,6 +222,31 @@ def page(browser):
     context.close()
 
 
+# Playwright cannot read the bodies of Gradio's streamed responses (the queue's server-sent
+# events), so the page records every fetch body as it streams in, via a tee of the stream.
+RECORD_FETCH_BODIES = """
+window.__bodies = [];
+const originalFetch = window.fetch;
+window.fetch = async (...args) => {
+  const response = await originalFetch(...args);
+  if (!response.body) return response;
+  const [forPage, forTest] = response.body.tee();
+  const reader = forTest.getReader();
+  const decoder = new TextDecoder();
+  (async () => {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      window.__bodies.push(decoder.decode(value, { stream: true }));
+    }
+  })().catch(() => {});
+  return new Response(forPage, {
+    status: response.status, statusText: response.statusText, headers: response.headers,
+  });
+};
+"""
+
+
 def _open(page, url: str) -> None:
     """Load a page and wait until Gradio has rendered it and run its load events."""
     page.goto(url, wait_until="load")
@@ -288,6 +313,7 @@ def test_rater_page_is_blind_until_the_vote_and_votes_are_stored(app, page):
             bodies.append("")
 
     page.on("response", keep)
+    page.add_init_script(RECORD_FETCH_BODIES)
     _open(page, f"{app['url']}/rate")
     _choose(page, "rater-study", f"Study {app['study_id']}")
     page.locator("#rater-name textarea").fill("Browser Rater")
@@ -295,8 +321,9 @@ def test_rater_page_is_blind_until_the_vote_and_votes_are_stored(app, page):
     page.locator("#rater-query").get_by_text("query text").wait_for()
     page.locator("#rater-side-a").get_by_text("candidate report").first.wait_for()
     _shot(page, "rate-before-vote")
-    seen_before_vote = page.content() + "".join(bodies)
-    assert sum(len(body) for body in bodies) > 0
+    streamed = "".join(page.evaluate("window.__bodies"))
+    assert "candidate report" in streamed  # the item's own traffic was inspected
+    seen_before_vote = page.content() + "".join(bodies) + streamed
     for secret in (*MODELS, TASK):
         assert secret not in seen_before_vote, f"{secret} leaked before the vote"
 
