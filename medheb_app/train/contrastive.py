@@ -26,7 +26,13 @@ import torch
 
 from medheb_app.models.base import ModelCard
 from medheb_app.models.dual_lite import DualLiteEmbedder, HeadConfig, ProjectionHeads
-from medheb_app.models.towers import IMAGE_SIZE, ImageTower, TextTower, preprocess_images
+from medheb_app.models.towers import (
+    IMAGE_ARCH,
+    IMAGE_SIZE,
+    ImageTower,
+    TextTower,
+    preprocess_images,
+)
 from medheb_app.train.config import config_to_dict
 
 Progress = Callable[[int, int, float], None]
@@ -143,20 +149,30 @@ def build_embedder(config: TrainerConfig) -> DualLiteEmbedder:
 class _Features:
     """Tower features: cached once when frozen, recomputed with gradients when tuned."""
 
-    def __init__(self, embedder: DualLiteEmbedder, images: Sequence[np.ndarray], tuned: set):
+    def __init__(
+        self,
+        embedder: DualLiteEmbedder,
+        images: Sequence[np.ndarray],
+        tuned: set,
+        cache_dir: Path | None = None,
+    ) -> None:
         self.embedder = embedder
         self.images = images
         self.tuned = tuned
-        # clone(): features come from inference mode, and autograd refuses inference tensors
-        self.image_cache = None if "image" in tuned else embedder.image_features(images).clone()
+        self.image_cache = None
+        if "image" not in tuned:
+            key = f"image-{IMAGE_ARCH}-{embedder.image_size}-{data_fingerprint([], images)}"
+            self.image_cache = _on_disk(cache_dir, key, lambda: embedder.image_features(images))
         self.text_cache: dict[str, torch.Tensor] = {}
+        self.cache_dir = cache_dir
 
     def prepare_texts(self, texts: Sequence[str]) -> None:
         if "text" in self.tuned:
             return
         missing = sorted({t for t in texts if t not in self.text_cache})
         if missing:
-            features = self.embedder.text_features(missing).clone()
+            key = f"text-minilm-{data_fingerprint(missing, [])}"
+            features = _on_disk(self.cache_dir, key, lambda: self.embedder.text_features(missing))
             self.text_cache.update(zip(missing, features, strict=True))
 
     def image(self, index: np.ndarray) -> torch.Tensor:
@@ -169,6 +185,23 @@ class _Features:
         if "text" in self.tuned:
             return self.embedder.text_tower.encode(texts)
         return torch.stack([self.text_cache[t] for t in texts])
+
+
+def _on_disk(cache_dir: Path | None, key: str, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """Frozen-tower features, reused from `cache_dir` when the same inputs were seen before.
+
+    clone(): features come from inference mode, and autograd refuses inference tensors.
+    """
+    path = None if cache_dir is None else Path(cache_dir) / f"{key}.pt"
+    if path is not None and path.is_file():
+        return torch.load(path, weights_only=True)
+    features = compute().clone()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".tmp")
+        torch.save(features, partial)
+        partial.replace(path)
+    return features
 
 
 def _batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -198,19 +231,22 @@ def train_contrastive(
     val_images: Sequence[np.ndarray] | None = None,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
+    cache_dir: Path | None = None,
 ) -> TrainResult:
     """Train heads (and LoRA adapters if config.tune == "lora") and save a checkpoint to `out`.
 
     `images` are the distinct training images; `sample_pairs(epoch, rng)` returns that
     epoch's pairs (fixed for report matching, resampled captions for label-aware training).
     `run_info` (recipe config, data fingerprint, tag, description) is stored in config.json.
+    `cache_dir` keeps frozen-tower features on disk, keyed by the exact inputs, so a rerun
+    with other head settings skips the towers.
     """
     started = time.perf_counter()
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     embedder = build_embedder(config)
     tuned = set(config.lora_towers) if config.tune == "lora" else set()
-    features = _Features(embedder, images, tuned)
+    features = _Features(embedder, images, tuned, cache_dir)
 
     parameters = [p for p in embedder.heads.parameters()]
     for kind in tuned:
@@ -253,7 +289,9 @@ def train_contrastive(
 
     val_loss = None
     if not cancelled and val_pairs is not None and val_images is not None:
-        val_loss = evaluate_loss(embedder, val_images, val_pairs, loss_fn, config.batch_size)
+        val_loss = evaluate_loss(
+            embedder, val_images, val_pairs, loss_fn, config.batch_size, cache_dir
+        )
 
     folder = Path(out)
     seconds = time.perf_counter() - started
@@ -279,10 +317,15 @@ def evaluate_loss(
     pairs: Pairs,
     loss_fn: LossFn,
     batch_size: int,
+    cache_dir: Path | None = None,
 ) -> float:
     """Mean loss over fixed, unshuffled batches of held-out pairs (no gradients)."""
+    # the disk cache holds pretrained-tower features only: never use it for LoRA-tuned towers
+    adapted = any(
+        hasattr(tower.net, "peft_config") for tower in (embedder.image_tower, embedder.text_tower)
+    )
     with torch.inference_mode():
-        features = _Features(embedder, images, tuned=set())
+        features = _Features(embedder, images, set(), None if adapted else cache_dir)
         features.prepare_texts(pairs.texts)
         total, count = 0.0, 0
         for start in range(0, len(pairs.texts), batch_size):

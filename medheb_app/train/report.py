@@ -64,10 +64,12 @@ def train_report(
     studies: Sequence[Study] | None = None,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
+    cache_dir: Path | None = None,
 ) -> TrainResult:
     """Train dual-lite by report matching and save the checkpoint folder `out`.
 
     `studies` defaults to the phantom corpus generate_chest_corpus(config.n, config.corpus_seed).
+    `cache_dir` keeps frozen-tower features between runs (see train_contrastive).
     """
     source = "given"
     if studies is None:
@@ -97,4 +99,5 @@ def train_report(
         val_images=val_images,
         progress=progress,
         stop=stop,
+        cache_dir=cache_dir,
     )
