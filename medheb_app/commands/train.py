@@ -90,7 +90,9 @@ def _summary(result: TrainResult) -> tuple[str, dict]:
 def _run_report(config: Any, out: Path, settings: Settings, progress: Progress) -> TrainResult:
     from medheb_app.train.report import train_report
 
-    return train_report(config, out, progress=progress)
+    return train_report(
+        config, out, progress=progress, cache_dir=settings.cache_dir / "tower-features"
+    )
 
 
 def _run_label_aware(config: Any, out: Path, settings: Settings, progress: Progress) -> TrainResult:
