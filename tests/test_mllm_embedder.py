@@ -77,12 +77,12 @@ def test_volume_is_sampled_frames_as_a_video(embedder):
 
 def test_embedding_is_the_final_normed_state_of_the_last_token(embedder):
     captured = {}
-    norm = embedder.model.language_model.norm
+    norm = embedder.backbone.language_model.norm
     handle = norm.register_forward_hook(lambda m, i, out: captured.setdefault("out", out))
     try:
         inputs = embedder.tokens([Evidence(text=str(ITEMS[0])), ITEMS[1]], [None, None])
         with torch.inference_mode():
-            hidden = embedder.model(**inputs).last_hidden_state
+            hidden = embedder.backbone(**inputs).last_hidden_state
     finally:
         handle.remove()
     assert torch.equal(hidden, captured["out"])  # last_hidden_state is after the final norm

@@ -101,6 +101,26 @@ def _run_label_aware(config: Any, out: Path, settings: Settings, progress: Progr
     return train_label_aware(config, out, settings, progress=progress)
 
 
+def _run_medemb(config: Any, out: Path, settings: Settings, progress: Progress) -> TrainResult:
+    from medheb_app.train.medemb import train_medemb
+
+    try:
+        return train_medemb(config, out, settings, progress=progress)
+    except (FileNotFoundError, ValueError) as error:
+        raise UserError(str(error)) from error
+
+
+def _medemb_handler(args: argparse.Namespace, settings: Settings) -> tuple[str, dict]:
+    """The generic handler, with the spec a MedEmb checkpoint actually loads with."""
+    from medheb_app.train.medemb import MedEmbConfig, spec_for_card
+
+    human, payload = _handler(MedEmbConfig, _run_medemb)(args, settings)
+    spec = spec_for_card(payload["card"])
+    human = human.replace(payload["spec"], spec)
+    payload["spec"] = spec
+    return human, payload
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from medheb_app.train.ablations import add_ablation_arguments, run_ablations
     from medheb_app.train.label_aware import LabelAwareConfig
@@ -124,6 +144,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         _run_label_aware,
         "label-aware fine-tuning (CXR-Retrieve eq. 7: soft label targets + conflict hinge)",
     )
+    from medheb_app.train.medemb import MedEmbConfig
+
+    medemb = add_recipe(
+        recipes,
+        "medemb",
+        MedEmbConfig,
+        _run_medemb,
+        "the MedEmb recipe (MedHEB section 4): one backbone for text, 2D, 3D and mixed inputs, "
+        "masked InfoNCE, token-budgeted batching, LoRA; --model medemb-lite or mllm:/path",
+    )
+    medemb.set_defaults(handler=_medemb_handler)
     ablations = recipes.add_parser(
         "ablations",
         help="CXR-Retrieve Table 4: train and score loss / caption-mix / tuning variants",

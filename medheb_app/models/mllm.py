@@ -127,7 +127,7 @@ class MLLMEmbedder:
     lora_targets = LORA_TARGETS
 
     def __init__(self, model: torch.nn.Module, processor, card: ModelCard, config: MLLMConfig):
-        self.model = model.eval()
+        self.backbone = model.eval()
         self.processor = processor
         self.card = card
         self.config = config
@@ -191,7 +191,7 @@ class MLLMEmbedder:
     def embed(self, items: Sequence[Evidence], instructions: Sequence[str | None]) -> torch.Tensor:
         """(n, d) L2-normalised final-token states; carries gradients when enabled."""
         inputs = self.tokens(items, instructions)
-        hidden = self.model(**inputs).last_hidden_state  # mm_token_type_ids included
+        hidden = self.backbone(**inputs).last_hidden_state  # mm_token_type_ids included
         pooled = last_token(hidden, inputs["attention_mask"])
         return torch.nn.functional.normalize(pooled.float(), dim=-1)
 

@@ -7,6 +7,8 @@
                                "dual-lite@/path/to/checkpoint"
   3. "open_clip:..."           see open_clip_embedder.py
   4. "mllm:..."                medheb_app/models/mllm.py (Qwen-VL style embedders)
+  5. "medemb-lite[@tag|@path]" medheb_app/models/medemb_lite.py: the committed checkpoint
+                               models/medemb-lite/, or one trained by `train medemb`
 Anything else is an error that lists the valid specs. Loaded embedders are memoised per
 process; a checkpoint is reloaded when its weights file changes.
 """
@@ -28,6 +30,11 @@ from medheb_app.models.dual_lite import (
     checkpoint_card,
     read_checkpoint_config,
 )
+from medheb_app.models.medemb_lite import MEDEMB_LITE, PROJECTION_FILE, MedEmbLiteEmbedder
+from medheb_app.models.medemb_lite import checkpoint_card as medemb_lite_card
+from medheb_app.models.medemb_lite import checkpoint_folder as medemb_lite_folder
+from medheb_app.models.medemb_lite import checkpoints as medemb_lite_checkpoints
+from medheb_app.models.medemb_lite import read_checkpoint_config as read_medemb_lite_config
 from medheb_app.settings import Settings
 
 DEFAULT_DUAL_LITE_TAG = "report"
@@ -118,6 +125,10 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
         return (DUAL_LITE, str(folder.resolve()), stamp), lambda: DualLiteEmbedder.from_checkpoint(
             folder
         )
+    if name == MEDEMB_LITE:
+        folder = medemb_lite_folder(tag if at else "", settings)
+        key = (MEDEMB_LITE, str(folder.resolve()), (folder / PROJECTION_FILE).stat().st_mtime_ns)
+        return key, lambda: MedEmbLiteEmbedder.from_checkpoint(folder)
     if spec.startswith("open_clip:"):
         from medheb_app.models.open_clip_embedder import OpenClipEmbedder
 
@@ -142,10 +153,19 @@ def load_embedder(spec: str, settings: Settings) -> Embedder:
 
 
 def valid_specs(settings: Settings) -> list[str]:
-    """Built-in names and every dual-lite checkpoint spec that would resolve now."""
+    """Built-in names and every dual-lite and medemb-lite checkpoint spec that resolves now."""
     specs = [DUAL_LITE, *BUILTINS]
     specs += [f"{DUAL_LITE}@{tag}" for tag in checkpoint_folders(settings)]
+    specs += _medemb_lite_specs(settings)
     return specs
+
+
+def _medemb_lite_specs(settings: Settings) -> dict[str, Path]:
+    """spec -> folder of every medemb-lite checkpoint ("medemb-lite" is the default one)."""
+    return {
+        MEDEMB_LITE if tag == MEDEMB_LITE else f"{MEDEMB_LITE}@{tag}": folder
+        for tag, folder in medemb_lite_checkpoints(settings).items()
+    }
 
 
 def list_models(settings: Settings) -> list[dict[str, object]]:
@@ -159,6 +179,9 @@ def list_models(settings: Settings) -> list[dict[str, object]]:
         models.append({"spec": name, "card": builtin.card(settings).to_dict()})
     for tag, folder in folders.items():
         models.append({"spec": f"{DUAL_LITE}@{tag}", "card": _card_dict(folder)})
+    for spec, folder in _medemb_lite_specs(settings).items():
+        card = medemb_lite_card(folder, read_medemb_lite_config(folder))
+        models.append({"spec": spec, "card": card.to_dict()})
     return models
 
 

@@ -1,0 +1,401 @@
+"""medemb-lite: one transformer reads one sequence for every evidence form (MedHEB section 4).
+
+MedEmb serialises text, 2D images, volumes and mixed inputs into ONE sequence for one MLLM
+and reads the embedding from the final token. medemb-lite does the same with the two
+pretrained networks this machine has:
+
+    [CLS] instruction [SEP] <visual tokens> text [SEP]      -> all-MiniLM-L6-v2 (BERT, 6 layers)
+                                                               final [SEP] state -> L2 norm
+
+Visual tokens: an image goes through the frozen EfficientNet-Lite0; its last feature map
+(1280 channels, 7 x 7 at 224 px) is average-pooled to grid x grid cells, and a trained linear
+layer maps each cell into BERT's 384-d token space (the way LLaVA-style MLLMs project vision
+features into the LLM). A volume is up to K = 64 uniformly sampled frames, each pooled to
+one token, in slice order (BERT's position embeddings keep the order). Visual tokens carry
+token type 1, words type 0. The backbone is adapted with LoRA (r = 8, alpha = 32) on the
+attention query/key/value and every dense layer; the projection is trained in full.
+
+Queries carry the task instruction in front (Appendix A.6); candidates carry none. The
+pooled token is configurable ("last", the MedEmb reading, or "mean") so the two can be
+compared (docs/medemb.md). A checkpoint folder holds config.json, projection.safetensors,
+adapter/ (peft LoRA), card.json; small enough to commit under models/medemb-lite/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from medheb_app.evidence.readers import K_FRAMES, sample_frames
+from medheb_app.evidence.study import EmbedItem, Evidence, as_evidence
+from medheb_app.models.base import ModelCard
+from medheb_app.models.towers import (
+    IMAGE_ARCH,
+    IMAGE_DIM,
+    TEXT_DIM,
+    TOWERS_LICENSE,
+    ImageTower,
+    preprocess_images,
+    text_model_path,
+    text_tokenizer,
+)
+from medheb_app.settings import Settings
+
+MEDEMB_LITE = "medemb-lite"
+CONFIG_FILE = "config.json"
+PROJECTION_FILE = "projection.safetensors"
+ADAPTER_DIR = "adapter"
+CARD_FILE = "card.json"
+BASE = f"all-MiniLM-L6-v2 backbone + {IMAGE_ARCH} (ImageNet) visual tokens"
+LORA_TARGETS = ["query", "key", "value", "dense"]
+Pooling = Literal["last", "mean"]
+
+
+@dataclass(frozen=True)
+class MedEmbLiteConfig:
+    """Shape of the sequence; travels in config.json with the weights."""
+
+    image_size: int = 224
+    grid: int = 4  # visual tokens per image = grid * grid
+    frame_size: int = 128  # volume frames are small: 64 of them per volume
+    frames: int = K_FRAMES
+    max_text_tokens: int = 128
+    pooling: Pooling = "last"
+
+    def __post_init__(self) -> None:
+        if not 32 <= self.frame_size <= self.image_size <= 1024:
+            raise ValueError("need 32 <= frame_size <= image_size <= 1024")
+        if not 1 <= self.grid <= 7 or self.frames < 1 or self.max_text_tokens < 8:
+            raise ValueError("need 1 <= grid <= 7, frames >= 1 and max_text_tokens >= 8")
+        if self.pooling not in ("last", "mean"):
+            raise ValueError(f"pooling must be 'last' or 'mean'; got {self.pooling!r}")
+
+
+class FeatureCache:
+    """Frozen-tower visual tokens by content hash (float16, bounded): training revisits the
+    same images every epoch, and benchmark runs of several checkpoints share them."""
+
+    def __init__(self, max_bytes: int = 1 << 30) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+        self.store: OrderedDict[str, torch.Tensor] = OrderedDict()
+
+    @staticmethod
+    def key(array: np.ndarray, *settings: int) -> str:
+        digest = hashlib.sha1(np.ascontiguousarray(array, dtype=np.float32).tobytes())
+        digest.update(repr((array.shape, settings)).encode())
+        return digest.hexdigest()
+
+    def get(self, key: str) -> torch.Tensor | None:
+        if key in self.store:
+            self.store.move_to_end(key)
+            return self.store[key].float()
+        return None
+
+    def put(self, key: str, value: torch.Tensor) -> None:
+        value = value.detach().to(torch.float16)
+        self.store[key] = value
+        self.used += value.numel() * 2
+        while self.used > self.max_bytes and len(self.store) > 1:
+            _, old = self.store.popitem(last=False)
+            self.used -= old.numel() * 2
+
+
+@cache
+def shared_image_tower() -> ImageTower:
+    tower = ImageTower()
+    return tower.requires_grad_(False).eval()
+
+
+@cache
+def shared_feature_cache() -> FeatureCache:
+    return FeatureCache()
+
+
+def load_backbone() -> nn.Module:
+    """A private all-MiniLM-L6-v2 BertModel (LoRA wraps it, so it is never shared)."""
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(text_model_path(), local_files_only=True)
+
+
+class MedEmbLiteEmbedder(nn.Module):
+    """The unified embedder; also the MedEmb trainer's model (embed / sequence_length)."""
+
+    lora_targets = LORA_TARGETS
+
+    def __init__(
+        self,
+        config: MedEmbLiteConfig,
+        card: ModelCard,
+        backbone: nn.Module | None = None,
+        projection: nn.Linear | None = None,
+        batch_size: int = 32,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.card = card
+        self.backbone = backbone if backbone is not None else load_backbone()
+        self.projection = projection or nn.Linear(IMAGE_DIM, TEXT_DIM)
+        self.tokenizer = text_tokenizer()
+        self.image_tower = shared_image_tower()
+        self.features = shared_feature_cache()
+        self.batch_size = batch_size
+        self.eval()
+
+    # -- visual tokens ---------------------------------------------------------------------
+    def _tower_tokens(self, images: Sequence[np.ndarray], size: int, grid: int) -> torch.Tensor:
+        """(n, grid*grid, 1280) pooled feature-map cells of the frozen EfficientNet."""
+        with torch.inference_mode():
+            pixels = preprocess_images(images, size)
+            maps = self.image_tower.net.forward_features(pixels)
+            cells = F.adaptive_avg_pool2d(maps, grid)
+        return cells.flatten(2).transpose(1, 2).clone()
+
+    def visual_features(self, evidence: Evidence) -> torch.Tensor | None:
+        """(tokens, 1280) frozen features of an item's image or volume, cached by content."""
+        if evidence.image is not None:
+            array, settings = evidence.image, (self.config.image_size, self.config.grid)
+        elif evidence.volume is not None:
+            array = evidence.volume
+            settings = (self.config.frame_size, 1, self.config.frames)
+        else:
+            return None
+        key = FeatureCache.key(array, *settings)
+        found = self.features.get(key)
+        if found is not None:
+            return found
+        if evidence.image is not None:
+            tokens = self._tower_tokens([array], self.config.image_size, self.config.grid)[0]
+        else:
+            stack = sample_frames(np.asarray(array), self.config.frames)
+            tokens = torch.cat(
+                [
+                    self._tower_tokens(stack[i : i + 32], self.config.frame_size, 1)[:, 0]
+                    for i in range(0, len(stack), 32)
+                ]
+            )
+        self.features.put(key, tokens)
+        return tokens
+
+    def _visual_count(self, evidence: Evidence) -> int:
+        if evidence.image is not None:
+            return self.config.grid**2
+        if evidence.volume is not None:
+            return min(len(evidence.volume), self.config.frames)
+        return 0
+
+    # -- sequences -------------------------------------------------------------------------
+    def _word_ids(self, text: str | None) -> list[int]:
+        if not text:
+            return []
+        limit = self.config.max_text_tokens
+        tokens = self.tokenizer(text, add_special_tokens=False, truncation=True, max_length=limit)
+        return tokens["input_ids"]
+
+    def sequence_length(self, item: Evidence, instruction: str | None) -> int:
+        """Tokens of the item's sequence (what the token-budgeted batcher counts)."""
+        head = self._word_ids(instruction)
+        return (
+            2
+            + len(head)
+            + (1 if head else 0)
+            + self._visual_count(item)
+            + len(self._word_ids(item.text))
+        )
+
+    def _sequence(
+        self, evidence: Evidence, instruction: str | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(length, 384) input embeddings (before BERT's position/type/LayerNorm) and types."""
+        words = self.backbone.get_input_embeddings()
+        cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        head = [cls, *self._word_ids(instruction)]
+        if len(head) > 1:
+            head.append(sep)
+        tail = [*self._word_ids(evidence.text), sep]
+        parts = [words(torch.tensor(head))]
+        types = [torch.zeros(len(head), dtype=torch.long)]
+        visual = self.visual_features(evidence)
+        if visual is not None:
+            parts.append(self.projection(visual))
+            types.append(torch.ones(len(visual), dtype=torch.long))
+        parts.append(words(torch.tensor(tail)))
+        types.append(torch.zeros(len(tail), dtype=torch.long))
+        return torch.cat(parts), torch.cat(types)
+
+    def embed(self, items: Sequence[Evidence], instructions: Sequence[str | None]) -> torch.Tensor:
+        """(n, 384) L2-normalised embeddings; carries gradients when enabled."""
+        sequences = [self._sequence(e, i) for e, i in zip(items, instructions, strict=True)]
+        longest = max(len(s) for s, _ in sequences)
+        embeds = torch.zeros(len(sequences), longest, TEXT_DIM)
+        types = torch.zeros(len(sequences), longest, dtype=torch.long)
+        mask = torch.zeros(len(sequences), longest, dtype=torch.long)
+        for row, (sequence, kinds) in enumerate(sequences):
+            embeds[row, : len(sequence)] = sequence
+            types[row, : len(sequence)] = kinds
+            mask[row, : len(sequence)] = 1
+        hidden = self.backbone(
+            inputs_embeds=embeds, attention_mask=mask, token_type_ids=types
+        ).last_hidden_state
+        return F.normalize(pool(hidden, mask, self.config.pooling), dim=-1)
+
+    # -- the Embedder protocol ---------------------------------------------------------------
+    def encode(self, items: Sequence[EmbedItem], instruction: str | None = None) -> np.ndarray:
+        """Queries get `instruction` in front; candidates (None) get no instruction."""
+        evidence = [as_evidence(item) for item in items]
+        chunks = [np.zeros((0, self.card.dims), dtype=np.float32)]
+        with torch.inference_mode():
+            for start in range(0, len(evidence), self.batch_size):
+                batch = evidence[start : start + self.batch_size]
+                chunks.append(self.embed(batch, [instruction] * len(batch)).numpy())
+        return np.concatenate(chunks).astype(np.float32)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    @classmethod
+    def untrained(cls, config: MedEmbLiteConfig | None = None, seed: int = 0) -> MedEmbLiteEmbedder:
+        torch.manual_seed(seed)
+        config = config or MedEmbLiteConfig()
+        card = _card(config, weights="", digest=f"untrained-seed{seed}", version="untrained")
+        return cls(config, card)
+
+    @classmethod
+    def from_checkpoint(cls, folder: Path | str) -> MedEmbLiteEmbedder:
+        from peft import PeftModel
+
+        folder = Path(folder)
+        saved = read_checkpoint_config(folder)
+        config = MedEmbLiteConfig(**saved["model"])
+        projection = nn.Linear(IMAGE_DIM, TEXT_DIM)
+        projection.load_state_dict(load_file(str(folder / PROJECTION_FILE)))
+        backbone = load_backbone()
+        if (folder / ADAPTER_DIR).is_dir():
+            backbone = PeftModel.from_pretrained(backbone, str(folder / ADAPTER_DIR))
+            backbone = backbone.merge_and_unload()
+        card = checkpoint_card(folder, saved)
+        return cls(config, card, backbone=backbone, projection=projection).requires_grad_(False)
+
+    def save_checkpoint(self, folder: Path | str, info: dict) -> ModelCard:
+        """Projection, LoRA adapter (when the backbone is a peft model), config and card."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous() for k, v in self.projection.state_dict().items()}
+        save_file(state, str(folder / PROJECTION_FILE))
+        if hasattr(self.backbone, "peft_config"):
+            self.backbone.save_pretrained(str(folder / ADAPTER_DIR))
+        full = {"name": MEDEMB_LITE, "base": BASE, "model": asdict(self.config), **info}
+        (folder / CONFIG_FILE).write_text(json.dumps(full, indent=2, default=str) + "\n")
+        self.card = checkpoint_card(folder, full)
+        (folder / CARD_FILE).write_text(json.dumps(self.card.to_dict(), indent=2) + "\n")
+        return self.card
+
+
+def pool(hidden: torch.Tensor, mask: torch.Tensor, how: Pooling) -> torch.Tensor:
+    """The final real token's state ("last", MedEmb) or the mean over real tokens."""
+    if how == "mean":
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+    last = mask.sum(dim=1) - 1  # right padding: the final [SEP]
+    return hidden[torch.arange(hidden.shape[0]), last]
+
+
+def read_checkpoint_config(folder: Path | str) -> dict:
+    """config.json of a medemb-lite checkpoint, with a clear error when it is not one."""
+    folder = Path(folder)
+    path = folder / CONFIG_FILE
+    if not path.is_file() or not (folder / PROJECTION_FILE).is_file():
+        raise FileNotFoundError(
+            f"{folder} is not a medemb-lite checkpoint (needs {CONFIG_FILE} and "
+            f"{PROJECTION_FILE}); train one with `python -m medheb_app train medemb`."
+        )
+    config = json.loads(path.read_text())
+    if config.get("name") != MEDEMB_LITE:
+        raise FileNotFoundError(f"{folder} holds a {config.get('name')!r} checkpoint.")
+    return config
+
+
+def checkpoint_sha256(folder: Path) -> str:
+    """One digest over the projection and the adapter files."""
+    digest = hashlib.sha256()
+    paths = [folder / PROJECTION_FILE]
+    if (folder / ADAPTER_DIR).is_dir():
+        paths += sorted(p for p in (folder / ADAPTER_DIR).rglob("*.safetensors"))
+    for path in paths:
+        digest.update(path.relative_to(folder).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _card(config: MedEmbLiteConfig, weights: str, digest: str, version: str, description=""):
+    return ModelCard(
+        name=MEDEMB_LITE,
+        version=version,
+        dims=TEXT_DIM,
+        modalities=("text", "2d", "3d"),
+        license=TOWERS_LICENSE,
+        base=BASE,
+        description=description,
+        weights=weights,
+        weights_sha256=digest,
+        extra={k: str(v) for k, v in asdict(config).items()},
+    )
+
+
+def checkpoint_card(folder: Path, saved: dict) -> ModelCard:
+    config = MedEmbLiteConfig(**saved["model"])
+    version = str(saved.get("tag") or folder.name)
+    return _card(
+        config, str(folder), checkpoint_sha256(folder), version, saved.get("description", "")
+    )
+
+
+def _is_checkpoint(folder: Path) -> bool:
+    try:
+        read_checkpoint_config(folder)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def checkpoints(settings: Settings) -> dict[str, Path]:
+    """tag -> folder of every medemb-lite checkpoint; committed ones (models/) win ties."""
+    roots = [settings.models_dir, settings.trained_models_dir]
+    found: dict[str, Path] = {}
+    for root in roots:
+        for folder in [
+            root / MEDEMB_LITE,
+            *sorted(root.glob(f"{MEDEMB_LITE}/*/")),
+            *sorted(root.glob("*/")),
+        ]:
+            if folder.is_dir() and _is_checkpoint(folder):
+                found.setdefault(folder.name, folder)
+    return found
+
+
+def checkpoint_folder(tag: str, settings: Settings) -> Path:
+    """ "" -> the default checkpoint (models/medemb-lite); a tag or a path -> that folder."""
+    if "/" in tag or tag.startswith("."):
+        folder = Path(tag).expanduser()
+        read_checkpoint_config(folder)  # clear error when it is not a checkpoint
+        return folder
+    found = checkpoints(settings)
+    folder = found.get(tag or MEDEMB_LITE)
+    if folder is None:
+        raise FileNotFoundError(
+            f"No medemb-lite checkpoint {tag or MEDEMB_LITE!r} under {settings.models_dir} or "
+            f"{settings.trained_models_dir}; train one with `python -m medheb_app train medemb "
+            f"--out models/{MEDEMB_LITE}`."
+        )
+    return folder
