@@ -18,8 +18,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "and no cardiomegaly') or a PNG/JPEG, DICOM or NIfTI file."
         ),
     )
-    parser.add_argument("--model", default=None, help="model spec (default: dual-lite)")
-    parser.add_argument("--index", default=None, help="index name (default: demo-cxr)")
+    parser.add_argument(
+        "--model", default=None, help="model spec (default: MEDHEB_DEFAULT_MODEL, else dual-lite)"
+    )
+    parser.add_argument(
+        "--index", default=None, help="index name (default: MEDHEB_DEFAULT_INDEX, else demo-cxr)"
+    )
     query = parser.add_mutually_exclusive_group(required=True)
     query.add_argument("--text", help="a text query")
     query.add_argument("--file", help="an image, DICOM file/series folder/zip or NIfTI volume")
@@ -67,6 +71,8 @@ def format_response(payload: dict[str, Any]) -> str:
     ]
     if payload["query_kind"] == "text":
         lines.append(f"Wanted: {wanted}    Excluded: {excluded}")
+    if constraints.get("uncertain"):
+        lines.append(f"Hedged (not a constraint): {', '.join(constraints['uncertain'])}")
     if payload["unknown_terms"]:
         lines.append(f"Not understood: {', '.join(payload['unknown_terms'])}")
     lines.extend(f"Warning: {warning}" for warning in payload["warnings"])
