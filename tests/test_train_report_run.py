@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from medheb_app.cli import main
 from medheb_app.evidence.phantoms import generate_chest_corpus
@@ -98,3 +99,19 @@ def test_cli_train_report_json(settings: Settings, capsys: pytest.CaptureFixture
     assert "step 1/" in captured.err
     assert main(["train", "report", "--epochs", "0", "--out", str(out)]) == 2
     assert "epochs must be at least 1" in capsys.readouterr().err
+
+
+def test_lora_adapter_is_saved_and_merged_on_load(studies: list[Study], settings: Settings) -> None:
+    folder = settings.trained_models_dir / "tiny-lora"
+    config = _config(epochs=1, tune="lora", lora_towers=("text",), lora_rank=2)
+    result = train_report(config, folder, studies=studies[:24])
+    assert (folder / "adapter_text" / "adapter_config.json").is_file()
+    assert not (folder / "adapter_image").exists()
+    loaded = load_embedder("dual-lite@tiny-lora", settings)
+    assert loaded.card.extra["adapters"] == "text"
+    assert loaded.card.fingerprint == result.card.fingerprint
+    shared = untrained(seed=0)
+    assert loaded.image_tower is shared.image_tower  # untouched tower stays shared
+    tuned_query = loaded.text_tower.net.encoder.layer[0].attention.self.query.weight
+    base_query = shared.text_tower.net.encoder.layer[0].attention.self.query.weight
+    assert not torch.equal(tuned_query, base_query)

@@ -161,8 +161,8 @@ class DualLiteEmbedder:
     ) -> None:
         if image_tower is None or text_tower is None:
             shared_image, shared_text = shared_towers()
-            image_tower = image_tower or shared_image
-            text_tower = text_tower or shared_text
+            image_tower = shared_image if image_tower is None else image_tower
+            text_tower = shared_text if text_tower is None else text_tower
         self.heads = heads.eval()
         self.card = card
         self.image_tower = image_tower

@@ -125,7 +125,9 @@ class TextTower(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # a CLI prints one result, not a loading bar
         self.net = AutoModel.from_pretrained(text_model_path(), local_files_only=True)
         self.net.eval()
         self.tokenizer = text_tokenizer()
