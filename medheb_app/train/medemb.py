@@ -227,9 +227,7 @@ def train_medemb(
     margin = config.margin if config.mask else None
 
     step, seen, epoch_losses, padded, cancelled = 0, 0, [], 0, False
-    model.train()
-    if hasattr(model, "image_tower"):
-        model.image_tower.eval()  # frozen, and batch norm must keep its ImageNet statistics
+    model.backbone.train()  # only the backbone: the frozen image tower keeps eval-mode BN
     for batches in epochs:
         running, count = 0.0, 0
         for rows in batches:
@@ -257,7 +255,7 @@ def train_medemb(
         if cancelled:
             break
         epoch_losses.append(running / max(count, 1))
-    model.eval()
+    model.backbone.eval()
     seconds = time.perf_counter() - started
     folder = Path(out)
     if cancelled:
