@@ -9,6 +9,7 @@ import pytest
 
 from medheb_app.train.batching import (
     TokenBudgetBatcher,
+    batching_stats,
     padded_cost,
     static_batches,
     token_budget,
@@ -77,3 +78,10 @@ def test_schedule_ramps_to_the_peak_at_warmup_end_and_decays_to_the_floor():
     assert warmup_cosine(total, total, warmup, floor=0.1) == pytest.approx(0.1)
     values = [warmup_cosine(s, total, warmup) for s in range(warmup, total + 1)]
     assert all(a >= b for a, b in itertools.pairwise(values))
+
+
+def test_batching_stats_count_steps_padding_and_pairs():
+    stats = batching_stats([10, 10, 30], [[0, 2], [1]])
+    assert stats["steps"] == 2 and stats["pairs"] == 3
+    assert stats["padded_tokens"] == 2 * 2 * 30 + 2 * 10
+    assert stats["padding_share"] == pytest.approx(1 - (20 + 20 + 60) / 140, abs=1e-4)

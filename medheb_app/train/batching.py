@@ -103,3 +103,20 @@ def static_batches(n: int, batch_size: int, order: Iterable[int] | None = None) 
     """Fixed-size batches in arrival order: the baseline the dynamic batcher replaces."""
     rows = list(range(n) if order is None else order)
     return [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
+
+
+def batching_stats(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> dict[str, float]:
+    """Steps, padded tokens (eq. 4's left side summed) and the share of them that is padding.
+
+    Useful tokens are 2 l*_i per pair (the query and the target padded to the pair's longer
+    side), so `padding_share` counts only the padding that batching adds.
+    """
+    padded = sum(padded_cost([lengths[i] for i in batch]) for batch in batches)
+    useful = sum(2 * lengths[i] for batch in batches for i in batch)
+    return {
+        "steps": len(batches),
+        "pairs": sum(len(batch) for batch in batches),
+        "padded_tokens": padded,
+        "padding_share": round(1 - useful / padded, 4) if padded else 0.0,
+        "mean_pairs_per_step": round(sum(map(len, batches)) / max(len(batches), 1), 2),
+    }
