@@ -8,6 +8,7 @@ import torch
 
 from medheb_app.evidence.study import Evidence
 from medheb_app.models import registry
+from medheb_app.models.feature_cache import FeatureCache
 from medheb_app.models.medemb_lite import (
     MedEmbLiteConfig,
     MedEmbLiteEmbedder,
@@ -37,6 +38,17 @@ def test_pooling_reads_the_final_real_token_or_the_mean():
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     assert pool(hidden, mask, "last").tolist() == [[2.0, 3.0], [10.0, 11.0]]
     assert pool(hidden, mask, "mean").tolist() == [[1.0, 2.0], [8.0, 9.0]]
+
+
+def test_feature_cache_keys_by_content_and_evicts_the_oldest():
+    cache = FeatureCache(max_bytes=2 * 2 * 10)  # room for two 10-element float16 tensors
+    keys = [FeatureCache.key(np.full((2, 2), v, np.float32), 224) for v in (0, 1, 2)]
+    assert keys[0] == FeatureCache.key(np.zeros((2, 2), np.float32), 224)
+    assert keys[0] != FeatureCache.key(np.zeros((2, 2), np.float32), 160)
+    for key in keys:
+        cache.put(key, torch.ones(10))
+    assert cache.get(keys[0]) is None and cache.get(keys[2]).dtype == torch.float32
+    assert cache.used == 40
 
 
 def test_every_form_shares_one_unit_space(model):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -41,6 +40,7 @@ from torch import nn
 from medheb_app.evidence.readers import K_FRAMES, sample_frames
 from medheb_app.evidence.study import EmbedItem, Evidence, as_evidence
 from medheb_app.models.base import ModelCard
+from medheb_app.models.feature_cache import FeatureCache
 from medheb_app.models.towers import (
     IMAGE_ARCH,
     IMAGE_DIM,
@@ -81,36 +81,6 @@ class MedEmbLiteConfig:
             raise ValueError("need 1 <= grid <= 7, frames >= 1 and max_text_tokens >= 8")
         if self.pooling not in ("last", "mean"):
             raise ValueError(f"pooling must be 'last' or 'mean'; got {self.pooling!r}")
-
-
-class FeatureCache:
-    """Frozen-tower visual tokens by content hash (float16, bounded): training revisits the
-    same images every epoch, and benchmark runs of several checkpoints share them."""
-
-    def __init__(self, max_bytes: int = 1 << 30) -> None:
-        self.max_bytes = max_bytes
-        self.used = 0
-        self.store: OrderedDict[str, torch.Tensor] = OrderedDict()
-
-    @staticmethod
-    def key(array: np.ndarray, *settings: int) -> str:
-        digest = hashlib.sha1(np.ascontiguousarray(array, dtype=np.float32).tobytes())
-        digest.update(repr((array.shape, settings)).encode())
-        return digest.hexdigest()
-
-    def get(self, key: str) -> torch.Tensor | None:
-        if key in self.store:
-            self.store.move_to_end(key)
-            return self.store[key].float()
-        return None
-
-    def put(self, key: str, value: torch.Tensor) -> None:
-        value = value.detach().to(torch.float16)
-        self.store[key] = value
-        self.used += value.numel() * 2
-        while self.used > self.max_bytes and len(self.store) > 1:
-            _, old = self.store.popitem(last=False)
-            self.used -= old.numel() * 2
 
 
 @cache

@@ -1,0 +1,45 @@
+"""Frozen-tower visual features kept in memory by content hash (float16, size-bounded).
+
+medemb-lite's image tower is frozen, so the visual tokens of an image never change: training
+revisits the same images every epoch, and benchmark runs of several checkpoints in one
+process share them. Least recently used entries go first when the budget is exceeded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+
+class FeatureCache:
+    """Content hash -> tensor, evicting least recently used entries past `max_bytes`."""
+
+    def __init__(self, max_bytes: int = 1 << 30) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+        self.store: OrderedDict[str, torch.Tensor] = OrderedDict()
+
+    @staticmethod
+    def key(array: np.ndarray, *settings: int) -> str:
+        digest = hashlib.sha1(np.ascontiguousarray(array, dtype=np.float32).tobytes())
+        digest.update(repr((array.shape, settings)).encode())
+        return digest.hexdigest()
+
+    def get(self, key: str) -> torch.Tensor | None:
+        if key in self.store:
+            self.store.move_to_end(key)
+            return self.store[key].float()
+        return None
+
+    def put(self, key: str, value: torch.Tensor) -> None:
+        value = value.detach().to(torch.float16)
+        if key in self.store:
+            self.used -= self.store.pop(key).numel() * 2
+        self.store[key] = value
+        self.used += value.numel() * 2
+        while self.used > self.max_bytes and len(self.store) > 1:
+            _, old = self.store.popitem(last=False)
+            self.used -= old.numel() * 2
