@@ -4,11 +4,12 @@ Blocks (each varies one choice; "ours" is the anchor: label-aware loss, 2:1:1 mi
 LoRA over the pretrained towers):
 - Loss: CLIP (diagonal only) / + Attract (eq. 5) / + HNM (eq. 7, ours)
 - Caption mix: single-only / pair-only / negation-only / 2:1:1 (ours)
-- Tuning: heads only on frozen towers / text-tower LoRA rank 12 (ours). The paper's third
+- Tuning: heads only on frozen towers / text-tower LoRA rank 12. The paper's third
   block varies the backbone's initialisation (OpenCLIP vs CXR-CLIP); our trainer always
   starts from the pretrained towers with fresh heads, so the nearest knob we can turn
   honestly is how much of the model adapts.
 Every variant trains on the train split with the same seed and is scored on the test split.
+A variant whose checkpoint folder already holds a run with the same settings is reused.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from medheb_app.settings import Settings
 
-OURS = {"loss": "label-aware", "mix": "2:1:1", "tune": "lora"}
+OURS = {"loss": "label-aware", "mix": "2:1:1"}
 VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
     ("Loss", "CLIP loss (diag.)", {"loss": "clip"}),
     ("Loss", "+ Attract", {"loss": "attract"}),
@@ -32,7 +33,7 @@ VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
     ("Caption mix", "negation-only", {"mix": "0:0:1"}),
     ("Caption mix", "2:1:1 (ours)", {}),
     ("Tuning", "heads only, frozen towers", {"tune": "frozen"}),
-    ("Tuning", "text LoRA r=12 (ours)", {}),
+    ("Tuning", "text-tower LoRA r=12", {"tune": "lora"}),
 ]
 
 
@@ -42,6 +43,12 @@ def add_ablation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=None, help="override training epochs")
     parser.add_argument("--seed", type=int, default=0, help="training seed for every variant")
     parser.add_argument(
+        "--tune",
+        choices=("frozen", "lora"),
+        default=None,
+        help="tuning of the anchor ('ours') model (default: the label-aware recipe's)",
+    )
+    parser.add_argument(
         "--only",
         nargs="+",
         default=None,
@@ -49,10 +56,21 @@ def add_ablation_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def variant_key(overrides: dict[str, Any]) -> str:
+def variant_key(overrides: dict[str, Any], anchor_tune: str = "lora") -> str:
     """Folder name of a variant: identical settings share one trained checkpoint."""
-    merged = {**OURS, **overrides}
+    merged = {**OURS, "tune": anchor_tune, **overrides}
     return "-".join(f"{k}_{str(merged[k]).replace(':', '')}" for k in sorted(merged))
+
+
+def _trained_before(folder: Path, config: Any) -> bool:
+    """A checkpoint in `folder` trained with exactly this config (reused, not retrained)."""
+    from medheb_app.train.config import config_to_dict
+
+    path = folder / "config.json"
+    if not path.is_file():
+        return False
+    saved = json.loads(path.read_text()).get("training", {})
+    return saved == json.loads(json.dumps(config_to_dict(config)))
 
 
 def run_ablations(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
@@ -67,21 +85,28 @@ def run_ablations(args: argparse.Namespace, settings: Settings) -> tuple[str, An
     studies = load_studies(args.data, settings)
     gallery = gallery_from_studies(studies, args.data, "test")
     cache = EmbeddingCache(settings.cache_dir)
+    anchor_tune = args.tune or LabelAwareConfig().tune
     chosen = [v for v in VARIANTS if args.only is None or v[0] in args.only]
     trained: dict[str, Any] = {}
     rows, records = [], []
     for block, variant, overrides in chosen:
-        key = variant_key(overrides)
+        if overrides.get("tune", anchor_tune) == anchor_tune and "tune" in overrides:
+            variant = f"{variant} (ours)"
+        key = variant_key(overrides, anchor_tune)
         if key not in trained:
-            values = {**OURS, **overrides, "data": args.data, "seed": args.seed}
+            values = {**OURS, "tune": anchor_tune, **overrides}
+            values.update(data=args.data, seed=args.seed)
             if args.epochs is not None:
                 values["epochs"] = args.epochs
             config = LabelAwareConfig(**values)
-            result = train_label_aware(config, out / key, settings, studies=studies)
-            embedder = DualLiteEmbedder.from_checkpoint(out / key)
+            folder = out / key
+            if not _trained_before(folder, config):
+                train_label_aware(config, folder, settings, studies=studies)
+            embedder = DualLiteEmbedder.from_checkpoint(folder)
             report = evaluate(EmbeddingRanker(embedder, cache, name=variant), gallery)
-            trained[key] = (report, result, config)
-        report, result, config = trained[key]
+            results = json.loads((folder / "config.json").read_text())["results"]
+            trained[key] = (report, results, config)
+        report, results, config = trained[key]
         report = dataclasses.replace(report, model=variant)
         rows.append((block, variant, report))
         records.append(
@@ -90,8 +115,8 @@ def run_ablations(args: argparse.Namespace, settings: Settings) -> tuple[str, An
                 "variant": variant,
                 "checkpoint": str(out / key),
                 "config": dataclasses.asdict(config),
-                "train_seconds": round(result.seconds, 1),
-                "final_loss": result.final_loss,
+                "train_seconds": results.get("seconds"),
+                "final_loss": results.get("final_loss"),
                 "regimes": report.regimes,
             }
         )

@@ -171,4 +171,5 @@ def train_label_aware(
         val_images=val_images,
         progress=progress,
         stop=stop,
+        cache_dir=settings.cache_dir / "tower-features",
     )
