@@ -122,3 +122,28 @@ def test_mllm_backbone_trains_with_lora_and_loads_as_an_adapter(settings, tmp_pa
     after = tuned.encode(["Edema"])
     assert after.shape == before.shape and float(after[0] @ before[0]) < 0.9999
     assert torch.isfinite(torch.from_numpy(after)).all()
+
+
+def test_cli_flags_become_the_recipe_config(tmp_path):
+    from medheb_app.cli import build_parser
+    from medheb_app.train.config import config_from_sources
+
+    args = build_parser().parse_args(
+        ["train", "medemb", "--no-mask", "--batching", "static", "--pairs-per-task", "5",
+         "--pooling", "mean", "--out", str(tmp_path / "run")]
+    )  # fmt: skip
+    config = config_from_sources(MedEmbConfig, None, vars(args))
+    assert (config.mask, config.batching, config.pairs_per_task, config.pooling) == (
+        False, "static", 5, "mean"
+    )  # fmt: skip
+    assert (config.temperature, config.margin, config.lora_rank, config.lora_alpha) == (
+        0.01, 0.1, 8, 32
+    )  # fmt: skip
+
+
+def test_cli_refuses_a_backbone_the_recipe_cannot_train(tmp_path, settings, capsys):
+    from medheb_app.cli import main
+
+    assert main(["train", "medemb", "--model", "dual-lite", "--out", str(tmp_path / "x")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error:") and "medemb-lite or mllm" in error and "\n" not in error
