@@ -47,15 +47,35 @@ def test_short_pairs_share_big_batches_and_long_pairs_small_ones():
 
 
 def test_best_fit_picks_the_tightest_open_batch():
-    batcher = TokenBudgetBatcher(budget=100, max_size=10, max_open=2)
+    batcher = TokenBudgetBatcher(budget=100, max_size=10, max_open=2, fit="budget")
     # A = [10, 10]; 20 cannot join A (2 * 3 * 20 = 120) and opens B. The 5 fits both:
     # A would be left with 100 - 60 = 40 unused, B with 100 - 80 = 20, so best fit takes B
     # (first fit would take A), after which B is full (a third pair would cost 120).
     assert list(batcher.batches([10, 10, 20, 5])) == [[2, 3], [0, 1]]
 
 
+def test_padding_fit_keeps_similar_lengths_together():
+    lengths = [10, 60, 11, 58, 12, 59, 10, 61]
+    batcher = TokenBudgetBatcher(budget=1000, max_size=8, max_open=2)
+    batches = list(batcher.batches(lengths))
+    assert sorted(map(sorted, batches)) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    mixed = list(TokenBudgetBatcher(1000, 8, max_open=2, fit="budget").batches(lengths))
+    cost = sum(padded_cost([lengths[i] for i in b]) for b in batches)
+    assert cost < sum(padded_cost([lengths[i] for i in b]) for b in mixed)
+
+
+@pytest.mark.parametrize("fit", ["padding", "budget"])
+def test_both_fits_respect_the_budget_on_mixed_lengths(fit):
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 80, size=400).tolist()
+    batcher = TokenBudgetBatcher(budget=token_budget(16, 80), max_size=64, fit=fit)
+    batches = list(batcher.batches(lengths, rng.permutation(400)))
+    assert sorted(r for b in batches for r in b) == list(range(400))
+    assert all(padded_cost([lengths[i] for i in b]) <= batcher.budget for b in batches)
+
+
 def test_an_oversized_pair_still_gets_a_batch_of_its_own():
-    batcher = TokenBudgetBatcher(budget=50, max_size=4)
+    batcher = TokenBudgetBatcher(budget=50, max_size=4, fit="budget")
     assert batcher.oversized([10, 30, 5]) == [1]
     batches = list(batcher.batches([10, 30, 5]))
     assert sorted(map(sorted, batches)) == [[0, 2], [1]]

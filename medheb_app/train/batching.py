@@ -7,14 +7,23 @@ A batch B of query-target pairs is accepted only if
 where the 2 counts the query and the target sequence and T = 2 B_nom L_max is the padded-token
 cost of one static batch of B_nom pairs at the maximum length L_max. Short pairs (labels,
 questions) then travel in large batches and long ones (reports, volumes) in small ones, at the
-same padded cost per step. Batches are formed online by greedy best-fit packing: each arriving
-pair goes to the open batch it fits most tightly; a batch that can take no more is emitted.
+same padded cost per step. Batches are formed online by greedy best-fit packing over a window
+of open batches; a batch that can take no more is emitted. "Best" is measured two ways:
+
+  fit="padding" (default): the open batch where the pair adds the least padding; while the
+      window has room, a pair that would add padding everywhere opens a new batch. Pairs of
+      similar length end up together (on MedHEB-lite's 7,097 training pairs: padding share
+      35 % -> 6 %, 429 -> 300 steps per epoch at the same budget; docs/medemb.md).
+  fit="budget": the classic bin-packing reading, the batch left with the least unused
+      budget. With a long pair in an open batch any short pair still fits, so batches mix
+      lengths and padding stays at the static-batching level.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 
 def token_budget(nominal_batch: int, max_len: int) -> int:
@@ -40,6 +49,10 @@ class _OpenBatch:
     def cost_with(self, length: int) -> int:
         return 2 * (len(self.rows) + 1) * max(self.longest, length)
 
+    def padding_with(self, length: int) -> int:
+        """Padded tokens beyond the pair's own 2 * length that adding it would cost."""
+        return self.cost_with(length) - self.cost() - 2 * length
+
 
 @dataclass(frozen=True)
 class TokenBudgetBatcher:
@@ -54,10 +67,13 @@ class TokenBudgetBatcher:
     budget: int
     max_size: int
     max_open: int = 8
+    fit: Literal["padding", "budget"] = "padding"
 
     def __post_init__(self) -> None:
         if self.budget < 2 or self.max_size < 1 or self.max_open < 1:
             raise ValueError("budget must be >= 2, max_size and max_open >= 1")
+        if self.fit not in ("padding", "budget"):
+            raise ValueError(f"fit must be 'padding' or 'budget'; got {self.fit!r}")
 
     def oversized(self, lengths: Sequence[int]) -> list[int]:
         return [i for i, n in enumerate(lengths) if 2 * n > self.budget]
@@ -76,11 +92,12 @@ class TokenBudgetBatcher:
                 for b in open_batches
                 if len(b.rows) < self.max_size and b.cost_with(length) <= self.budget
             ]
-            if fits:
-                # best fit: the batch left with the least unused budget after taking the pair
-                chosen = min(fits, key=lambda b: self.budget - b.cost_with(length))
-            else:
-                if len(open_batches) >= self.max_open:
+            chosen = min(fits, key=lambda b: self._misfit(b, length)) if fits else None
+            wasteful = (
+                chosen is not None and self.fit == "padding" and chosen.padding_with(length) > 0
+            )
+            if chosen is None or (wasteful and len(open_batches) < self.max_open):
+                if chosen is None and len(open_batches) >= self.max_open:
                     fullest = max(open_batches, key=_OpenBatch.cost)
                     open_batches.remove(fullest)
                     yield fullest.rows
@@ -93,6 +110,12 @@ class TokenBudgetBatcher:
                 yield chosen.rows
         for batch in sorted(open_batches, key=lambda b: b.rows[0]):
             yield batch.rows
+
+    def _misfit(self, batch: _OpenBatch, length: int) -> int:
+        """How badly a pair fits an open batch: padding added, or budget left unused."""
+        if self.fit == "padding":
+            return batch.padding_with(length)
+        return self.budget - batch.cost_with(length)
 
     def _closed(self, batch: _OpenBatch) -> bool:
         """Full: at S_max, or even a pair of length 1 would break the budget."""

@@ -68,6 +68,9 @@ class MedEmbConfig:
     batching: Literal["dynamic", "static"] = field(
         default="dynamic", metadata={"help": "token-budgeted best-fit or fixed-size batches"}
     )
+    fit: Literal["padding", "budget"] = field(
+        default="padding", metadata={"help": "best fit by added padding or by budget left"}
+    )
     nominal_batch: int = field(default=16, metadata={"help": "B_nom (the static batch size)"})
     max_len: int = field(
         default=0, metadata={"help": "L_max for T = 2 B_nom L_max (0 = longest pair in the data)"}
@@ -104,6 +107,8 @@ class MedEmbConfig:
             raise ValueError("warmup_ratio must be in [0, 1)")
         if self.batching not in ("dynamic", "static") or self.pooling not in ("last", "mean"):
             raise ValueError("batching is dynamic|static and pooling last|mean")
+        if self.fit not in ("padding", "budget"):
+            raise ValueError(f"fit must be padding or budget; got {self.fit!r}")
 
 
 @dataclass(frozen=True)
@@ -151,7 +156,7 @@ def plan_batches(lengths: Sequence[int], config: MedEmbConfig, rng: np.random.Ge
     """Each epoch's batches (lists of pair rows) and the budget T they were packed under."""
     max_len = config.max_len or max(lengths)
     budget = token_budget(config.nominal_batch, max_len)
-    batcher = TokenBudgetBatcher(budget, config.max_batch)
+    batcher = TokenBudgetBatcher(budget, config.max_batch, fit=config.fit)
     epochs = []
     for _ in range(config.epochs):
         order = rng.permutation(len(lengths))
