@@ -11,7 +11,7 @@ from medheb_app.train.label_aware import LabelAwareConfig, loss_function
 
 
 def test_config_validation() -> None:
-    assert LabelAwareConfig().tune == "lora" and LabelAwareConfig().lora_rank == 12
+    assert LabelAwareConfig().tune == "frozen" and LabelAwareConfig().lora_rank == 12
     assert LabelAwareConfig().lora_towers == ("text",)
     with pytest.raises(ValueError, match="single:pair:negation"):
         LabelAwareConfig(mix="1:2")
@@ -31,7 +31,7 @@ def test_loss_selection() -> None:
 
 
 def test_ablation_variants_share_the_anchor() -> None:
-    keys = [variant_key(overrides) for _, _, overrides in VARIANTS]
+    keys = [variant_key(overrides, "lora") for _, _, overrides in VARIANTS]
     anchors = [k for (_, name, _), k in zip(VARIANTS, keys, strict=True) if "(ours)" in name]
     assert len(set(anchors)) == 1  # the three "ours" rows are one trained model
     assert len(set(keys)) == 7
@@ -44,7 +44,7 @@ def test_train_tiny_and_load_through_registry(settings) -> None:
     from medheb_app.train.label_aware import train_label_aware
 
     studies = generate_chest_corpus(n=60, seed=3, size=128)
-    config = LabelAwareConfig(epochs=2, batch_size=16, seed=1)
+    config = LabelAwareConfig(epochs=2, batch_size=16, seed=1, tune="lora")
     out = settings.trained_models_dir / "la-tiny"
     result = train_label_aware(config, out, settings, studies=studies)
     assert result.card is not None and len(result.epoch_losses) == 2

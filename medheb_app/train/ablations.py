@@ -56,6 +56,32 @@ def add_ablation_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class SharedFeatureRanker:
+    """Cosine ranking for dual-lite variants whose image tower is the frozen shared one.
+
+    Such variants differ only in their heads (and text tower), so the gallery's image-tower
+    features are computed once and each variant only re-projects them.
+    """
+
+    def __init__(self, features: Any) -> None:
+        self.features = features
+        self.embedder: Any = None
+        self.name = ""
+
+    def use(self, embedder: Any, name: str) -> SharedFeatureRanker:
+        if "image" in embedder.card.extra.get("adapters", ""):
+            raise ValueError("SharedFeatureRanker needs the frozen image tower.")
+        self.embedder, self.name = embedder, name
+        return self
+
+    def score(self, texts: Any, gallery: Any) -> Any:
+        import torch
+
+        with torch.inference_mode():
+            images = self.embedder.heads.project_image(self.features).numpy()
+        return self.embedder.encode_text(list(texts)) @ images.T
+
+
 def variant_key(overrides: dict[str, Any], anchor_tune: str = "lora") -> str:
     """Folder name of a variant: identical settings share one trained checkpoint."""
     merged = {**OURS, "tune": anchor_tune, **overrides}
@@ -74,17 +100,16 @@ def _trained_before(folder: Path, config: Any) -> bool:
 
 
 def run_ablations(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
-    from medheb_app.index.cache import EmbeddingCache
     from medheb_app.models.dual_lite import DualLiteEmbedder
     from medheb_app.tasks.cxr_retrieve import gallery_from_studies, load_studies
-    from medheb_app.tasks.cxr_retrieve_eval import EmbeddingRanker, evaluate, table4
+    from medheb_app.tasks.cxr_retrieve_eval import evaluate, table4
     from medheb_app.train.label_aware import LabelAwareConfig, train_label_aware
 
     started = time.perf_counter()
     out = Path(args.out)
     studies = load_studies(args.data, settings)
     gallery = gallery_from_studies(studies, args.data, "test")
-    cache = EmbeddingCache(settings.cache_dir)
+    shared = None
     anchor_tune = args.tune or LabelAwareConfig().tune
     chosen = [v for v in VARIANTS if args.only is None or v[0] in args.only]
     trained: dict[str, Any] = {}
@@ -103,7 +128,10 @@ def run_ablations(args: argparse.Namespace, settings: Settings) -> tuple[str, An
             if not _trained_before(folder, config):
                 train_label_aware(config, folder, settings, studies=studies)
             embedder = DualLiteEmbedder.from_checkpoint(folder)
-            report = evaluate(EmbeddingRanker(embedder, cache, name=variant), gallery)
+            if shared is None:
+                pixels = [s.load_pixels() for s in gallery.studies]
+                shared = SharedFeatureRanker(embedder.image_features(pixels))
+            report = evaluate(shared.use(embedder, variant), gallery)
             results = json.loads((folder / "config.json").read_text())["results"]
             trained[key] = (report, results, config)
         report, results, config = trained[key]

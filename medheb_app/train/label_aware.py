@@ -3,10 +3,12 @@
 Each epoch every training image gets a fresh caption sampled from its labels (50% single,
 25% pair, 25% negation; train/captions.py) with the caption's assertion vector y; the loss is
 L + 0.3 L_HNM (eq. 7, train/losses.py). Training reuses the generic LiT-style trainer
-(train/contrastive.py): the image tower stays frozen with cached features, and by default
-LoRA adapters of rank 12 (section 5.1) tune the text tower's attention projections, with the
-projection heads trained alongside. The image tower can be LoRA-tuned too (lora_towers image
-text), at a large cost on a CPU: every step then runs EfficientNet forward and backward.
+(train/contrastive.py). By default both towers stay frozen (features cached on disk) and the
+projection heads and logit scale train: that is what fits this project's CPU budget (about 11
+minutes cold on the shared 2-core machine, seconds warm). `--tune lora` adds the paper's LoRA
+adapters of rank 12 (section 5.1) on the text tower's attention projections (lora_towers),
+which recomputes MiniLM every step: over 30 minutes here under load. The image tower can be
+LoRA-tuned too (lora_towers image text), at a far larger cost: EfficientNet every step.
 
 Train split only; the val split gives a held-out loss; the test split is never read here.
 The checkpoint folder registers as "dual-lite@<tag>" (e.g. models/dual-lite/label-aware).
@@ -53,7 +55,8 @@ class LabelAwareConfig(TrainerConfig):
     """Label-aware fine-tuning: trainer settings plus data, caption mix and loss."""
 
     tune: Literal["frozen", "lora"] = field(
-        default="lora", metadata={"help": "towers frozen (cached features) or LoRA-tuned"}
+        default="frozen",
+        metadata={"help": "frozen: heads only on cached tower features; lora: LoRA on towers"},
     )
     lora_towers: tuple[str, ...] = field(
         default=("text",), metadata={"help": "towers that get LoRA adapters (image, text)"}
