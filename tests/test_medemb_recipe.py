@@ -99,6 +99,8 @@ def test_medemb_lite_trains_a_few_steps_and_loads_by_spec(settings, tmp_path):
     record = json.loads((out / "config.json").read_text())
     assert record["results"]["peak_memory_mb"] > 0 and record["training"]["margin"] == 0.1
     assert record["data"]["tasks"] == {"i2label": 8, "qa": 4}
+    # the 8 image->label pairs share 2 labels, so same-target masking must have fired
+    assert 0 < record["results"]["masked_share_same_target"] <= 1
     spec = spec_for_card(result.card.to_dict())
     registry.clear_cache()
     model = registry.load_embedder(spec, settings)

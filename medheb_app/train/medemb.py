@@ -39,7 +39,12 @@ from medheb_app.settings import Settings
 from medheb_app.train.batching import TokenBudgetBatcher, padded_cost, static_batches, token_budget
 from medheb_app.train.config import config_to_dict
 from medheb_app.train.contrastive import Progress, TrainResult
-from medheb_app.train.losses import MEDEMB_MARGIN, MEDEMB_TEMPERATURE, masked_infonce_loss
+from medheb_app.train.losses import (
+    MEDEMB_MARGIN,
+    MEDEMB_TEMPERATURE,
+    false_negative_mask,
+    masked_infonce_loss,
+)
 from medheb_app.train.schedule import warmup_cosine_scheduler
 
 MEDEMB_FILE = "medemb.json"  # run record written beside an mllm adapter
@@ -232,6 +237,7 @@ def train_medemb(
     margin = config.margin if config.mask else None
 
     step, seen, epoch_losses, padded, cancelled = 0, 0, [], 0, False
+    masked = {"margin": 0, "same_target": 0, "negatives": 0}
     model.backbone.train()  # only the backbone: the frozen image tower keeps eval-mode BN
     for batches in epochs:
         running, count = 0.0, 0
@@ -246,6 +252,7 @@ def train_medemb(
             targets = model.embed([p.target for p in batch], [None] * len(batch))
             same = same_target_matrix([keys[i] for i in rows])
             loss = masked_infonce_loss(queries, targets, config.temperature, margin, same)
+            _count_masked(masked, queries.detach() @ targets.detach().T, config.margin, same)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             optimiser.step()
@@ -285,10 +292,27 @@ def train_medemb(
             "token_budget": budget,
             "padded_tokens": padded,
             "mean_batch_pairs": round(seen / max(step, 1), 2),
+            # shares of in-batch negatives that eq. 2's margin rule (whether or not it was
+            # applied) and the same-target rule drop: how much masking can matter
+            "masked_share_margin": round(masked["margin"] / max(masked["negatives"], 1), 4),
+            "masked_share_same_target": round(
+                masked["same_target"] / max(masked["negatives"], 1), 4
+            ),
         },
     }
     card = save(model, folder, info)
     return TrainResult(folder, card, step, epoch_losses, None, seconds)
+
+
+def _count_masked(
+    counts: dict[str, int], cosine: torch.Tensor, margin: float, same: torch.Tensor
+) -> None:
+    """Add a batch's off-diagonal pairs and how many of them each masking rule drops."""
+    off_diagonal = ~torch.eye(len(cosine), dtype=torch.bool)
+    by_margin = ~false_negative_mask(cosine, margin) & off_diagonal
+    counts["negatives"] += int(off_diagonal.sum())
+    counts["margin"] += int(by_margin.sum())
+    counts["same_target"] += int((same & ~by_margin).sum())
 
 
 def save(model, folder: Path, info: dict) -> ModelCard:
