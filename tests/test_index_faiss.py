@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from medheb_app.index.faiss_index import VectorIndex, default_nlist
+from medheb_app.index.faiss_index import AUTO_EXACT_LIMIT, VectorIndex, default_nlist, resolve_kind
 from medheb_app.models.base import l2_normalise
 
 
@@ -87,3 +87,12 @@ def test_bad_inputs_raise_clear_errors(tmp_path) -> None:
     assert np.all(scores == 0)
     with pytest.raises(FileNotFoundError, match=r"manifest\.json missing"):
         VectorIndex.load(tmp_path / "nothing")
+
+
+def test_auto_kind_is_exact_for_small_and_ivf_for_large_collections() -> None:
+    assert VectorIndex.build(_unit_vectors(50, 8), [str(i) for i in range(50)], "auto").kind == (
+        "exact"
+    )
+    assert resolve_kind("auto", AUTO_EXACT_LIMIT - 1) == "exact"
+    assert resolve_kind("auto", AUTO_EXACT_LIMIT) == "ivf"
+    assert resolve_kind("hnsw", 10) == "hnsw"

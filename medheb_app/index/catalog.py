@@ -126,7 +126,7 @@ def build_index(
     studies: Sequence[Study],
     embedder: Embedder,
     settings: Settings,
-    kind: str = "exact",
+    kind: str = "auto",
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     corpus: dict[str, Any] | None = None,
@@ -134,6 +134,8 @@ def build_index(
     **params: Any,
 ) -> LoadedIndex:
     """Embed `studies` (through the embedding cache) and write the index `name` for this model.
+
+    kind "auto" is an exact index up to 50,000 studies and IVF-Flat beyond (faiss_index).
 
     `corpus` describes where the studies came from (kind, directory, seed, size) so a later
     caller can tell whether the index still matches its corpus. Replaces an existing build.

@@ -21,8 +21,10 @@ from typing import Any, Literal
 import faiss
 import numpy as np
 
-IndexKind = Literal["exact", "ivf", "hnsw"]
+IndexKind = Literal["exact", "ivf", "hnsw", "auto"]
 INDEX_KINDS: tuple[str, ...] = ("exact", "ivf", "hnsw")
+# Above this size an exact scan costs more than a text encode on a laptop core (BENCHMARKS.md)
+AUTO_EXACT_LIMIT = 50_000
 MANIFEST_VERSION = 1
 _NORM_TOLERANCE = 1e-3
 
@@ -33,6 +35,17 @@ def default_nlist(count: int) -> int:
     FAISS k-means wants >= 39 training points per centroid to avoid degenerate cells.
     """
     return max(1, min(int(4 * math.sqrt(count)), count // 39))
+
+
+def resolve_kind(kind: str, count: int) -> str:
+    """'auto' is exact below AUTO_EXACT_LIMIT items and IVF-Flat from there on."""
+    if kind == "auto":
+        return "exact" if count < AUTO_EXACT_LIMIT else "ivf"
+    if kind not in INDEX_KINDS:
+        raise ValueError(
+            f"Unknown index kind {kind!r}; choose one of {', '.join(INDEX_KINDS)} or auto."
+        )
+    return kind
 
 
 def check_vectors(vectors: np.ndarray, what: str = "vectors") -> np.ndarray:
@@ -83,13 +96,12 @@ class VectorIndex:
     ) -> VectorIndex:
         """Index `vectors` (n, d), unit-norm float32, under `ids` (unique strings).
 
+        kind: "exact", "ivf", "hnsw", or "auto" (see resolve_kind).
+
         ivf params: nlist (default 4 * sqrt(n)), nprobe (default max(16, nlist / 32)), seed (0).
         hnsw params: m (32), ef_construction (80), ef_search (64).
         """
-        if kind not in INDEX_KINDS:
-            raise ValueError(
-                f"Unknown index kind {kind!r}; choose one of {', '.join(INDEX_KINDS)}."
-            )
+        kind = resolve_kind(kind, len(ids))
         array = check_vectors(vectors)
         ids = [str(item) for item in ids]
         if len(ids) != array.shape[0]:
