@@ -10,10 +10,16 @@ import importlib
 import pkgutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+
+
+def utcnow() -> datetime:
+    """Naive UTC now: SQLite drops time zones, so every timestamp is stored as naive UTC."""
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Base(DeclarativeBase):

@@ -6,21 +6,16 @@ A job row is updated as it moves queued -> running -> done | failed | cancelled 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from medheb_app.store.db import Base
+from medheb_app.store.db import Base, utcnow
 
 JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
 FINISHED_STATUSES = ("done", "failed", "cancelled", "interrupted")
-
-
-def utcnow() -> datetime:
-    """Naive UTC now (SQLite drops time zones, so all timestamps are naive UTC)."""
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Job(Base):

@@ -6,20 +6,15 @@ index them so the UI can list runs and compare models without reading every file
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from medheb_app.store.db import Base, Store
+from medheb_app.store.db import Base, Store, utcnow
 
 RUN_STATUSES = ("running", "finished", "failed", "cancelled")
-
-
-def utcnow() -> datetime:
-    """Naive UTC now (SQLite drops time zones, so all timestamps are naive UTC)."""
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Run(Base):

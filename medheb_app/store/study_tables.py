@@ -10,18 +10,13 @@ schema runs on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from medheb_app.store.db import Base
-
-
-def utcnow() -> datetime:
-    """Naive UTC now: SQLite drops time zones, so every timestamp is stored as naive UTC."""
-    return datetime.now(UTC).replace(tzinfo=None)
+from medheb_app.store.db import Base, utcnow
 
 
 class PreferenceStudy(Base):
