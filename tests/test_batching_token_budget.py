@@ -56,7 +56,7 @@ def test_best_fit_picks_the_tightest_open_batch():
 
 def test_padding_fit_keeps_similar_lengths_together():
     lengths = [10, 60, 11, 58, 12, 59, 10, 61]
-    batcher = TokenBudgetBatcher(budget=1000, max_size=8, max_open=2)
+    batcher = TokenBudgetBatcher(budget=1000, max_size=8, max_open=2, fit="padding")
     batches = list(batcher.batches(lengths))
     assert sorted(map(sorted, batches)) == [[0, 2, 4, 6], [1, 3, 5, 7]]
     mixed = list(TokenBudgetBatcher(1000, 8, max_open=2, fit="budget").batches(lengths))

@@ -10,13 +10,15 @@ questions) then travel in large batches and long ones (reports, volumes) in smal
 same padded cost per step. Batches are formed online by greedy best-fit packing over a window
 of open batches; a batch that can take no more is emitted. "Best" is measured two ways:
 
-  fit="padding" (default): the open batch where the pair adds the least padding; while the
-      window has room, a pair that would add padding everywhere opens a new batch. Pairs of
-      similar length end up together (on MedHEB-lite's 7,097 training pairs: padding share
-      35 % -> 6 %, 429 -> 300 steps per epoch at the same budget; docs/medemb.md).
-  fit="budget": the classic bin-packing reading, the batch left with the least unused
-      budget. With a long pair in an open batch any short pair still fits, so batches mix
-      lengths and padding stays at the static-batching level.
+  fit="budget" (default): the classic bin-packing reading, the open batch left with the
+      least unused budget. A batch holding a long pair still takes any short pair, so
+      batches mix lengths (and tasks) and padding stays near the static level.
+  fit="padding": the open batch where the pair adds the least padding; while the window has
+      room, a pair that would add padding everywhere opens a new batch. On MedHEB-lite's
+      7,097 training pairs this cuts padding from 35 % to 6 % and steps per epoch from 429
+      to 300 at the same budget, but the length-grouped batches are nearly single-task, full
+      of same-category false negatives, and the model trained that way collapsed on
+      image-to-image retrieval (docs/medemb.md). Use it only with that in mind.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class TokenBudgetBatcher:
     budget: int
     max_size: int
     max_open: int = 8
-    fit: Literal["padding", "budget"] = "padding"
+    fit: Literal["budget", "padding"] = "budget"
 
     def __post_init__(self) -> None:
         if self.budget < 2 or self.max_size < 1 or self.max_open < 1:

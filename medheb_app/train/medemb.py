@@ -73,8 +73,9 @@ class MedEmbConfig:
     batching: Literal["dynamic", "static"] = field(
         default="dynamic", metadata={"help": "token-budgeted best-fit or fixed-size batches"}
     )
-    fit: Literal["padding", "budget"] = field(
-        default="padding", metadata={"help": "best fit by added padding or by budget left"}
+    fit: Literal["budget", "padding"] = field(
+        default="budget",
+        metadata={"help": "best fit by budget left, or by added padding (groups lengths)"},
     )
     nominal_batch: int = field(default=16, metadata={"help": "B_nom (the static batch size)"})
     max_len: int = field(
