@@ -104,10 +104,11 @@ def test_checkpoint_round_trip_through_the_registry(model, settings, tmp_path):
     assert (folder / "adapter" / "adapter_config.json").is_file()
 
     registry.clear_cache()
-    loaded = registry.load_embedder("medemb-lite", settings)
+    # By path: the plain "medemb-lite" spec names the committed checkpoint in models/.
+    loaded = registry.load_embedder(f"medemb-lite@{folder}", settings)
     assert loaded.card.fingerprint == card.fingerprint
     np.testing.assert_allclose(loaded.encode(ITEMS, instruction=INSTRUCTION), expected, atol=1e-4)
-    assert registry.load_embedder(f"medemb-lite@{folder}", settings).card.dims == 384
+    assert loaded.card.dims == 384
     assert "medemb-lite" in registry.valid_specs(settings)
     assert any(m["spec"] == "medemb-lite" for m in registry.list_models(settings))
 
