@@ -1,7 +1,8 @@
 """Engine, declarative Base and sessions; SQLite in DATA_DIR by default, any URL by DATABASE_URL.
 
 Every table module in medheb_app/store imports `Base` from here; `create_schema` imports them
-all (so their classes are registered) and creates what is missing.
+all (so their classes are registered), creates missing tables and adds missing columns, so
+a database written by an older version keeps its rows when the app starts on a newer one.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Column, Engine, create_engine, event, inspect
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.schema import CreateColumn
 
 
 def utcnow() -> datetime:
@@ -43,14 +45,42 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
-def create_schema(engine: Engine) -> None:
-    """Create every registered table that does not exist yet (safe to call at each start)."""
+def create_schema(engine: Engine) -> list[str]:
+    """Create missing tables and add missing columns (safe at each start); returns what it added.
+
+    Only additive changes are migrated: a new column must be nullable or carry a server
+    default, which is how table modules should grow. Nothing is dropped or rewritten.
+    """
     import medheb_app.store as package
 
     for module in pkgutil.iter_modules(package.__path__):
         if module.name != "db":
             importlib.import_module(f"{package.__name__}.{module.name}")
+    existing_tables = set(inspect(engine).get_table_names())
     Base.metadata.create_all(engine)
+    added: list[str] = []
+    inspector = inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        if table.name not in existing_tables:
+            continue
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present:
+                _add_column(engine, table.name, column)
+                added.append(f"{table.name}.{column.name}")
+    return added
+
+
+def _add_column(engine: Engine, table_name: str, column: Column) -> None:
+    """ALTER TABLE ... ADD COLUMN in the engine's dialect (SQLite and PostgreSQL both accept it)."""
+    if not column.nullable and column.server_default is None:
+        raise RuntimeError(
+            f"Cannot add required column {table_name}.{column.name} to an existing database: "
+            "give it a server_default or make it nullable."
+        )
+    definition = CreateColumn(column).compile(dialect=engine.dialect)
+    with engine.begin() as connection:
+        connection.exec_driver_sql(f'ALTER TABLE "{table_name}" ADD COLUMN {definition}')
 
 
 class Store:
