@@ -222,7 +222,7 @@ def _training_progress(progress, log) -> Callable[[int, int, float], None]:
 
 
 def train_job(settings: Settings) -> JobFn:
-    """Train a dual-lite checkpoint; it registers itself as dual-lite@<tag> when it is saved."""
+    """Train a checkpoint; it registers itself (dual-lite@<tag> or medemb-lite@<tag>) when saved."""
 
     def run(params, progress, log, stop) -> dict:
         from medheb_app.jobs import JobCancelled
@@ -251,14 +251,26 @@ def train_job(settings: Settings) -> JobFn:
             def train(config, out, progress, stop):
                 return train_label_aware(config, out, settings, progress=progress, stop=stop)
 
+        elif recipe == "medemb":
+            from medheb_app.train.medemb import MedEmbConfig, train_medemb
+
+            overrides = {"epochs": epochs}
+            config = config_from_sources(MedEmbConfig, overrides=overrides)
+
+            def train(config, out, progress, stop):
+                return train_medemb(config, out, settings, progress=progress, stop=stop)
+
         else:
-            raise ValueError(f"Unknown training recipe {recipe!r}; use report or label-aware.")
+            raise ValueError(
+                f"Unknown training recipe {recipe!r}; use report, label-aware or medemb."
+            )
         log(f"training {recipe} -> {out} with {overrides}")
         result = train(config, out, _training_progress(progress, log), stop)
         if stop.is_set():
             raise JobCancelled("training was cancelled")
-        log(f"saved dual-lite@{tag}")
-        return {"spec": f"dual-lite@{tag}", "out": str(out), "result": repr(result)[:500]}
+        spec = f"{'medemb-lite' if recipe == 'medemb' else 'dual-lite'}@{tag}"
+        log(f"saved {spec}")
+        return {"spec": spec, "out": str(out), "result": repr(result)[:500]}
 
     return run
 

@@ -19,7 +19,7 @@ from medheb_app.ui import components as ui
 log = logging.getLogger(__name__)
 NOT_ADMIN = "Sign in as admin first."
 LOG_LINES_SHOWN = 200
-TRAIN_RECIPES = ("report", "label-aware")
+TRAIN_RECIPES = ("report", "label-aware", "medemb")
 
 
 def sign_in(services: Services, password: str | None) -> tuple[bool, str]:
@@ -158,7 +158,9 @@ def build_admin_tab(services: Services) -> dict[str, Any]:
             bench_start = gr.Button("Start benchmark run", elem_id="admin-start-bench")
         with gr.Tab("Training"):
             recipe = gr.Dropdown(label="Recipe", choices=list(TRAIN_RECIPES), value="report")
-            tag = gr.Textbox(label="Checkpoint tag (becomes dual-lite@TAG)")
+            tag = gr.Textbox(
+                label="Checkpoint tag (becomes dual-lite@TAG, or medemb-lite@TAG for medemb)"
+            )
             epochs = gr.Number(label="Epochs", value=5, precision=0, minimum=1)
             n_train = gr.Number(
                 label="Phantom studies (report recipe)", value=2000, precision=0, minimum=4
