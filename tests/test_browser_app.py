@@ -10,7 +10,6 @@ Screenshots of each page land in test-artifacts/screenshots/.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -22,11 +21,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from medheb_app.settings import PROJECT_ROOT
+from tests.run_fixtures import MODELS, TASK, write_run
 
 pytestmark = pytest.mark.browser
 
@@ -42,8 +40,6 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
 ADMIN_PASSWORD = "browser-admin-pass"
-MODELS = ("model-alpha-secret", "model-beta-secret")
-TASK = "stratum-task-secret"
 SEARCH_MODEL = os.environ.get("MEDHEB_BROWSER_MODEL", "oracle")
 STARTUP_S = 600
 
@@ -61,35 +57,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _write_run(run_dir: Path) -> None:
-    """Two models' outputs on one task, with text and image payloads, in the runner's format."""
-    media = run_dir / "media"
-    media.mkdir(parents=True)
-    candidates = {}
-    for i in range(6):
-        path = media / f"c{i}.png"
-        pixels = np.full((64, 64), 40 * i, dtype=np.uint8)
-        Image.fromarray(pixels).save(path)
-        candidates[f"c{i}"] = {"text": f"candidate report {i}", "image": str(path)}
-    for offset, model in enumerate(MODELS):
-        queries = [
-            {
-                "id": f"q{q}",
-                "query": f"query text {q}",
-                "ranked": [f"c{(q + offset + r) % 6}" for r in range(6)],
-                "positives": [f"c{q}"],
-            }
-            for q in range(4)
-        ]
-        payload = {
-            "metadata": {"name": TASK, "family": "T-T", "split": "ID"},
-            "queries": queries,
-            "candidates": candidates,
-        }
-        (run_dir / model).mkdir(parents=True)
-        (run_dir / model / f"{TASK}.json").write_text(json.dumps(payload))
 
 
 def _store_run(out_dir: Path, settings) -> None:
@@ -163,7 +130,7 @@ def app(tmp_path_factory) -> Iterator[dict]:
 
     settings = Settings.from_env(data_dir=data_dir)
     services = create_services(settings, start_bootstrap=False)
-    _write_run(root / "run")
+    write_run(root / "run", with_images=True)
     study_id = create_study(
         services.store, "Reader study 1", list(MODELS), root / "run", n_items=3, seed=3
     )

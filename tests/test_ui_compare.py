@@ -2,39 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from medheb_app.services import create_services
 from medheb_app.study.items import create_study
 from medheb_app.ui import compare_tab
-
-MODELS = ("model-alpha-secret", "model-beta-secret")
-TASK = "stratum-task-secret"
-
-
-def _write_run(run_dir: Path) -> None:
-    """A run directory in the DESIGN.md format: DIR/<model>/<task>.json."""
-    candidates = {f"c{i}": {"text": f"candidate report {i}"} for i in range(6)}
-    for offset, model in enumerate(MODELS):
-        queries = [
-            {
-                "id": f"q{q}",
-                "query": f"query text {q}",
-                "ranked": [f"c{(q + offset + r) % 6}" for r in range(6)],
-                "positives": [f"c{q}"],
-            }
-            for q in range(4)
-        ]
-        payload = {
-            "metadata": {"name": TASK, "family": "T-T", "split": "ID"},
-            "queries": queries,
-            "candidates": candidates,
-        }
-        (run_dir / model).mkdir(parents=True)
-        (run_dir / model / f"{TASK}.json").write_text(json.dumps(payload))
+from tests.run_fixtures import MODELS, TASK, write_run
 
 
 @pytest.fixture
@@ -44,7 +17,7 @@ def services(settings):
 
 @pytest.fixture
 def study_id(services, tmp_path):
-    _write_run(tmp_path / "run")
+    write_run(tmp_path / "run")
     return create_study(
         services.store,
         f"{MODELS[0]} vs {MODELS[1]}",
