@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 
 import pytest
-from test_ui_compare import MODELS, _write_run
 
 from medheb_app.services import create_services
 from medheb_app.ui import analysis_tab, compare_tab
+from tests.run_fixtures import MODELS, write_run
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def services(settings):
 def study_id(services, tmp_path):
     from medheb_app.study.items import create_study
 
-    _write_run(tmp_path / "run")
+    write_run(tmp_path / "run")
     study = create_study(
         services.store,
         "Analysis pilot",
