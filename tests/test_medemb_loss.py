@@ -76,3 +76,18 @@ def test_the_paper_temperature_gives_finite_loss_and_gradients():
 def test_mismatched_batches_are_refused():
     with pytest.raises(ValueError, match="matched pairs"):
         masked_infonce_loss(torch.eye(3), torch.eye(2, 3))
+
+
+def test_bank_loss_scores_each_query_against_every_bank_row():
+    from medheb_app.train.losses import bank_infonce_loss
+
+    # query 1 -> bank row 1 (cosines 0.6, 0.8, 0.0), query 2 -> bank row 0 (0.0, 0.8, 0.6)
+    positive = torch.tensor([1, 0])
+    by_hand = (
+        -math.log(math.exp(0.8 / TAU) / sum(math.exp(c / TAU) for c in (0.6, 0.8, 0.0)))
+        - math.log(math.exp(0.0 / TAU) / sum(math.exp(c / TAU) for c in (0.0, 0.8, 0.6)))
+    ) / 2
+    loss = bank_infonce_loss(QUERIES[:2], TARGETS, positive, TAU)
+    assert loss.item() == pytest.approx(by_hand, rel=1e-6)
+    with pytest.raises(ValueError, match="one positive index per query"):
+        bank_infonce_loss(QUERIES, TARGETS, positive, TAU)

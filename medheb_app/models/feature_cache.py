@@ -28,6 +28,12 @@ class FeatureCache:
         digest.update(repr((array.shape, settings)).encode())
         return digest.hexdigest()
 
+    def __contains__(self, key: str) -> bool:
+        return key in self.store
+
+    def __len__(self) -> int:
+        return len(self.store)
+
     def get(self, key: str) -> torch.Tensor | None:
         if key in self.store:
             self.store.move_to_end(key)

@@ -41,9 +41,9 @@ from medheb_app.evidence.readers import K_FRAMES, sample_frames
 from medheb_app.evidence.study import EmbedItem, Evidence, as_evidence
 from medheb_app.models.base import ModelCard
 from medheb_app.models.feature_cache import FeatureCache
+from medheb_app.models.medemb_projection import ChannelMoments, VisualProjection
 from medheb_app.models.towers import (
     IMAGE_ARCH,
-    IMAGE_DIM,
     TEXT_DIM,
     TOWERS_LICENSE,
     ImageTower,
@@ -111,14 +111,14 @@ class MedEmbLiteEmbedder(nn.Module):
         config: MedEmbLiteConfig,
         card: ModelCard,
         backbone: nn.Module | None = None,
-        projection: nn.Linear | None = None,
+        projection: VisualProjection | None = None,
         batch_size: int = 32,
     ) -> None:
         super().__init__()
         self.config = config
         self.card = card
         self.backbone = backbone if backbone is not None else load_backbone()
-        self.projection = projection or nn.Linear(IMAGE_DIM, TEXT_DIM)
+        self.projection = projection or VisualProjection()
         self.tokenizer = text_tokenizer()
         self.image_tower = shared_image_tower()
         self.features = shared_feature_cache()
@@ -160,6 +160,47 @@ class MedEmbLiteEmbedder(nn.Module):
         self.features.put(key, tokens)
         return tokens
 
+    def precompute_visual(self, items: Sequence[Evidence], batch: int = 32) -> int:
+        """Fill the feature cache for every image not in it, `batch` images per tower call.
+
+        Training touches thousands of images once each; one batched tower pass per 32 of
+        them is several times cheaper than the per-item path of `visual_features`.
+        Returns how many images were computed (volumes go through `visual_features`).
+        """
+        settings = (self.config.image_size, self.config.grid)
+        todo: dict[str, np.ndarray] = {}
+        for item in items:
+            if item.image is not None:
+                key = FeatureCache.key(item.image, *settings)
+                if key not in todo and key not in self.features:
+                    todo[key] = item.image
+            elif item.volume is not None:
+                self.visual_features(item)
+        keys = list(todo)
+        for start in range(0, len(keys), batch):
+            chunk = keys[start : start + batch]
+            images = [todo[k] for k in chunk]
+            tokens = self._tower_tokens(images, self.config.image_size, self.config.grid)
+            for key, value in zip(chunk, tokens, strict=True):
+                self.features.put(key, value)
+        return len(keys)
+
+    def fit_visual_statistics(self, items: Sequence[Evidence]) -> dict[str, int]:
+        """Fit the projection's standardisation to the items' visual tokens (before training).
+
+        Returns the number of tokens per kind; a kind with fewer than two keeps its current
+        statistics.
+        """
+        moments = {kind: ChannelMoments() for kind in VisualProjection.kinds}
+        for item in items:
+            tokens = self.visual_features(item)
+            if tokens is not None:
+                moments["image" if item.image is not None else "frame"].add(tokens)
+        for kind, found in moments.items():
+            if found.n >= 2:
+                self.projection.fit(found, kind)
+        return {kind: found.n for kind, found in moments.items()}
+
     def _visual_count(self, evidence: Evidence) -> int:
         if evidence.image is not None:
             return self.config.grid**2
@@ -200,7 +241,9 @@ class MedEmbLiteEmbedder(nn.Module):
         types = [torch.zeros(len(head), dtype=torch.long)]
         visual = self.visual_features(evidence)
         if visual is not None:
-            parts.append(self.projection(visual))
+            parts.append(
+                self.projection(visual, "image" if evidence.image is not None else "frame")
+            )
             types.append(torch.ones(len(visual), dtype=torch.long))
         parts.append(words(torch.tensor(tail)))
         types.append(torch.zeros(len(tail), dtype=torch.long))
@@ -226,6 +269,7 @@ class MedEmbLiteEmbedder(nn.Module):
     def encode(self, items: Sequence[EmbedItem], instruction: str | None = None) -> np.ndarray:
         """Queries get `instruction` in front; candidates (None) get no instruction."""
         evidence = [as_evidence(item) for item in items]
+        self.precompute_visual(evidence)
         chunks = [np.zeros((0, self.card.dims), dtype=np.float32)]
         with torch.inference_mode():
             for start in range(0, len(evidence), self.batch_size):
@@ -248,8 +292,8 @@ class MedEmbLiteEmbedder(nn.Module):
         folder = Path(folder)
         saved = read_checkpoint_config(folder)
         config = MedEmbLiteConfig(**saved["model"])
-        projection = nn.Linear(IMAGE_DIM, TEXT_DIM)
-        projection.load_state_dict(load_file(str(folder / PROJECTION_FILE)))
+        projection = VisualProjection()
+        projection.load_weights(load_file(str(folder / PROJECTION_FILE)))
         backbone = load_backbone()
         if (folder / ADAPTER_DIR).is_dir():
             backbone = PeftModel.from_pretrained(backbone, str(folder / ADAPTER_DIR))

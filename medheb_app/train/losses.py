@@ -191,3 +191,23 @@ def masked_infonce_loss(
     logits = (cosine / temperature).masked_fill(~keep, float("-inf"))
     targets = torch.arange(batch, device=cosine.device)
     return F.cross_entropy(logits, targets, reduction="sum") / batch
+
+
+def bank_infonce_loss(
+    query_emb: torch.Tensor,
+    bank_emb: torch.Tensor,
+    positive: torch.Tensor,
+    temperature: float = MEDEMB_TEMPERATURE,
+) -> torch.Tensor:
+    """InfoNCE of each query against a whole bank of fixed targets (eq. 1 with bank negatives).
+
+    Row i's positive is bank row positive[i]; every other bank row is a negative. Used by the
+    projection-alignment stage, whose targets come from a frozen backbone and so can be
+    embedded once. Bank rows must be distinct items (duplicates would be false negatives).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0; got {temperature}")
+    if positive.shape[0] != query_emb.shape[0]:
+        raise ValueError("bank_infonce_loss needs one positive index per query")
+    logits = query_emb @ bank_emb.T / temperature
+    return F.cross_entropy(logits, positive, reduction="sum") / query_emb.shape[0]

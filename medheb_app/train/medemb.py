@@ -45,6 +45,7 @@ from medheb_app.train.losses import (
     false_negative_mask,
     masked_infonce_loss,
 )
+from medheb_app.train.medemb_align import ALIGN_TASKS, align_projection, caption_bank
 from medheb_app.train.schedule import warmup_cosine_scheduler
 
 MEDEMB_FILE = "medemb.json"  # run record written beside an mllm adapter
@@ -90,6 +91,20 @@ class MedEmbConfig:
     max_text_tokens: int = field(
         default=64, metadata={"help": "medemb-lite: word tokens kept per text (CPU budget)"}
     )
+    standardise: bool = field(
+        default=True,
+        metadata={"help": "medemb-lite: standardise frozen visual features per channel"},
+    )
+    align_steps: int = field(
+        default=0,
+        metadata={
+            "help": "medemb-lite: stage-1 steps aligning the visual projection on ID-train "
+            "image -> report pairs, backbone frozen, before the recipe (mllm: models are "
+            "aligned already; 0 = none)"
+        },
+    )
+    align_lr: float = field(default=1e-3, metadata={"help": "stage-1 AdamW learning rate"})
+    align_batch: int = field(default=64, metadata={"help": "stage-1 images per step"})
     seed: int = field(default=0, metadata={"help": "seed for sampling, shuffling and init"})
 
     def __post_init__(self) -> None:
@@ -102,13 +117,16 @@ class MedEmbConfig:
             "lora_rank",
             "lora_alpha",
             "max_text_tokens",
+            "align_batch",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
-        if self.pairs_per_task < 0 or self.max_steps < 0 or self.max_len < 0:
-            raise ValueError("pairs_per_task, max_steps and max_len must be >= 0")
-        if self.lr <= 0 or self.temperature <= 0 or self.margin < 0:
-            raise ValueError("lr and temperature must be > 0 and margin >= 0")
+        if min(self.pairs_per_task, self.max_steps, self.max_len, self.align_steps) < 0:
+            raise ValueError("pairs_per_task, max_steps, max_len and align_steps must be >= 0")
+        if self.model.startswith("mllm:"):
+            self.align_steps = 0  # an MLLM's vision projector comes aligned by pretraining
+        if self.lr <= 0 or self.align_lr <= 0 or self.temperature <= 0 or self.margin < 0:
+            raise ValueError("lr, align_lr and temperature must be > 0 and margin >= 0")
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError("warmup_ratio must be in [0, 1)")
         if self.batching not in ("dynamic", "static") or self.pooling not in ("last", "mean"):
@@ -214,13 +232,43 @@ def train_medemb(
 ) -> TrainResult:
     """Run the recipe and save the checkpoint to `out`; pairs default to MedHEB-lite's."""
     started = time.perf_counter()
+    captioned = pairs
     if pairs is None:
         from medheb_app.tasks.medheb import training_pairs
 
-        pairs = sample_pairs(training_pairs(settings), config.pairs_per_task, config.seed)
+        raw = training_pairs(settings)
+        pairs = sample_pairs(raw, config.pairs_per_task, config.seed)
+        # stage 1 reads every ID-train image -> report pair, whatever the stage-2 sample
+        captioned = pairs
+        if config.pairs_per_task and config.align_steps:
+            captioned = sample_pairs([r for r in raw if r[3] in ALIGN_TASKS], 0, config.seed)
     if len(pairs) < 2:
         raise ValueError("The MedEmb recipe needs at least 2 training pairs.")
+    bank = caption_bank(captioned) if config.align_steps else None
+    if bank is not None and len(bank.images) < 2:
+        raise ValueError(
+            f"Stage-1 alignment needs image -> report pairs (tasks {', '.join(ALIGN_TASKS)}) "
+            "among the training pairs; none were found. Use --align-steps 0."
+        )
     model, trainable = build_model(config)
+    if hasattr(model, "precompute_visual"):  # frozen tower: every image once, batched
+        items = [p.query for p in pairs] + [p.target for p in pairs]
+        model.precompute_visual(items)
+        visual_tokens = model.fit_visual_statistics(items) if config.standardise else None
+    else:
+        visual_tokens = None
+    aligned = None
+    if bank is not None:
+        aligned = align_projection(
+            model,
+            bank,
+            config.align_steps,
+            config.align_lr,
+            config.align_batch,
+            config.temperature,
+            config.seed,
+            progress,
+        )
     lengths = [
         max(model.sequence_length(p.query, p.instruction), model.sequence_length(p.target, None))
         for p in pairs
@@ -293,6 +341,8 @@ def train_medemb(
             "token_budget": budget,
             "padded_tokens": padded,
             "mean_batch_pairs": round(seen / max(step, 1), 2),
+            "visual_tokens_standardised": visual_tokens,
+            "alignment": aligned,
             # shares of in-batch negatives that eq. 2's margin rule (whether or not it was
             # applied) and the same-target rule drop: how much masking can matter
             "masked_share_margin": round(masked["margin"] / max(masked["negatives"], 1), 4),
