@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -24,6 +26,31 @@ def require_shared(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"real data not available: {path} (see ../shared/data/README.md)")
     return path
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real PostgreSQL server for the session (pgserver ships the binaries as a wheel)."""
+    pgserver = pytest.importorskip("pgserver", reason="pgserver (requirements.txt) not installed")
+    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: object) -> str:
+    """A fresh, empty PostgreSQL database on the session's server (one per test)."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    postgres_server.psql(f"CREATE DATABASE {name};")  # type: ignore[attr-defined]
+    return postgres_server.get_uri(name)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, settings: Settings) -> str:
+    """The store's URL on each supported backend: SQLite in DATA_DIR and a real PostgreSQL."""
+    if request.param == "sqlite":
+        return settings.database_url
+    return request.getfixturevalue("postgres_url")
 
 
 @pytest.fixture

@@ -15,8 +15,9 @@ from medheb_app.store.jobs_table import Job
 
 
 @pytest.fixture
-def store(settings: Settings) -> Store:
-    return Store.open(settings.database_url)
+def store(database_url: str) -> Store:
+    """The job table on SQLite and on a real PostgreSQL server (each test runs on both)."""
+    return Store.open(database_url)
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_job_reports_progress_logs_and_result(runner: JobRunner, store: Store, s
     assert runner.logs(job_id, since=3) == ["step 3"]
     assert info.started_at is not None and info.finished_at is not None
     # a second runner on the same database (an app restart) sees the finished job unchanged
-    again = JobRunner(Store.open(settings.database_url), settings)
+    again = JobRunner(Store.open(store.engine.url.render_as_string(hide_password=False)), settings)
     assert again.status(job_id).result == {"counted": 4}
     assert again.interrupted_at_start == 0
     again.shutdown()

@@ -22,6 +22,7 @@ from medheb_app.eval.runner import (
 from medheb_app.evidence.study import EmbedItem, Evidence, Study, as_evidence
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.models.base import ModelCard, l2_normalise
+from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 from medheb_app.store.runs import list_runs, results_of
 from medheb_app.tasks.base import Item, Query, Task, TaskMetadata
@@ -207,3 +208,16 @@ def test_task_files_carry_what_a_rater_is_shown(settings, tmp_path: Path) -> Non
     path = run.to_disk(tmp_path)
     loaded = load_task_output(path)
     assert loaded.queries["q"].gold == frozenset({"yes"})
+
+
+def test_run_suite_records_in_postgresql(postgres_url, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("DATABASE_URL", postgres_url)
+    settings = Settings.from_env()
+    summary = run_suite(
+        [paired_task(meta("tt-pg"), text_pairs(12, 3))], ["oracle"], tmp_path / "run", settings
+    )
+    store = Store.open(postgres_url)
+    run = list_runs(store)[0]
+    assert run.status == "finished" and run.id == summary.run_id
+    assert [(r.model, r.task) for r in results_of(store, run.id)] == [("oracle", "tt-pg")]

@@ -37,3 +37,21 @@ def test_missing_column_is_added_and_rows_survive(tmp_path):
         ids = [row[0] for row in connection.exec_driver_sql(f"SELECT id FROM {Job.__tablename__}")]
     assert ids == ["legacy-job"]
     assert create_schema(reopened.engine) == []  # a second start has nothing left to add
+
+
+def test_missing_column_is_added_on_postgresql(postgres_url):
+    store = Store.open(postgres_url)
+    with store.session() as session:
+        session.add(Job(kind="benchmark", params={"suite": "medheb-lite"}))
+    dropped = next(c.name for c in Job.__table__.columns if c.nullable and not c.primary_key)
+    with store.engine.begin() as connection:  # the table as an older version wrote it
+        connection.exec_driver_sql(f'ALTER TABLE "{Job.__tablename__}" DROP COLUMN "{dropped}"')
+    store.engine.dispose()
+
+    reopened = Store.open(postgres_url)
+    names = [c["name"] for c in inspect(reopened.engine).get_columns(Job.__tablename__)]
+    assert dropped in names
+    with reopened.session() as session:
+        jobs = session.query(Job).all()
+    assert [(job.kind, job.params) for job in jobs] == [("benchmark", {"suite": "medheb-lite"})]
+    assert create_schema(reopened.engine) == []

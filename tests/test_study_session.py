@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import select, update
 from test_study_items import write_run
 
-from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 from medheb_app.store.study_tables import Assignment, StudyItem, Vote
 from medheb_app.study import (
@@ -32,8 +31,9 @@ MODELS = ["oracle", "open_clip:secret/model"]
 
 
 @pytest.fixture
-def store(settings: Settings) -> Store:
-    return Store.open(settings.database_url)
+def store(database_url: str) -> Store:
+    """The store on SQLite and on a real PostgreSQL server (each test runs on both)."""
+    return Store.open(database_url)
 
 
 @pytest.fixture
@@ -196,13 +196,13 @@ def test_vote_on_withdrawn_or_unknown_item_is_a_clear_error(store: Store, run_di
         assert [v.choice for v in session.scalars(select(Vote))] == ["A"]
 
 
-def test_concurrent_raters_lose_no_votes(store: Store, run_dir: Path, settings: Settings):
+def test_concurrent_raters_lose_no_votes(store: Store, run_dir: Path, database_url: str):
     study_id = make_study(store, run_dir, n=12, raters=3)
     errors: list[BaseException] = []
     voted: dict[str, int] = {}
 
     def rate(name: str) -> None:
-        own_store = Store.open(settings.database_url)  # one connection pool per "browser"
+        own_store = Store.open(database_url)  # one connection pool per "browser"
         try:
             rater = sign_in(own_store, study_id, name)
             n = 0
