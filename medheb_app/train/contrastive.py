@@ -23,9 +23,19 @@ from typing import Literal
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 
 from medheb_app.models.base import ModelCard
-from medheb_app.models.dual_lite import DualLiteEmbedder, HeadConfig, ProjectionHeads
+from medheb_app.models.dual_lite import (
+    ADAPTER_DIRS,
+    DUAL_LITE,
+    HEADS_FILE,
+    DualLiteEmbedder,
+    HeadConfig,
+    ProjectionHeads,
+    checkpoint_sha256,
+    read_checkpoint_config,
+)
 from medheb_app.models.towers import (
     IMAGE_ARCH,
     IMAGE_SIZE,
@@ -33,6 +43,7 @@ from medheb_app.models.towers import (
     TextTower,
     preprocess_images,
 )
+from medheb_app.settings import Settings
 from medheb_app.train.config import config_to_dict
 
 Progress = Callable[[int, int, float], None]
@@ -62,6 +73,13 @@ class TrainerConfig:
     lora_alpha: int = field(default=24, metadata={"help": "LoRA alpha when tune=lora"})
     lora_towers: tuple[str, ...] = field(
         default=("image", "text"), metadata={"help": "towers that get LoRA adapters"}
+    )
+    init: str = field(
+        default="",
+        metadata={
+            "help": "start from this dual-lite checkpoint's heads (a folder or dual-lite@TAG, "
+            "e.g. models/dual-lite/report); empty = fresh heads"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -134,12 +152,64 @@ def _lora_tower(kind: str, config: TrainerConfig) -> ImageTower | TextTower:
     return tower
 
 
-def build_embedder(config: TrainerConfig) -> DualLiteEmbedder:
-    """Fresh heads (seeded) on frozen shared towers, or on LoRA-wrapped private towers."""
+def init_folder(init: str, settings: Settings | None = None) -> Path | None:
+    """The checkpoint folder named by `TrainerConfig.init`: a folder path or a dual-lite tag.
+
+    Tags ("report", "dual-lite@report") are looked up like the registry does (models/dual-lite/,
+    models/, DATA_DIR/models/). Empty means fresh heads (None).
+    """
+    if not init:
+        return None
+    path = Path(init).expanduser()
+    if path.is_dir():
+        read_checkpoint_config(path)  # a clear error when the folder is not a checkpoint
+        return path
+    from medheb_app.models.registry import checkpoint_folders
+
+    tag = init.removeprefix(f"{DUAL_LITE}@")
+    folders = checkpoint_folders(settings or Settings.from_env())
+    if tag not in folders:
+        raise FileNotFoundError(
+            f"init {init!r} is neither a dual-lite checkpoint folder nor a known tag; "
+            f"known tags: {', '.join(sorted(folders)) or 'none'}."
+        )
+    return folders[tag]
+
+
+def load_init_heads(folder: Path, heads: HeadConfig) -> ProjectionHeads:
+    """Projection heads (and logit scale) of a checkpoint, checked against the wanted shape.
+
+    Only heads are taken over: a checkpoint with LoRA adapters would need its adapted towers
+    too, which this trainer does not continue from, so it is refused rather than half-used.
+    """
+    config = read_checkpoint_config(folder)
+    saved = HeadConfig(**config["heads"])
+    if (saved.embed_dim, saved.hidden_dim) != (heads.embed_dim, heads.hidden_dim):
+        raise ValueError(
+            f"init checkpoint {folder} has heads embed_dim={saved.embed_dim}, "
+            f"hidden_dim={saved.hidden_dim}; set the same --embed-dim and --hidden-dim "
+            f"(got {heads.embed_dim} and {heads.hidden_dim})."
+        )
+    adapters = [kind for kind, name in ADAPTER_DIRS.items() if (folder / name).is_dir()]
+    if adapters:
+        raise ValueError(
+            f"init checkpoint {folder} has LoRA adapters ({', '.join(adapters)}); "
+            "only adapter-free checkpoints can seed the heads."
+        )
+    loaded = ProjectionHeads(saved)
+    loaded.load_state_dict(load_file(str(folder / HEADS_FILE)))
+    return loaded
+
+
+def build_embedder(config: TrainerConfig, init: Path | None = None) -> DualLiteEmbedder:
+    """Heads (fresh and seeded, or copied from the `init` checkpoint) on frozen shared towers,
+    or on LoRA-wrapped private towers."""
     from medheb_app.models.dual_lite import untrained
 
     heads = HeadConfig(config.embed_dim, config.hidden_dim)
     embedder = untrained(heads, seed=config.seed, image_size=config.image_size)
+    if init is not None:
+        embedder.heads = load_init_heads(init, heads)
     if config.tune == "lora":
         for kind in config.lora_towers:
             setattr(embedder, f"{kind}_tower", _lora_tower(kind, config))
@@ -183,7 +253,10 @@ class _Features:
 
     def text(self, texts: Sequence[str]) -> torch.Tensor:
         if "text" in self.tuned:
-            return self.embedder.text_tower.encode(texts)
+            # templated captions repeat within a batch: run the tuned tower once per distinct one
+            position = {text: i for i, text in enumerate(sorted(set(texts)))}
+            rows = torch.tensor([position[text] for text in texts])
+            return self.embedder.text_tower.encode(list(position))[rows]
         return torch.stack([self.text_cache[t] for t in texts])
 
 
@@ -232,6 +305,7 @@ def train_contrastive(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     cache_dir: Path | None = None,
+    settings: Settings | None = None,
 ) -> TrainResult:
     """Train heads (and LoRA adapters if config.tune == "lora") and save a checkpoint to `out`.
 
@@ -239,12 +313,15 @@ def train_contrastive(
     epoch's pairs (fixed for report matching, resampled captions for label-aware training).
     `run_info` (recipe config, data fingerprint, tag, description) is stored in config.json.
     `cache_dir` keeps frozen-tower features on disk, keyed by the exact inputs, so a rerun
-    with other head settings skips the towers.
+    with other head settings skips the towers. `config.init` names a checkpoint whose heads
+    the run starts from (resolved with `settings`, see init_folder); its digest is recorded.
     """
     started = time.perf_counter()
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    embedder = build_embedder(config)
+    init = init_folder(config.init, settings)
+    embedder = build_embedder(config, init)
+    init_info = None if init is None else {"folder": str(init), "sha256": checkpoint_sha256(init)}
     tuned = set(config.lora_towers) if config.tune == "lora" else set()
     features = _Features(embedder, images, tuned, cache_dir)
 
@@ -299,6 +376,8 @@ def train_contrastive(
         return TrainResult(folder, None, step, epoch_losses, None, seconds, cancelled=True)
     info = dict(run_info or {})
     info.setdefault("tag", folder.name)
+    if init_info is not None:
+        info["init"] = init_info
     info["training"] = config_to_dict(config)
     info["results"] = {
         "steps": step,

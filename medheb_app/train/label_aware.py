@@ -175,4 +175,5 @@ def train_label_aware(
         progress=progress,
         stop=stop,
         cache_dir=settings.cache_dir / "tower-features",
+        settings=settings,
     )
