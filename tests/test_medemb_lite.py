@@ -51,6 +51,28 @@ def test_feature_cache_keys_by_content_and_evicts_the_oldest():
     assert cache.used == 40
 
 
+def test_feature_cache_survives_a_save_and_load(tmp_path):
+    cache = FeatureCache()
+    cache.put("a", torch.arange(4.0))
+    path = tmp_path / "features" / "visual.pt"
+    cache.save(path)
+    restored = FeatureCache()
+    assert restored.load(path) == 1 and restored.load(tmp_path / "absent.pt") == 0
+    assert "a" in restored and restored.get("a").tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_precompute_fills_the_cache_once_for_images_and_volumes(model):
+    items = [
+        Evidence(image=IMAGE * 0.5),
+        Evidence(image=IMAGE * 0.5),
+        Evidence(volume=VOLUME * 0.5),
+    ]
+    assert model.precompute_visual(items) == 2  # one distinct image, one volume
+    assert model.precompute_visual(items) == 0
+    single = model._tower_tokens([IMAGE * 0.5], model.config.image_size, model.config.grid)[0]
+    torch.testing.assert_close(model.visual_features(items[0]), single, atol=2e-3, rtol=2e-3)
+
+
 def test_every_form_shares_one_unit_space(model):
     vectors = model.encode(ITEMS)
     assert vectors.shape == (4, 384) and vectors.dtype == np.float32

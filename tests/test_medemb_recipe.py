@@ -90,7 +90,7 @@ def test_planned_batches_cover_the_pairs_within_budget(batching):
 @pytest.mark.slow
 def test_medemb_lite_trains_a_few_steps_and_loads_by_spec(settings, tmp_path):
     out = tmp_path / "medemb-lite-run"
-    config = MedEmbConfig(nominal_batch=4, max_steps=3, lr=1e-3, max_text_tokens=16)
+    config = MedEmbConfig(nominal_batch=4, max_steps=3, lr=1e-3, max_text_tokens=16, align_steps=0)
     steps = []
     result = train_medemb(
         config, out, settings, pairs=_pairs(), progress=lambda step, total, loss: steps.append(loss)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -49,3 +50,21 @@ class FeatureCache:
         while self.used > self.max_bytes and len(self.store) > 1:
             _, old = self.store.popitem(last=False)
             self.used -= old.numel() * 2
+
+    def save(self, path: Path | str) -> None:
+        """Write every entry (float16) to `path`, atomically."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(path.suffix + ".partial")
+        torch.save(dict(self.store), partial)
+        partial.replace(path)
+
+    def load(self, path: Path | str) -> int:
+        """Add the entries saved at `path` (none when it is absent); returns how many."""
+        path = Path(path)
+        if not path.is_file():
+            return 0
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        for key, value in saved.items():
+            self.put(key, value)
+        return len(saved)

@@ -165,17 +165,21 @@ class MedEmbLiteEmbedder(nn.Module):
 
         Training touches thousands of images once each; one batched tower pass per 32 of
         them is several times cheaper than the per-item path of `visual_features`.
-        Returns how many images were computed (volumes go through `visual_features`).
+        Returns how many images and volumes were computed (volumes one at a time, through
+        `visual_features`: their frames are batched already).
         """
         settings = (self.config.image_size, self.config.grid)
         todo: dict[str, np.ndarray] = {}
+        volumes = 0
         for item in items:
             if item.image is not None:
                 key = FeatureCache.key(item.image, *settings)
                 if key not in todo and key not in self.features:
                     todo[key] = item.image
             elif item.volume is not None:
+                before = len(self.features)
                 self.visual_features(item)
+                volumes += len(self.features) > before
         keys = list(todo)
         for start in range(0, len(keys), batch):
             chunk = keys[start : start + batch]
@@ -183,7 +187,7 @@ class MedEmbLiteEmbedder(nn.Module):
             tokens = self._tower_tokens(images, self.config.image_size, self.config.grid)
             for key, value in zip(chunk, tokens, strict=True):
                 self.features.put(key, value)
-        return len(keys)
+        return len(keys) + volumes
 
     def fit_visual_statistics(self, items: Sequence[Evidence]) -> dict[str, int]:
         """Fit the projection's standardisation to the items' visual tokens (before training).

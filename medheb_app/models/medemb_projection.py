@@ -19,14 +19,14 @@ VisualKind = Literal["image", "frame"]
 class VisualProjection(nn.Module):
     """Frozen tower features -> BERT's token space: per-channel standardisation, then linear.
 
-    The frozen ImageNet features of radiographs share a large common component (cells of two
-    different phantom chest films have cosine ~0.9), so a plain linear map hands BERT nearly
-    the same visual tokens for every image and the embeddings of all images collapse
-    together (one image ranked first for every query). Standardising each channel with the
-    training images' mean and std (image cells and volume frames apart: they come from
-    different resolutions and poolings) keeps what differs between images. The statistics
-    are buffers fitted once before training and saved with the weights; unfitted they are
-    the identity.
+    The frozen ImageNet features of radiographs share a large common component (the pooled
+    features of two different phantom chest films have cosine 0.89 on average), so a plain
+    linear map hands BERT nearly the same visual tokens for every image: a checkpoint trained
+    that way embedded 60 phantom test images at a mean pairwise cosine of 0.98 (their
+    reports: 0.70). Standardising each channel with the training images' mean and std
+    (image cells and volume frames apart: they come from different resolutions and
+    poolings) keeps what differs between images. The statistics are buffers fitted once
+    before training and saved with the weights; unfitted they are the identity.
     """
 
     kinds: tuple[VisualKind, ...] = ("image", "frame")
