@@ -15,13 +15,15 @@ from medheb_app.ranking.logic_aware import (
     load_or_fit_probe,
     log_sigmoid,
     logic_scores,
+    probe_path,
 )
-from medheb_app.ranking.probes import FindingProbe, fit_probe
+from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
 from medheb_app.tasks.cxr_retrieve import Gallery
 from medheb_app.tasks.cxr_retrieve_eval import EmbeddingRanker, evaluate
 from medheb_app.tasks.query_parser import ParsedQuery, parse_query
 
 DIMS = 24
+GLOBAL_ONLY = ProbeConfig(crops=False)  # the bag-of-words embedder has no pixels to crop
 
 
 class BagOfWordsEmbedder:
@@ -86,7 +88,8 @@ def test_probe_fits_learnable_findings_and_marks_the_rest(tmp_path) -> None:
     for study in train:
         study.findings["Fracture"] = None  # never labelled, like NIH
     embedder = BagOfWordsEmbedder()
-    probe = fit_probe(embedder.encode(train), [s.findings for s in train], CXR_RETRIEVE_10, "fp")
+    rows = [s.findings for s in train]
+    probe = fit_probe(embedder.encode(train), rows, CXR_RETRIEVE_10, "fp", GLOBAL_ONLY)
     assert not probe.fitted[CXR_RETRIEVE_10.index("Fracture")]
     assert probe.fitted.sum() == 9
     logits = probe.logits(embedder.encode(train))
@@ -98,15 +101,24 @@ def test_probe_fits_learnable_findings_and_marks_the_rest(tmp_path) -> None:
     path = probe.save(tmp_path / "probe.npz")
     again = FindingProbe.load(path)
     assert np.allclose(again.weights, probe.weights) and again.findings == probe.findings
+    assert again.c == probe.c and all(c in GLOBAL_ONLY.c_grid for c in again.c if c)
+    with pytest.raises(ValueError, match="24-d features"):
+        probe.logits(np.zeros((2, 5)))
 
 
 def test_logic_ranker_fixes_negation_of_a_bag_of_words_model(settings) -> None:
     embedder = BagOfWordsEmbedder()
     train, test = corpus(400, 1, "train"), corpus(300, 2, "test")
     gallery = Gallery(test, source="synthetic", split="test")
-    probe = load_or_fit_probe(embedder, train, settings)
-    assert load_or_fit_probe(embedder, train, settings).n_train == probe.n_train  # from disk
-    assert list((settings.data_dir / "probes").glob("*.npz"))
+    probe = load_or_fit_probe(embedder, train, settings, config=GLOBAL_ONLY)
+    again = load_or_fit_probe(embedder, train, settings, config=GLOBAL_ONLY)
+    assert again.n_train == probe.n_train  # from disk
+    assert [p.name for p in (settings.data_dir / "probes").glob("*.npz")] == [
+        probe_path(settings, embedder, train, GLOBAL_ONLY).name
+    ]
+    assert probe_path(settings, embedder, train, GLOBAL_ONLY) != probe_path(
+        settings, embedder, train, ProbeConfig()
+    )  # probe settings are part of the cache key
     bag = evaluate(EmbeddingRanker(embedder), gallery)
     logic = evaluate(LogicAwareRanker(embedder, probe), gallery)
     assert bag.regimes["negation"]["HNRR@5"] > 20.0  # affirmation bias

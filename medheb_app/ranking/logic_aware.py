@@ -4,7 +4,8 @@ Beyond the paper. Report-trained embedders read "A and no B" as a bag of words a
 images with both A and B (CXR-Retrieve section 1, the affirmation bias). This ranker does not
 ask the text tower to understand negation at all. It parses the query into constraints
 (tasks/query_parser.py), scores every finding per image with a calibrated probe on the
-model's image embeddings (ranking/probes.py, fit on the train split's labels) and combines
+model's image embeddings of the whole image and of zoomed crops (ranking/views.py,
+ranking/probes.py, fit on the train split's labels) and combines
 them with the query's logic, as the log-probability that an image satisfies the whole query
 under independence:
 
@@ -27,7 +28,8 @@ import numpy as np
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
 from medheb_app.models.base import Embedder
-from medheb_app.ranking.probes import FindingProbe, fit_probe
+from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
+from medheb_app.ranking.views import crop_vectors
 from medheb_app.settings import Settings
 from medheb_app.tasks.query_parser import ParsedQuery, parse_query
 
@@ -88,9 +90,9 @@ class LogicAwareRanker:
         self.vocabulary = tuple(vocabulary)
         self.name = name or f"{PREFIX}{embedder.card.name}"
 
-    def finding_logits(self, image_vectors: np.ndarray) -> np.ndarray:
+    def finding_logits(self, features: np.ndarray, image_vectors: np.ndarray) -> np.ndarray:
         """(n, L) log-odds; unfitted findings from standardised cosine to the finding's name."""
-        logits = self.probe.logits(image_vectors)
+        logits = self.probe.logits(features)
         missing = [i for i, ok in enumerate(self.probe.fitted) if not ok]
         if missing:
             names = [self.probe.findings[i] for i in missing]
@@ -98,10 +100,23 @@ class LogicAwareRanker:
             logits[:, missing] = standardised(image_vectors @ text.T)
         return logits
 
-    def score_vectors(self, texts: Sequence[str], image_vectors: np.ndarray) -> np.ndarray:
-        """(len(texts), n) scores over precomputed image vectors (e.g. a search index)."""
+    def score_vectors(
+        self,
+        texts: Sequence[str],
+        image_vectors: np.ndarray,
+        features: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """(len(texts), n) scores over precomputed image vectors (e.g. a search index).
+
+        `features` are what the probe reads (probe_features); without crops they are the
+        image vectors themselves.
+        """
         image_vectors = np.asarray(image_vectors, dtype=np.float64)
-        logits = self.finding_logits(image_vectors)
+        if features is None:
+            if self.probe.crops:
+                raise ValueError("This probe reads crop embeddings too; pass probe_features().")
+            features = image_vectors
+        logits = self.finding_logits(features, image_vectors)
         similarity = np.asarray(self.embedder.encode(list(texts)), np.float64) @ image_vectors.T
         rows = [
             logic_scores(parse_query(text, self.vocabulary), logits, self.probe.findings, sim)
@@ -110,7 +125,9 @@ class LogicAwareRanker:
         return np.stack(rows) if rows else np.zeros((0, len(image_vectors)))
 
     def score(self, texts: Sequence[str], gallery: Sequence[Study]) -> np.ndarray:
-        return self.score_vectors(texts, study_vectors(self.embedder, gallery, self.cache))
+        vectors = study_vectors(self.embedder, gallery, self.cache)
+        features = probe_features(self.embedder, gallery, self.probe.crops, self.cache, vectors)
+        return self.score_vectors(texts, vectors, features)
 
 
 def study_vectors(embedder: Embedder, studies: Sequence[Study], cache: object = None) -> np.ndarray:
@@ -122,15 +139,36 @@ def study_vectors(embedder: Embedder, studies: Sequence[Study], cache: object = 
     return embed_with_cache(embedder, list(studies), keys, cache)  # type: ignore[arg-type]
 
 
-def probe_path(settings: Settings, embedder: Embedder, train: Sequence[Study]) -> Path:
-    """Where the probe for (model, exact training images and labels) is kept."""
+def probe_features(
+    embedder: Embedder,
+    studies: Sequence[Study],
+    crops: bool,
+    cache: object = None,
+    vectors: np.ndarray | None = None,
+) -> np.ndarray:
+    """What a probe reads: the whole-image embedding, then (with crops) the crop embeddings."""
+    if vectors is None:
+        vectors = study_vectors(embedder, studies, cache)
+    if not crops:
+        return np.asarray(vectors)
+    return np.concatenate([vectors, crop_vectors(embedder, studies, cache)], axis=1)
+
+
+def probe_path(
+    settings: Settings,
+    embedder: Embedder,
+    train: Sequence[Study],
+    config: ProbeConfig | None = None,
+) -> Path:
+    """Where the probe for (model, exact training images and labels, probe settings) is kept."""
     from medheb_app.index.catalog import study_content_key
 
     digest = hashlib.sha1()
     for study in sorted(train, key=lambda s: s.id):
         digest.update(study_content_key(study).encode())
         digest.update(repr(sorted(study.findings.items(), key=str)).encode())
-    name = f"{embedder.card.fingerprint}-{digest.hexdigest()[:12]}.npz"
+    config = config or ProbeConfig()
+    name = f"{embedder.card.fingerprint}-{digest.hexdigest()[:12]}-{config.key()}.npz"
     return settings.data_dir / "probes" / name
 
 
@@ -140,14 +178,17 @@ def load_or_fit_probe(
     settings: Settings,
     cache: object = None,
     vocabulary: Sequence[str] = CXR_RETRIEVE_10,
+    config: ProbeConfig | None = None,
 ) -> FindingProbe:
     """The probe for these training studies, fit once and then read from DATA_DIR/probes."""
     if not train:
         raise ValueError("The logic-aware ranker needs labelled training images to fit on.")
-    path = probe_path(settings, embedder, train)
+    config = config or ProbeConfig()
+    path = probe_path(settings, embedder, train, config)
     if path.is_file():
         return FindingProbe.load(path)
-    vectors = study_vectors(embedder, train, cache)
-    probe = fit_probe(vectors, [s.findings for s in train], vocabulary, embedder.card.fingerprint)
+    features = probe_features(embedder, train, config.crops, cache)
+    labels = [s.findings for s in train]
+    probe = fit_probe(features, labels, vocabulary, embedder.card.fingerprint, config)
     probe.save(path)
     return probe

@@ -1,0 +1,95 @@
+"""What the probes read of an image: the model's embedding of the whole image and of zoomed crops.
+
+Beyond the paper. A model's image embedding is one pooled vector of a downsampled image, so a
+small finding (a 5 mm nodule, a focal pneumonia, a thin pleural line) is a small part of it.
+Embedding a 2x2 grid of overlapping crops, each 55% of the side and resized by the model to its
+full input size (about 1.6x zoom), with the same Embedder gives the probe views in which such a
+finding fills more of the picture. The ranker stays model-agnostic: every vector still comes
+from `embedder.encode`. On the phantom test split this lifted single-finding P@5 of the probes
+from 78 to 88 (Lung Lesion 0.6 -> 1.0, Pneumonia 0.2 -> 0.6); see docs/cxr-retrieve.md.
+
+Crop vectors go through the embedding cache under the study's content key plus the crop's
+geometry, so a gallery is cropped and embedded once per model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from medheb_app.evidence.study import Evidence, EvidenceError, Study
+from medheb_app.models.base import Embedder
+
+CROP_FRACTION = 0.55
+GRID = 2
+CHUNK = 64  # studies whose crops are held in memory at once
+
+
+def crop_grid(image: np.ndarray, fraction: float = CROP_FRACTION, grid: int = GRID) -> list:
+    """`grid` x `grid` crops of `fraction` of each side, evenly spaced from edge to edge.
+
+    Row-major from the top left; with fraction > 1 / grid neighbouring crops overlap, so a
+    finding on a boundary is whole in at least one crop.
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"Crop fraction must be in (0, 1]; got {fraction}.")
+    if image.ndim not in (2, 3):
+        raise EvidenceError(f"Crops need a 2D image (H, W[, C]); got shape {image.shape}.")
+    height, width = image.shape[:2]
+    size_h, size_w = max(1, round(fraction * height)), max(1, round(fraction * width))
+    tops = np.linspace(0, height - size_h, grid).round().astype(int)
+    lefts = np.linspace(0, width - size_w, grid).round().astype(int)
+    return [image[t : t + size_h, s : s + size_w] for t in tops for s in lefts]
+
+
+def crop_key(
+    content_key: str, index: int, fraction: float = CROP_FRACTION, grid: int = GRID
+) -> str:
+    """Cache key of one crop: the image's content key plus the crop's geometry."""
+    return f"{content_key}|crop{grid}x{grid}@{fraction:g}#{index}"
+
+
+def crop_vectors(
+    embedder: Embedder,
+    studies: Sequence[Study],
+    cache: object = None,
+    fraction: float = CROP_FRACTION,
+    grid: int = GRID,
+) -> np.ndarray:
+    """(n, grid * grid * dims): each study's crop embeddings, concatenated in grid order."""
+    from medheb_app.index.cache import embed_with_cache
+    from medheb_app.index.catalog import study_content_key
+
+    n_crops = grid * grid
+    rows = []
+    for start in range(0, len(studies), CHUNK):
+        chunk = studies[start : start + CHUNK]
+        keys = [
+            crop_key(study_content_key(study), i, fraction, grid)
+            for study in chunk
+            for i in range(n_crops)
+        ]
+        cached = cache.get(embedder.card.fingerprint, keys) if cache is not None else {}  # type: ignore[attr-defined]
+        if len(cached) == len(set(keys)):
+            vectors = np.stack([cached[k] for k in keys])
+        else:
+            items = [
+                Evidence(image=crop) for study in chunk for crop in _crops(study, fraction, grid)
+            ]
+            vectors = embed_with_cache(embedder, items, keys, cache)  # type: ignore[arg-type]
+        rows.append(np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1))
+    if not rows:
+        return np.zeros((0, n_crops * embedder.card.dims), dtype=np.float32)
+    return np.concatenate(rows)
+
+
+def _crops(study: Study, fraction: float, grid: int) -> list:
+    unload = study.pixels is None and study.path is not None
+    pixels = study.load_pixels()
+    if pixels is None or study.form != "2d":
+        raise EvidenceError(f"Study {study.id} is not a 2D image; crops need one.")
+    crops = crop_grid(np.asarray(pixels, dtype=np.float32), fraction, grid)
+    if unload:
+        study.pixels = None  # keep memory flat over a large gallery
+    return [crop.copy() for crop in crops]

@@ -1,0 +1,96 @@
+"""Zoomed crops let the probes see findings smaller than the model's input resolution."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional
+
+from medheb_app.evidence.study import Evidence, EvidenceError, Study, as_evidence
+from medheb_app.index.cache import EmbeddingCache
+from medheb_app.models.base import ModelCard
+from medheb_app.ranking.logic_aware import probe_features
+from medheb_app.ranking.probes import ProbeConfig, fit_probe
+from medheb_app.ranking.views import crop_grid, crop_vectors
+
+SIZE = 64
+INPUT = 16  # the toy model's input resolution: a 2x2 pixel spot is a quarter pixel there
+
+
+class LowResolutionEmbedder:
+    """Like a CNN: resize to a fixed input, then mean-pooled responses of fixed detectors."""
+
+    card = ModelCard(name="lowres", version="1", dims=4, modalities=("2d",), license="-")
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, items: Sequence[object], instruction: str | None = None) -> np.ndarray:
+        self.calls += len(items)
+        rows = []
+        for item in items:
+            image = torch.from_numpy(np.asarray(as_evidence(item).image, np.float32))[None, None]
+            small = functional.interpolate(image, size=(INPUT, INPUT), mode="area")[0, 0].numpy()
+            bright = np.maximum(small - 0.5, 0.0)  # a detector tuned to the input's pixel size
+            rows.append([small.mean(), bright.mean(), small.min(), np.median(small)])
+        return np.asarray(rows, dtype=np.float32)
+
+
+def phantom(seed: int, spot: bool) -> Study:
+    """Smooth random background; with `spot`, a bright 2x2 pixel nodule somewhere inside."""
+    rng = np.random.default_rng(seed)
+    image = 0.3 + 0.1 * rng.random((SIZE // 8, SIZE // 8)).repeat(8, 0).repeat(8, 1)
+    image = image + rng.normal(0, 0.03, (SIZE, SIZE))
+    if spot:
+        y, x = rng.integers(4, SIZE - 6, size=2)
+        image[y : y + 2, x : x + 2] = 1.0
+    findings = {"Lung Lesion": 1 if spot else 0}
+    return Study(id=f"p-{seed}", form="2d", pixels=image.astype(np.float32), findings=findings)  # type: ignore[arg-type]
+
+
+def test_crop_grid_covers_the_image_with_overlap() -> None:
+    image = np.arange(100 * 80, dtype=np.float32).reshape(100, 80)
+    crops = crop_grid(image, fraction=0.55, grid=2)
+    assert [c.shape for c in crops] == [(55, 44)] * 4
+    assert crops[0][0, 0] == image[0, 0] and crops[3][-1, -1] == image[-1, -1]
+    assert crops[1][0, -1] == image[0, -1] and crops[2][-1, 0] == image[-1, 0]
+    assert crops[0][-1, -1] == image[54, 43] and crops[3][0, 0] == image[45, 36]  # overlap
+    assert len(crop_grid(np.zeros((9, 9, 3)), 0.5, 3)) == 9
+    with pytest.raises(EvidenceError, match="2D image"):
+        crop_grid(np.zeros(5))
+    with pytest.raises(ValueError, match="fraction"):
+        crop_grid(image, fraction=0.0)
+
+
+def test_crops_reveal_a_finding_below_the_input_resolution(tmp_path) -> None:
+    train = [phantom(i, spot=i % 2 == 0) for i in range(160)]
+    test = [phantom(1000 + i, spot=i % 2 == 0) for i in range(80)]
+    truth = np.array([s.findings["Lung Lesion"] == 1 for s in test])
+    rows = [s.findings for s in train]
+    embedder = LowResolutionEmbedder()
+    accuracy = {}
+    for crops in (False, True):
+        config = ProbeConfig(crops=crops)
+        features = probe_features(embedder, train, crops)
+        probe = fit_probe(features, rows, ("Lung Lesion",), "fp", config)
+        logits = probe.logits(probe_features(embedder, test, crops))[:, 0]
+        accuracy[crops] = float(np.mean((logits > 0) == truth))
+    assert accuracy[True] > 0.9
+    assert accuracy[True] > accuracy[False] + 0.2
+
+
+def test_crop_vectors_go_through_the_cache(tmp_path) -> None:
+    studies = [phantom(i, spot=bool(i % 2)) for i in range(5)]
+    cache = EmbeddingCache(tmp_path)
+    embedder = LowResolutionEmbedder()
+    first = crop_vectors(embedder, studies, cache)
+    assert first.shape == (5, 4 * embedder.card.dims)
+    assert embedder.calls == 20
+    again = crop_vectors(embedder, studies, cache)
+    assert embedder.calls == 20  # every crop came from the cache
+    assert np.allclose(first, again)
+    direct = embedder.encode([Evidence(image=studies[0].pixels[:35, :35])])  # type: ignore[index]
+    assert np.allclose(first[0, :4], direct[0])
