@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from medheb_app.train.ablations import VARIANTS, variant_key
+from medheb_app.train.ablations import VARIANTS, anchor_settings, is_anchor, variant_key
 from medheb_app.train.label_aware import LabelAwareConfig, loss_function
 
 
 def test_config_validation() -> None:
-    assert LabelAwareConfig().tune == "frozen" and LabelAwareConfig().lora_rank == 12
-    assert LabelAwareConfig().lora_towers == ("text",)
+    default = LabelAwareConfig()
+    assert default.tune == "lora" and default.lora_rank == 12 and default.lora_towers == ("text",)
+    assert default.init == "dual-lite@report" and default.hnm_weight == 0.3
     with pytest.raises(ValueError, match="single:pair:negation"):
         LabelAwareConfig(mix="1:2")
     with pytest.raises(ValueError, match="loss"):
@@ -31,10 +33,18 @@ def test_loss_selection() -> None:
 
 
 def test_ablation_variants_share_the_anchor() -> None:
-    keys = [variant_key(overrides, "lora") for _, _, overrides in VARIANTS]
-    anchors = [k for (_, name, _), k in zip(VARIANTS, keys, strict=True) if "(ours)" in name]
-    assert len(set(anchors)) == 1  # the three "ours" rows are one trained model
-    assert len(set(keys)) == 7
+    anchor = anchor_settings("lora")
+    keys = [variant_key(overrides, anchor) for _, _, overrides in VARIANTS]
+    ours = [
+        key
+        for (_, name, overrides), key in zip(VARIANTS, keys, strict=True)
+        if "(ours)" in name or is_anchor(overrides, anchor)
+    ]
+    assert len(ours) == 4 and len(set(ours)) == 1  # the "ours" row of each block: one model
+    assert len(set(keys)) == 8
+    frozen = anchor_settings("frozen")
+    assert variant_key({}, frozen) != variant_key({}, anchor)
+    assert is_anchor({"tune": "frozen"}, frozen) and not is_anchor({}, frozen)
 
 
 @pytest.mark.slow
@@ -51,6 +61,7 @@ def test_train_tiny_and_load_through_registry(settings) -> None:
     assert (out / "adapter_text").is_dir() and not (out / "adapter_image").exists()
     saved = json.loads((out / "config.json").read_text())
     assert saved["recipe"] == "label-aware" and saved["training"]["loss"] == "label-aware"
+    assert Path(saved["init"]["folder"]).name == "report"  # the default warm start
     n_train = sum(s.split == "train" for s in studies)
     assert 0 < saved["data"]["n_train_images"] <= n_train
     embedder = load_embedder("dual-lite@la-tiny", settings)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,7 +149,9 @@ def _lora_tower(kind: str, config: TrainerConfig) -> ImageTower | TextTower:
     lora = LoraConfig(
         r=config.lora_rank, lora_alpha=config.lora_alpha, target_modules=LORA_TARGETS[kind]
     )
-    tower.net = get_peft_model(tower.net, lora)
+    with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5
+        warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+        tower.net = get_peft_model(tower.net, lora)
     return tower
 
 
