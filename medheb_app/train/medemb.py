@@ -107,7 +107,7 @@ class MedEmbConfig:
         metadata={"help": "medemb-lite: standardise frozen visual features per channel"},
     )
     align_steps: int = field(
-        default=150,
+        default=400,
         metadata={
             "help": "medemb-lite: stage-1 steps aligning the visual projection on ID-train "
             "image -> report pairs, backbone frozen, before the recipe (mllm: models are "
