@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -53,6 +55,9 @@ def test_alignment_trains_the_projection_and_leaves_the_backbone_alone():
     assert stats["final_loss"] < stats["first_loss"]
     assert not torch.equal(model.projection.linear.weight, projection)
     assert all(torch.equal(v, model.backbone.state_dict()[k]) for k, v in backbone.items())
+    stop = threading.Event()
+    stop.set()
+    assert align_projection(model, bank, 5, 1e-3, 6, 0.05, 0, stop=stop)["steps"] == 0
     with pytest.raises(ValueError, match="at least 2"):
         align_projection(model, caption_bank(_pairs()[-1:]), 1, 1e-3, 4, 0.05, 0)
 

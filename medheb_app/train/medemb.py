@@ -282,6 +282,7 @@ def train_medemb(
             config.temperature,
             config.seed,
             progress,
+            stop,
         )
     lengths = [
         max(model.sequence_length(p.query, p.instruction), model.sequence_length(p.target, None))

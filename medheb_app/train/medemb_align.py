@@ -16,6 +16,7 @@ false negative.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -63,10 +64,12 @@ def align_projection(
     temperature: float,
     seed: int,
     progress: Callable[[int, int, float], None] | None = None,
-) -> dict[str, float]:
+    stop: threading.Event | None = None,
+) -> dict[str, float | int | None]:
     """Train `model.projection` only, `steps` batches of images; returns loss statistics.
 
-    The backbone must be frozen (a peft model runs with its adapters disabled).
+    The backbone must be frozen (a peft model runs with its adapters disabled). A set `stop`
+    ends the stage after the current step (the caller then sees it and cancels).
     """
     if steps < 1 or len(bank.images) < 2:
         raise ValueError("alignment needs steps >= 1 and at least 2 image-caption pairs")
@@ -88,6 +91,8 @@ def align_projection(
         order = rng.permutation(len(bank.images))
         cursor = 0
         for step in range(steps):
+            if stop is not None and stop.is_set():
+                break
             if cursor + batch_size > len(order):
                 order, cursor = rng.permutation(len(bank.images)), 0
             rows = order[cursor : cursor + batch_size]
@@ -103,6 +108,7 @@ def align_projection(
     return {
         "pairs": len(bank.images),
         "captions": len(bank.captions),
-        "first_loss": round(losses[0], 6),
-        "final_loss": round(float(np.mean(losses[-10:])), 6),
+        "steps": len(losses),
+        "first_loss": round(losses[0], 6) if losses else None,
+        "final_loss": round(float(np.mean(losses[-10:])), 6) if losses else None,
     }
