@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -54,6 +54,7 @@ from medheb_app.train.losses import (
 
 VAL_SPLITS = ("val", "valid", "validation")
 LossName = Literal["label-aware", "attract", "clip"]
+KernelName = Literal["caption", "profile"]
 
 
 @dataclass
@@ -87,6 +88,13 @@ class LabelAwareConfig(TrainerConfig):
         metadata={"help": "label-aware (L + HNM, eq. 7) | attract (eq. 5 only) | clip (diag.)"},
     )
     hnm_weight: float = field(default=HNM_WEIGHT, metadata={"help": "lambda_HNM of eq. 7"})
+    kernel: KernelName = field(
+        default="caption",
+        metadata={
+            "help": "caption: K over the two captions' assertions (paper eq. 4); profile: the "
+            "image's whole label profile against the caption (train/losses.py profile_kernel)"
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -95,6 +103,8 @@ class LabelAwareConfig(TrainerConfig):
             raise ValueError(f"loss must be label-aware, attract or clip; got {self.loss!r}")
         if self.hnm_weight < 0:
             raise ValueError(f"hnm_weight must be >= 0; got {self.hnm_weight}")
+        if self.kernel not in ("caption", "profile"):
+            raise ValueError(f"kernel must be caption or profile; got {self.kernel!r}")
 
 
 def loss_function(config: LabelAwareConfig) -> Callable[..., torch.Tensor]:
@@ -106,10 +116,26 @@ def loss_function(config: LabelAwareConfig) -> Callable[..., torch.Tensor]:
     return partial(label_aware_total, hnm_weight=config.hnm_weight)
 
 
-def captioned_pairs(captions: Sequence[Caption], indices: np.ndarray) -> Pairs:
-    """Pairs (image index, caption text) with the assertion vectors as the `labels` extra."""
-    labels = torch.from_numpy(np.stack([c.y for c in captions]).astype(np.float32))
-    return Pairs(indices, [c.text for c in captions], {"labels": labels})
+def captioned_pairs(
+    captions: Sequence[Caption], indices: np.ndarray, profiles: np.ndarray | None = None
+) -> Pairs:
+    """Pairs (image index, caption text) with the assertion vectors as the `labels` extra.
+
+    With `profiles` ((n_images, L) label profiles) each pair also carries its image's profile
+    as `image_labels`, which switches the loss to the profile kernel.
+    """
+    extras = {"labels": torch.from_numpy(np.stack([c.y for c in captions]).astype(np.float32))}
+    if profiles is not None:
+        extras["image_labels"] = torch.from_numpy(profiles[np.asarray(indices)].astype(np.float32))
+    return Pairs(indices, [c.text for c in captions], extras)
+
+
+def label_profiles(rows: Sequence[Mapping[str, object]], vocabulary: Sequence[str]) -> np.ndarray:
+    """(n, L) profiles: +1 positive, -1 confirmed absent (label 0), 0 uncertain or unmentioned."""
+    values = {1: 1, 0: -1}
+    return np.array(
+        [[values.get(row.get(name), 0) for name in vocabulary] for row in rows], dtype=np.int8
+    )
 
 
 def usable_images(studies: Sequence[Study], vocabulary: Sequence[str]) -> list[Study]:
@@ -145,18 +171,21 @@ def train_label_aware(
     images = [np.asarray(s.pixels, dtype=np.float32) for s in train]
     mix = parse_mix(config.mix)
     labels = [s.findings for s in train]
+    profiles = label_profiles(labels, vocabulary) if config.kernel == "profile" else None
 
     def sample_pairs(epoch: int, rng: np.random.Generator) -> Pairs:
         indices, captions = sample_captions(labels, rng, mix, vocabulary)
-        return captioned_pairs(captions, indices)
+        return captioned_pairs(captions, indices, profiles)
 
     _, first = sample_captions(labels, np.random.default_rng(config.seed), mix)
     kinds = Counter(c.kind for c in first)
     val_pairs = val_images = None
     if len(val) >= 2:
         val_images = [np.asarray(s.pixels, dtype=np.float32) for s in val]
-        v_idx, v_caps = sample_captions([s.findings for s in val], np.random.default_rng(0), mix)
-        val_pairs = captioned_pairs(v_caps, v_idx)
+        val_rows = [s.findings for s in val]
+        v_idx, v_caps = sample_captions(val_rows, np.random.default_rng(0), mix)
+        val_profiles = label_profiles(val_rows, vocabulary) if profiles is not None else None
+        val_pairs = captioned_pairs(v_caps, v_idx, val_profiles)
     for study in [*train, *val]:
         if study.path is not None:
             study.pixels = None  # keep memory flat; the trainer holds the arrays it needs
@@ -164,7 +193,7 @@ def train_label_aware(
         "tag": Path(out).name,
         "recipe": "label-aware",
         "description": f"Label-aware fine-tuning (CXR-Retrieve eq. 7, loss {config.loss}, "
-        f"mix {config.mix}) on {len(images)} {source} training images",
+        f"{config.kernel} kernel, mix {config.mix}) on {len(images)} {source} training images",
         "data": {
             "source": source,
             "n_train_images": len(images),

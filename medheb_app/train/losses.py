@@ -59,19 +59,45 @@ def soft_targets(kernel: torch.Tensor) -> torch.Tensor:
     return positive / positive.sum(dim=1, keepdim=True)
 
 
+def profile_kernel(image_labels: torch.Tensor, caption_labels: torch.Tensor) -> torch.Tensor:
+    """K_ij between image i's whole label profile and caption j's assertions (beyond the paper).
+
+    CXR-Retrieve's K (eq. 4) compares two CAPTIONS, so an image with A and B that happened to be
+    captioned "A" counts as a match for "A and no B". Here v_i holds every label of image i
+    (+1 positive, -1 confirmed absent, 0 otherwise) and K_ij = v_i . t_j, except that a caption
+    contradicting ANY label of the image (it negates a finding the image has, or asserts one it
+    confirmedly lacks) gets K_ij <= -1: a clinical contradiction, so no attraction (T_ij = 0)
+    and the HNM hinge applies. The diagonal is clamped to at least 1 as in label_kernel.
+    """
+    v = image_labels.to(torch.float32)
+    t = caption_labels.to(torch.float32)
+    kernel = v @ t.T
+    contradicts = ((v.unsqueeze(1) * t.unsqueeze(0)) < 0).any(dim=-1)
+    kernel = torch.where(contradicts, torch.clamp(kernel, max=-1.0), kernel)
+    diagonal = torch.clamp(torch.diagonal(kernel), min=1.0)
+    return kernel - torch.diag(torch.diagonal(kernel)) + torch.diag(diagonal)
+
+
+def pair_kernel(labels: torch.Tensor, image_labels: torch.Tensor | None = None) -> torch.Tensor:
+    """The paper's caption kernel, or the profile kernel when image profiles are given."""
+    return label_kernel(labels) if image_labels is None else profile_kernel(image_labels, labels)
+
+
 def label_aware_loss(
     image_emb: torch.Tensor,
     text_emb: torch.Tensor,
     logit_scale: torch.Tensor | float,
     labels: torch.Tensor,
+    image_labels: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Symmetric soft cross-entropy with label-agreement targets (eq. 5).
 
     Implemented as written: the image->text term weights log p(text j | image i) by T_ij, the
     text->image term weights log p(image j | text i) by T_ji, and the sum is divided by 2B.
     With no two captions agreeing, T is the identity and this equals clip_loss.
+    `image_labels` switches K to profile_kernel.
     """
-    targets = soft_targets(label_kernel(labels))
+    targets = soft_targets(pair_kernel(labels, image_labels))
     logits = clip_logits(image_emb, text_emb, logit_scale)
     image_to_text = -(targets * F.log_softmax(logits, dim=1)).sum()
     text_to_image = -(targets.T * F.log_softmax(logits.T, dim=1)).sum()
@@ -83,12 +109,14 @@ def hnm_loss(
     text_emb: torch.Tensor,
     logit_scale: torch.Tensor | float,
     labels: torch.Tensor,
+    image_labels: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Hinge on contradicting pairs: mean over K_ij < 0 of max(0, tau <z_i^v, z_j^t>) (eq. 6).
 
     A batch without conflicts contributes 0 (with a gradient path, so callers can always add it).
+    `image_labels` switches K to profile_kernel.
     """
-    conflicts = label_kernel(labels) < 0
+    conflicts = pair_kernel(labels, image_labels) < 0
     logits = clip_logits(image_emb, text_emb, logit_scale)
     count = conflicts.sum()
     if count == 0:
@@ -104,11 +132,13 @@ def label_aware_total(
     text_emb: torch.Tensor,
     logit_scale: torch.Tensor | float,
     labels: torch.Tensor,
+    image_labels: torch.Tensor | None = None,
     hnm_weight: float = HNM_WEIGHT,
 ) -> torch.Tensor:
     """L + lambda * L_HNM (eq. 7), the full label-aware objective."""
-    attract = label_aware_loss(image_emb, text_emb, logit_scale, labels)
-    return attract + hnm_weight * hnm_loss(image_emb, text_emb, logit_scale, labels)
+    attract = label_aware_loss(image_emb, text_emb, logit_scale, labels, image_labels)
+    hinge = hnm_loss(image_emb, text_emb, logit_scale, labels, image_labels)
+    return attract + hnm_weight * hinge
 
 
 def clip_loss_ignoring_labels(
@@ -116,6 +146,7 @@ def clip_loss_ignoring_labels(
     text_emb: torch.Tensor,
     logit_scale: torch.Tensor | float,
     labels: torch.Tensor | None = None,
+    image_labels: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """clip_loss with the label-aware call signature (the "CLIP loss (diag.)" ablation row)."""
     return clip_loss(image_emb, text_emb, logit_scale)
