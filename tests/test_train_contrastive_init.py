@@ -81,7 +81,11 @@ def test_cli_run_starts_from_init_and_records_it(
     assert warm_losses[0] < first_losses[0]
     saved = json.loads((second / "config.json").read_text())
     assert saved["training"]["init"] == "dual-lite@first"
-    assert saved["init"] == {"folder": str(first), "sha256": checkpoint_sha256(first)}
+    assert saved["init"] == {
+        "spec": "dual-lite@first",
+        "folder": str(first.resolve()),  # outside the working directory: kept absolute
+        "sha256": checkpoint_sha256(first),
+    }
     bad = ["train", "report", "--epochs", "1", *common, "--embed-dim", "8"]
     assert main([*bad, "--init", str(first), "--out", str(second)]) == 2
     assert "embed_dim=16" in capsys.readouterr().err

@@ -179,6 +179,15 @@ def init_folder(init: str, settings: Settings | None = None) -> Path | None:
     return folders[tag]
 
 
+def _portable(folder: Path) -> str:
+    """A folder as recorded in a checkpoint: relative to the working directory when inside it."""
+    resolved = folder.resolve()
+    try:
+        return str(resolved.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(resolved)
+
+
 def load_init_heads(folder: Path, heads: HeadConfig) -> ProjectionHeads:
     """Projection heads (and logit scale) of a checkpoint, checked against the wanted shape.
 
@@ -324,7 +333,13 @@ def train_contrastive(
     rng = np.random.default_rng(config.seed)
     init = init_folder(config.init, settings)
     embedder = build_embedder(config, init)
-    init_info = None if init is None else {"folder": str(init), "sha256": checkpoint_sha256(init)}
+    init_info = None
+    if init is not None:
+        init_info = {
+            "spec": config.init,
+            "folder": _portable(init),
+            "sha256": checkpoint_sha256(init),
+        }
     tuned = set(config.lora_towers) if config.tune == "lora" else set()
     features = _Features(embedder, images, tuned, cache_dir)
 
