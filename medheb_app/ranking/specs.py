@@ -1,7 +1,8 @@
 """Ranker specs for the benchmark: any embedder spec, or "logic:<embedder spec>".
 
-"logic:dual-lite" is the logic-aware ranker over dual-lite's image embeddings, with its
-per-finding probes fit on the train split of the same data source as the gallery.
+"logic:dual-lite" is the logic-aware ranker over dual-lite's image embeddings (whole image and
+2x2 zoomed crops, ranking/views.py), with its per-finding probes fit on the train split of the
+same data source as the gallery (ProbeConfig defaults; cached in DATA_DIR/probes).
 """
 
 from __future__ import annotations

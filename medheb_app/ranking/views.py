@@ -5,8 +5,9 @@ small finding (a 5 mm nodule, a focal pneumonia, a thin pleural line) is a small
 Embedding a 2x2 grid of overlapping crops, each 55% of the side and resized by the model to its
 full input size (about 1.6x zoom), with the same Embedder gives the probe views in which such a
 finding fills more of the picture. The ranker stays model-agnostic: every vector still comes
-from `embedder.encode`. On the phantom test split this lifted single-finding P@5 of the probes
-from 78 to 88 (Lung Lesion 0.6 -> 1.0, Pneumonia 0.2 -> 0.6); see docs/cxr-retrieve.md.
+from `embedder.encode`. On the phantom test split (dual-lite) the crops lifted the ranker's
+single-finding P@5 from 78 to 90 and negation P@5 from 77.6 to 87.8 (Lung Lesion top-5
+precision 0.6 -> 1.0, Pneumonia 0.2 -> 0.6-0.8); rib fractures stay invisible at this zoom.
 
 Crop vectors go through the embedding cache under the study's content key plus the crop's
 geometry, so a gallery is cropped and embedded once per model.
