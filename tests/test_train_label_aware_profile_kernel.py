@@ -49,6 +49,6 @@ def test_label_profiles_and_pairs_carry_image_profiles() -> None:
 
 
 def test_kernel_option_is_validated() -> None:
-    assert LabelAwareConfig().kernel == "caption"
+    assert LabelAwareConfig().kernel == "profile"  # chosen on the val split (docstring)
     with pytest.raises(ValueError, match="kernel"):
         LabelAwareConfig(kernel="images")
