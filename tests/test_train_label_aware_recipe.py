@@ -40,8 +40,8 @@ def test_ablation_variants_share_the_anchor() -> None:
         for (_, name, overrides), key in zip(VARIANTS, keys, strict=True)
         if "(ours)" in name or is_anchor(overrides, anchor)
     ]
-    assert len(ours) == 4 and len(set(ours)) == 1  # the "ours" row of each block: one model
-    assert len(set(keys)) == 8
+    assert len(ours) == 5 and len(set(ours)) == 1  # the "ours" row of each block: one model
+    assert len(set(keys)) == 9
     frozen = anchor_settings("frozen")
     assert variant_key({}, frozen) != variant_key({}, anchor)
     assert is_anchor({"tune": "frozen"}, frozen) and not is_anchor({}, frozen)
