@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -115,7 +116,9 @@ def load_adapter(tower: nn.Module, folder: Path) -> None:
     """Merge a peft LoRA folder into `tower.net` (inference needs no adapter bookkeeping)."""
     from peft import PeftModel
 
-    tower.net = PeftModel.from_pretrained(tower.net, str(folder)).merge_and_unload()
+    with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5
+        warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+        tower.net = PeftModel.from_pretrained(tower.net, str(folder)).merge_and_unload()
 
 
 def checkpoint_sha256(folder: Path) -> str:
