@@ -24,7 +24,8 @@ import hashlib
 import json
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -112,12 +113,19 @@ def shared_towers() -> tuple[ImageTower, TextTower]:
     return image, text
 
 
+@contextmanager
+def peft_warnings_silenced() -> Iterator[None]:
+    """peft calls a transformers API deprecated in v5; its FutureWarning is not ours to fix."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+        yield
+
+
 def load_adapter(tower: nn.Module, folder: Path) -> None:
     """Merge a peft LoRA folder into `tower.net` (inference needs no adapter bookkeeping)."""
     from peft import PeftModel
 
-    with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5
-        warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+    with peft_warnings_silenced():
         tower.net = PeftModel.from_pretrained(tower.net, str(folder)).merge_and_unload()
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from medheb_app.models.dual_lite import (
     HeadConfig,
     ProjectionHeads,
     checkpoint_sha256,
+    peft_warnings_silenced,
     read_checkpoint_config,
 )
 from medheb_app.models.towers import (
@@ -149,8 +149,7 @@ def _lora_tower(kind: str, config: TrainerConfig) -> ImageTower | TextTower:
     lora = LoraConfig(
         r=config.lora_rank, lora_alpha=config.lora_alpha, target_modules=LORA_TARGETS[kind]
     )
-    with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5
-        warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+    with peft_warnings_silenced():
         tower.net = get_peft_model(tower.net, lora)
     return tower
 
