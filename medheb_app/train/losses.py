@@ -48,9 +48,12 @@ def label_kernel(labels: torch.Tensor) -> torch.Tensor:
     image stays paired with its own caption even when the caption asserts nothing.
     """
     y = labels.to(torch.float32)
-    kernel = y @ y.T
-    diagonal = torch.clamp(torch.diagonal(kernel), min=1.0)
-    return kernel - torch.diag(torch.diagonal(kernel)) + torch.diag(diagonal)
+    return self_clamp(y @ y.T)
+
+
+def self_clamp(kernel: torch.Tensor) -> torch.Tensor:
+    """K_ii <- max(K_ii, 1): every image stays paired with its own caption (section 4.1)."""
+    return kernel.diagonal_scatter(torch.clamp(kernel.diagonal(), min=1.0))
 
 
 def soft_targets(kernel: torch.Tensor) -> torch.Tensor:
@@ -73,9 +76,7 @@ def profile_kernel(image_labels: torch.Tensor, caption_labels: torch.Tensor) -> 
     t = caption_labels.to(torch.float32)
     kernel = v @ t.T
     contradicts = ((v.unsqueeze(1) * t.unsqueeze(0)) < 0).any(dim=-1)
-    kernel = torch.where(contradicts, torch.clamp(kernel, max=-1.0), kernel)
-    diagonal = torch.clamp(torch.diagonal(kernel), min=1.0)
-    return kernel - torch.diag(torch.diagonal(kernel)) + torch.diag(diagonal)
+    return self_clamp(torch.where(contradicts, torch.clamp(kernel, max=-1.0), kernel))
 
 
 def pair_kernel(labels: torch.Tensor, image_labels: torch.Tensor | None = None) -> torch.Tensor:
