@@ -324,8 +324,7 @@ def render(report: dict[str, Any], command: str) -> str:
         "",
         f"- Date: {m['date']}; commit {m['commit']}",
         f"- Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gb']} GB RAM, Python {m['python']}",
-        f"- Load average at start: {m['load_average']} (the machine was shared with other "
-        "jobs while this ran; numbers under load are pessimistic)",
+        f"- Load average at start: {m['load_average']} ({load_note(m)})",
         f"- Command: `{command}`",
         f"- Threads: {report['torch_threads']} (torch and FAISS, `--threads`); the app "
         "processes (memory, warm start) use the library defaults",
@@ -422,6 +421,13 @@ def render(report: dict[str, Any], command: str) -> str:
         END,
     ]
     return "\n".join(lines)
+
+
+def load_note(machine: dict[str, Any]) -> str:
+    """Whether the 1-minute load average says other jobs shared the cores during the run."""
+    if machine["load_average"][0] < machine["cores"] / 2:
+        return "nothing else was running"
+    return "the machine was shared with other jobs; numbers under load are pessimistic"
 
 
 def write_section(path: Path, section: str) -> None:
