@@ -23,7 +23,7 @@ from medheb_app.tasks.cxr_retrieve_eval import EmbeddingRanker, evaluate
 from medheb_app.tasks.query_parser import ParsedQuery, parse_query
 
 DIMS = 24
-GLOBAL_ONLY = ProbeConfig(crops=False)  # the bag-of-words embedder has no pixels to crop
+GLOBAL_ONLY = ProbeConfig(views="whole")  # the bag-of-words embedder has no pixels to crop
 
 
 class BagOfWordsEmbedder:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ from medheb_app.evidence.study import Evidence, EvidenceError, Study, as_evidenc
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.models.base import ModelCard
 from medheb_app.ranking.logic_aware import probe_features
-from medheb_app.ranking.probes import ProbeConfig, fit_probe
+from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
 from medheb_app.ranking.views import crop_grid, crop_vectors
 
 SIZE = 64
@@ -72,14 +73,41 @@ def test_crops_reveal_a_finding_below_the_input_resolution(tmp_path) -> None:
     rows = [s.findings for s in train]
     embedder = LowResolutionEmbedder()
     accuracy = {}
-    for crops in (False, True):
-        config = ProbeConfig(crops=crops)
-        features = probe_features(embedder, train, crops)
+    for views in ("whole", "2x2"):
+        config = ProbeConfig(views=views)
+        features = probe_features(embedder, train, views)
         probe = fit_probe(features, rows, ("Lung Lesion",), "fp", config)
-        logits = probe.logits(probe_features(embedder, test, crops))[:, 0]
-        accuracy[crops] = float(np.mean((logits > 0) == truth))
-    assert accuracy[True] > 0.9
-    assert accuracy[True] > accuracy[False] + 0.2
+        assert probe.views == views
+        logits = probe.logits(probe_features(embedder, test, views))[:, 0]
+        accuracy[views] = float(np.mean((logits > 0) == truth))
+    assert accuracy["2x2"] > 0.9
+    assert accuracy["2x2"] > accuracy["whole"] + 0.2
+
+
+def test_view_sets_concatenate_every_grid_after_the_whole_image(tmp_path) -> None:
+    studies = [phantom(i, spot=bool(i % 2)) for i in range(3)]
+    embedder = LowResolutionEmbedder()
+    whole = probe_features(embedder, studies, "whole")
+    coarse = probe_features(embedder, studies, "2x2")
+    both = probe_features(embedder, studies, "2x2+3x3")
+    assert whole.shape == (3, 4) and coarse.shape == (3, 4 * 5) and both.shape == (3, 4 * 14)
+    np.testing.assert_allclose(both[:, :20], coarse)
+    closer = crop_vectors(embedder, studies, None, fraction=0.4, grid=3)
+    np.testing.assert_allclose(both[:, 20:], closer)
+    assert ProbeConfig(views="2x2").key() != ProbeConfig(views="2x2+3x3").key()
+    with pytest.raises(ValueError, match="Unknown probe views"):
+        ProbeConfig(views="4x4")
+
+
+def test_a_probe_saved_before_view_sets_loads_with_its_crops(tmp_path) -> None:
+    rows = [{"Lung Lesion": i % 2} for i in range(8)]
+    features = np.random.default_rng(0).normal(size=(8, 20))
+    probe = fit_probe(features, rows, ("Lung Lesion",), "fp", ProbeConfig(views="2x2"))
+    path = probe.save(tmp_path / "old.npz")
+    meta = json.loads(path.with_suffix(".json").read_text())
+    meta["crops"] = meta.pop("views") == "2x2"  # the session-2 file format
+    path.with_suffix(".json").write_text(json.dumps(meta))
+    assert FindingProbe.load(path).views == "2x2"
 
 
 def test_crop_vectors_go_through_the_cache(tmp_path) -> None:

@@ -4,8 +4,9 @@ Beyond the paper. Report-trained embedders read "A and no B" as a bag of words a
 images with both A and B (CXR-Retrieve section 1, the affirmation bias). This ranker does not
 ask the text tower to understand negation at all. It parses the query into constraints
 (tasks/query_parser.py), scores every finding per image with a calibrated probe on the
-model's image embeddings of the whole image and of zoomed crops (ranking/views.py,
-ranking/probes.py, fit on the train split's labels) and combines
+model's image embeddings of the whole image and of zoomed crops (the view set: 2x2 and 3x3
+grids by default, ranking/views.py; ranking/probes.py, fit on the train split's labels) and
+combines
 them with the query's logic, as the log-probability that an image satisfies the whole query
 under independence:
 
@@ -29,7 +30,7 @@ from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
 from medheb_app.models.base import Embedder
 from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
-from medheb_app.ranking.views import crop_vectors
+from medheb_app.ranking.views import view_vectors
 from medheb_app.settings import Settings
 from medheb_app.tasks.query_parser import ParsedQuery, parse_query
 
@@ -108,12 +109,12 @@ class LogicAwareRanker:
     ) -> np.ndarray:
         """(len(texts), n) scores over precomputed image vectors (e.g. a search index).
 
-        `features` are what the probe reads (probe_features); without crops they are the
-        image vectors themselves.
+        `features` are what the probe reads (probe_features); with the "whole" view set they
+        are the image vectors themselves.
         """
         image_vectors = np.asarray(image_vectors, dtype=np.float64)
         if features is None:
-            if self.probe.crops:
+            if self.probe.views != "whole":
                 raise ValueError("This probe reads crop embeddings too; pass probe_features().")
             features = image_vectors
         logits = self.finding_logits(features, image_vectors)
@@ -126,7 +127,7 @@ class LogicAwareRanker:
 
     def score(self, texts: Sequence[str], gallery: Sequence[Study]) -> np.ndarray:
         vectors = study_vectors(self.embedder, gallery, self.cache)
-        features = probe_features(self.embedder, gallery, self.probe.crops, self.cache, vectors)
+        features = probe_features(self.embedder, gallery, self.probe.views, self.cache, vectors)
         return self.score_vectors(texts, vectors, features)
 
 
@@ -142,16 +143,16 @@ def study_vectors(embedder: Embedder, studies: Sequence[Study], cache: object = 
 def probe_features(
     embedder: Embedder,
     studies: Sequence[Study],
-    crops: bool,
+    views: str,
     cache: object = None,
     vectors: np.ndarray | None = None,
 ) -> np.ndarray:
-    """What a probe reads: the whole-image embedding, then (with crops) the crop embeddings."""
+    """What a probe reads: the whole-image embedding, then the view set's crop embeddings."""
     if vectors is None:
         vectors = study_vectors(embedder, studies, cache)
-    if not crops:
+    if views == "whole":
         return np.asarray(vectors)
-    return np.concatenate([vectors, crop_vectors(embedder, studies, cache)], axis=1)
+    return np.concatenate([vectors, view_vectors(embedder, studies, views, cache)], axis=1)
 
 
 def probe_path(
@@ -187,7 +188,7 @@ def load_or_fit_probe(
     path = probe_path(settings, embedder, train, config)
     if path.is_file():
         return FindingProbe.load(path)
-    features = probe_features(embedder, train, config.crops, cache)
+    features = probe_features(embedder, train, config.views, cache)
     labels = [s.findings for s in train]
     probe = fit_probe(features, labels, vocabulary, embedder.card.fingerprint, config)
     probe.save(path)

@@ -1,7 +1,8 @@
 """Per-finding probes: calibrated p(finding positive | image features), fit on train labels.
 
 One logistic regression per finding on a model's image features (the L2-normalised embedding
-of the whole image, optionally followed by the embeddings of zoomed crops, ranking/views.py),
+of the whole image, optionally followed by the embeddings of zoomed crops: the view set,
+ranking/views.py),
 standardised, then folded back so a probe is just weights and a bias per finding. The inverse
 regularisation C is chosen per finding by stratified k-fold cross-validated ROC AUC on the
 training split (findings differ: Lung Opacity has 750 positives in the phantom train split,
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from medheb_app.ranking.views import DEFAULT_VIEWS, VIEW_SETS, check_views
+
 MIN_EXAMPLES = 2  # positives and non-positives a finding needs to be fit
 C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 
@@ -29,7 +32,7 @@ C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 class ProbeConfig:
     """How probes are fit; part of the probe file's cache key, so a change refits."""
 
-    crops: bool = True  # add the 2x2 zoomed-crop embeddings to the whole-image embedding
+    views: str = DEFAULT_VIEWS  # zoomed-crop embeddings read with the whole image (VIEW_SETS)
     c_grid: tuple[float, ...] = C_GRID
     folds: int = 5
     seed: int = 0
@@ -39,14 +42,12 @@ class ProbeConfig:
             raise ValueError("c_grid needs at least one positive C.")
         if self.folds < 2:
             raise ValueError("folds must be at least 2.")
+        check_views(self.views)
 
     def key(self) -> str:
-        """A short digest of every setting (with the crop geometry when crops are used)."""
-        from medheb_app.ranking.views import CROP_FRACTION, GRID
-
+        """A short digest of every setting, with the crop geometry of the view set."""
         settings = asdict(self)
-        if self.crops:
-            settings["crop_geometry"] = [GRID, CROP_FRACTION]
+        settings["crop_geometry"] = [list(grid) for grid in VIEW_SETS[self.views]]
         text = json.dumps(settings, sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:8]
 
@@ -62,7 +63,7 @@ class FindingProbe:
     model_fingerprint: str
     n_train: int
     n_positive: tuple[int, ...]
-    crops: bool = False
+    views: str = "whole"  # what the probe reads besides the whole image (VIEW_SETS)
     c: tuple[float, ...] = ()  # the C chosen per finding (0 where unfitted)
 
     def logits(self, features: np.ndarray) -> np.ndarray:
@@ -84,7 +85,7 @@ class FindingProbe:
             "model_fingerprint": self.model_fingerprint,
             "n_train": self.n_train,
             "n_positive": list(self.n_positive),
-            "crops": self.crops,
+            "views": self.views,
             "c": list(self.c),
         }
         path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -102,7 +103,7 @@ class FindingProbe:
             model_fingerprint=meta["model_fingerprint"],
             n_train=int(meta["n_train"]),
             n_positive=tuple(meta["n_positive"]),
-            crops=bool(meta.get("crops", False)),
+            views=str(meta.get("views") or ("2x2" if meta.get("crops") else "whole")),
             c=tuple(meta.get("c", ())),
         )
 
@@ -144,7 +145,7 @@ def fit_probe(
         model_fingerprint=model_fingerprint,
         n_train=len(x),
         n_positive=tuple(counts),
-        crops=config.crops,
+        views=config.views,
         c=tuple(chosen),
     )
 

@@ -1,8 +1,8 @@
 """Ranker specs for the benchmark: any embedder spec, or "logic:<embedder spec>".
 
 "logic:dual-lite" is the logic-aware ranker over dual-lite's image embeddings (whole image and
-2x2 zoomed crops, ranking/views.py), with its per-finding probes fit on the train split of the
-same data source as the gallery (ProbeConfig defaults; cached in DATA_DIR/probes).
+the zoomed crops of a view set, ranking/views.py), with its per-finding probes fit on the train
+split of the same data source as the gallery (ProbeConfig; cached in DATA_DIR/probes).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from medheb_app.evidence.study import Study
 from medheb_app.ranking.logic_aware import PREFIX, LogicAwareRanker, load_or_fit_probe
+from medheb_app.ranking.probes import ProbeConfig
 from medheb_app.settings import Settings
 from medheb_app.tasks.cxr_retrieve_eval import EmbeddingRanker, Ranker
 
@@ -20,6 +21,7 @@ def make_ranker(
     settings: Settings,
     train_studies: Callable[[], Sequence[Study]],
     cache: object = None,
+    probe_config: ProbeConfig | None = None,
 ) -> Ranker:
     """A ranker for `spec`; `train_studies` is called only when a probe must be fit."""
     from medheb_app.models.registry import load_embedder
@@ -30,6 +32,8 @@ def make_ranker(
         if not base:
             raise ValueError("A logic-aware spec names its embedder, e.g. 'logic:dual-lite'.")
         embedder = load_embedder(base, settings)
-        probe = load_or_fit_probe(embedder, list(train_studies()), settings, cache)
+        probe = load_or_fit_probe(
+            embedder, list(train_studies()), settings, cache, config=probe_config
+        )
         return LogicAwareRanker(embedder, probe, cache, name=spec)
     return EmbeddingRanker(load_embedder(spec, settings), cache, name=spec)
