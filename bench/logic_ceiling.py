@@ -30,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from medheb_app.eval.metrics import precision_at_k  # noqa: E402
 from medheb_app.evidence.findings import CXR_RETRIEVE_10  # noqa: E402
 from medheb_app.evidence.study import Study  # noqa: E402
 from medheb_app.ranking.logic_aware import LogicAwareRanker, probe_features  # noqa: E402
@@ -159,11 +160,13 @@ def pixel_cnn_part(args, studies: dict[str, list[Study]]) -> None:
         net.eval()
         with torch.no_grad():
             scores = torch.cat([score(x_test[i : i + 64]) for i in range(0, len(x_test), 64)])
-        order = torch.argsort(scores, descending=True)
+        ranked = torch.argsort(scores, descending=True).tolist()
+        positive = set(torch.nonzero(y_test).flatten().tolist())
         print(
             f"| {epoch} | {time.perf_counter() - started:.0f} | "
             f"{roc_auc(y_test.numpy() > 0, scores.numpy()):.3f} | "
-            f"{100 * y_test[order[:5]].mean():.0f} | {100 * y_test[order[:10]].mean():.0f} |",
+            f"{100 * precision_at_k(ranked, positive, 5):.0f} | "
+            f"{100 * precision_at_k(ranked, positive, 10):.0f} |",
             flush=True,
         )
 

@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=tuple(VIEW_SETS),
         default=DEFAULT_VIEWS,
         help="what logic: rankers' probes read besides the whole image: zoomed-crop grids "
-        "(default 2x2+3x3, chosen on val; 2x2 embeds 2.8x fewer views)",
+        f"(default {DEFAULT_VIEWS}, chosen on val; 2x2 embeds 2.8x fewer views)",
     )
     add_json_flag(run)
     run.set_defaults(handler=run_eval)
