@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -216,7 +217,12 @@ def test_describe_with_tasks_gives_text_files_and_salted_pngs(tmp_path: Path):
     middle = describe("phantom-vg", "c1")["image"]
     assert np.asarray(Image.open(middle)).max() == round(255 * 2 / 4)  # slice 2 of 5
     for path in (query["image"], crop, middle):
-        assert "phantom" not in path and "c0" not in Path(path).name
+        # Only a salted digest names the file: no task name or item id can leak to raters.
+        assert re.fullmatch(r"[0-9a-f]{24}\.png", Path(path).name)
+        assert Path(path).parent == tmp_path / "media"
+    assert len({query["image"], crop, middle}) == 3
+    resalted = describe_with_tasks([task], tmp_path / "media")("phantom-vg", "c0")["image"]
+    assert Path(resalted).name != Path(crop).name
     assert describe("phantom-vg", "c2") == {"image": str(on_disk), "synthetic": True}
     assert describe("phantom-vg", "c3") == {"text": "Right pleural effusion."}
     assert describe("phantom-vg", "missing") is None
