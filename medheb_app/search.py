@@ -1,10 +1,11 @@
 """The search service the CLI and the UI share: a text query or a file in, ranked hits out.
 
 A text query is parsed into constraints (medheb_app.tasks.query_parser; CXR-Retrieve section
-3.2), embedded by the chosen model and ranked by cosine against a prebuilt index; each hit
-says whether its labels satisfy the constraints, so the UI can mark hard negatives. A file
-query (PNG/JPEG, DICOM, NIfTI) is read by medheb_app.evidence.readers and ranked the same way,
-without constraints.
+3.2), embedded by the chosen model and ranked against a prebuilt index, by cosine
+("similarity") or by the query's logic over per-finding probes ("logic",
+ranking/index_logic.py); each hit says whether its labels satisfy the constraints, so the UI
+can mark hard negatives. A file query (PNG/JPEG, DICOM, NIfTI) is read by
+medheb_app.evidence.readers and ranked by cosine, without constraints.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from medheb_app.settings import Settings
 from medheb_app.tasks.query_parser import ParsedQuery, parse_query, satisfies, violations
 
 MAX_K = 1000
+RANKINGS = ("similarity", "logic")
+FILE_LOGIC_WARNING = (
+    "Logic-aware ranking reads a text query's findings; a file query is ranked by similarity."
+)
 NO_FINDING_WARNING = (
     "No known finding in the query, so results are ranked by similarity only and not "
     "checked against constraints. Known findings: {known}."
@@ -60,6 +65,7 @@ class SearchResponse:
     model_fingerprint: str
     index: str
     k: int
+    ranking: str = "similarity"
     positive: list[str] = field(default_factory=list)
     negative: list[str] = field(default_factory=list)
     uncertain: list[str] = field(default_factory=list)
@@ -81,6 +87,7 @@ class SearchResponse:
             "model_fingerprint": self.model_fingerprint,
             "index": self.index,
             "k": self.k,
+            "ranking": self.ranking,
             "constraints": {**self.constraints, "uncertain": self.uncertain},
             "unknown_terms": self.unknown_terms,
             "warnings": self.warnings,
@@ -143,12 +150,15 @@ def search(
     k: int = 10,
     settings: Settings | None = None,
     setting: str = "main",
+    ranking: str = "similarity",
 ) -> SearchResponse:
     """Rank the index's studies for a text query or an image/volume file (exactly one).
 
     model_spec defaults to settings.default_model, index to settings.default_index. `setting`
     is the CXR-Retrieve relevance setting used for `satisfies`: "main" ("no B" holds when B is
-    not positive) or "strict" (only when B is confirmed negative).
+    not positive) or "strict" (only when B is confirmed negative). `ranking` is "similarity"
+    (cosine) or "logic" (a text query's constraints over per-finding probes; a score is then
+    log p(the study satisfies the query)).
     """
     from medheb_app.models.registry import load_embedder
 
@@ -161,6 +171,8 @@ def search(
         raise SearchError(f"k must be between 1 and {MAX_K}; got {k}.")
     if setting not in ("main", "strict"):
         raise SearchError(f"Unknown relevance setting {setting!r}; use 'main' or 'strict'.")
+    if ranking not in RANKINGS:
+        raise SearchError(f"Unknown ranking {ranking!r}; use one of: {', '.join(RANKINGS)}.")
     embedder = load_embedder(spec, settings)
     build_started = time.perf_counter()
     loaded, just_built = resolve_index(index_name, spec, embedder, settings)
@@ -179,7 +191,20 @@ def search(
             raise SearchError(str(error)) from error
         query = path.name
     encoded = time.perf_counter()
-    scores, ids = loaded.search(np.asarray(vector, dtype=np.float32), int(k))
+    notes: list[str] = []
+    use_logic = ranking == "logic" and parsed is not None and parsed.has_constraints
+    if ranking == "logic" and parsed is None:
+        notes.append(FILE_LOGIC_WARNING)
+    if use_logic:
+        from medheb_app.ranking.index_logic import IndexLogicError, logic_search
+
+        try:
+            top_scores, top_ids = logic_search(loaded, embedder, parsed, vector, int(k), settings)
+        except IndexLogicError as error:
+            raise SearchError(str(error)) from error
+        scores, ids = top_scores[None], top_ids[None]
+    else:
+        scores, ids = loaded.search(np.asarray(vector, dtype=np.float32), int(k))
     searched = time.perf_counter()
 
     response = SearchResponse(
@@ -189,6 +214,8 @@ def search(
         model_fingerprint=embedder.card.fingerprint,
         index=index_name,
         k=int(k),
+        ranking="logic" if use_logic else "similarity",
+        warnings=notes,
         timings_ms={
             "encode": round((encoded - started) * 1000, 2),
             "search": round((searched - encoded) * 1000, 2),

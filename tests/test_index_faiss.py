@@ -68,6 +68,16 @@ def test_save_and_load_round_trip_keeps_results_and_search_params(tmp_path) -> N
     np.testing.assert_allclose(loaded.reconstruct("s7"), vectors[7], atol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["exact", "ivf", "hnsw"])
+def test_vectors_returns_every_stored_vector_in_id_order(kind: str, tmp_path) -> None:
+    vectors = _unit_vectors(600, 12, seed=4)
+    ids = [f"s{i}" for i in range(600)]
+    VectorIndex.build(vectors, ids, kind=kind).save(tmp_path / kind)
+    stored = VectorIndex.load(tmp_path / kind).vectors()
+    assert stored.shape == (600, 12) and stored.dtype == np.float32
+    np.testing.assert_allclose(stored, vectors, atol=1e-6)
+
+
 def test_bad_inputs_raise_clear_errors(tmp_path) -> None:
     vectors = _unit_vectors(3, 4)
     with pytest.raises(ValueError, match="L2-normalised"):

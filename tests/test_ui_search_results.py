@@ -79,3 +79,17 @@ def test_uploaded_image_searches_the_index(services, tmp_path):
     outcome = search_tab.run_search(services, "", upload, "random", "demo-cxr", 4)
     assert len(outcome.hits) == 4 and outcome.parsed_html == ""
     assert all(hit["satisfies"] is None for hit in outcome.hits)
+
+
+def test_logic_ranking_shows_the_probability_of_meeting_the_query(services):
+    outcome = search_tab.run_search(services, QUERY, None, "oracle", "demo-cxr", 5, "logic")
+    assert "Ranked logic-aware" in outcome.notice
+    assert len(outcome.hits) == 5
+    for hit, (_, caption) in zip(outcome.hits, outcome.gallery, strict=True):
+        assert hit["findings"]["Pleural Effusion"] == 1 and hit["findings"]["Cardiomegaly"] != 1
+        assert caption.startswith("✓ matches · #") and f"p {hit['p_query']:.3f}" in caption
+        assert 0.0 < hit["p_query"] <= 1.0
+    probabilities = [hit["p_query"] for hit in outcome.hits]
+    assert probabilities == sorted(probabilities, reverse=True)
+    _, detail = search_tab.hit_detail(outcome.hits, 0)
+    assert f"p(meets the query) {outcome.hits[0]['p_query']:.3f}" in detail

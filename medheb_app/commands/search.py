@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
+from medheb_app.search import RANKINGS
 from medheb_app.settings import Settings
 
 
@@ -34,6 +35,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="main",
         help="'no B' holds when B is not positive (main) or only when B is 0 (strict)",
     )
+    parser.add_argument(
+        "--ranking",
+        choices=RANKINGS,
+        default="similarity",
+        help=(
+            "similarity: cosine to the query (default); logic: the query's findings ANDed and "
+            "negated over per-finding probes fit on the index's labelled train studies"
+        ),
+    )
     add_json_flag(parser)
     parser.set_defaults(handler=run)
 
@@ -51,9 +61,16 @@ def run(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, An
         k=args.k,
         settings=settings,
         setting=args.setting,
+        ranking=args.ranking,
     )
     payload = response.to_json()
     return format_response(payload), payload
+
+
+RANKING_NOTES = {
+    "similarity": "similarity (score = cosine)",
+    "logic": "logic-aware (score = log p(study meets the query))",
+}
 
 
 def _mark(satisfied: bool | None) -> str:
@@ -67,7 +84,8 @@ def format_response(payload: dict[str, Any]) -> str:
     excluded = ", ".join(constraints["negative"]) or "-"
     lines = [
         f"Query:  {payload['query']}",
-        f"Model:  {payload['model']}    Index: {payload['index']}",
+        f"Model:  {payload['model']}    Index: {payload['index']}    "
+        f"Ranking: {RANKING_NOTES[payload.get('ranking', 'similarity')]}",
     ]
     if payload["query_kind"] == "text":
         lines.append(f"Wanted: {wanted}    Excluded: {excluded}")

@@ -173,6 +173,13 @@ class VectorIndex:
             ivf.make_direct_map()
         return self.index.reconstruct(row)
 
+    def vectors(self) -> np.ndarray:
+        """(count, dims) float32: every stored vector in id order, for scoring the whole index
+        with something other than cosine (ranking/index_logic.py)."""
+        if self.kind == "ivf":
+            faiss.extract_index_ivf(self.index).make_direct_map()
+        return np.asarray(self.index.reconstruct_n(0, self.count), dtype=np.float32)
+
     def manifest(self) -> dict[str, Any]:
         return {
             "version": MANIFEST_VERSION,

@@ -163,9 +163,12 @@ def progress_html(fraction: float, message: str) -> str:
     )
 
 
-def hit_caption(rank: int, score: float, broken: Sequence[str], satisfies: bool | None) -> str:
-    """Gallery caption: rank, score, and a cross with the reason when the hit breaks the query."""
-    head = f"#{rank} · {score:.3f}"
+def hit_caption(
+    rank: int, score: float, broken: Sequence[str], satisfies: bool | None, label: str = ""
+) -> str:
+    """Gallery caption: rank, score (after `label`, e.g. "p "), and a cross with the reason when
+    the hit breaks the query."""
+    head = f"#{rank} · {label}{score:.3f}"
     if satisfies is False or broken:
         reason = "; ".join(broken) if broken else "breaks the query"
         return f"✗ VIOLATES ({reason}) · {head}"

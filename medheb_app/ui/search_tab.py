@@ -9,6 +9,7 @@ tests call them without a browser; the layout only wires them.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,15 @@ from medheb_app.ui import components as ui
 
 log = logging.getLogger(__name__)
 MAX_K = 50
+LOGIC_NOTE = (
+    "Ranked logic-aware: p is the estimated probability that the study has every wanted "
+    "finding and none of the excluded ones (per-finding probes fit on the index's training "
+    "studies)."
+)
+RANKING_CHOICES = [
+    ("Similarity (cosine to the query)", "similarity"),
+    ("Logic-aware (wanted AND not excluded findings)", "logic"),
+]
 
 
 @dataclass
@@ -197,6 +207,7 @@ def run_search(
     model: str | None,
     index: str | None,
     k: float | None,
+    ranking: str | None = "similarity",
 ) -> SearchOutcome:
     """Call the search service and shape its answer for the page; errors become messages."""
     from medheb_app.search import search
@@ -218,6 +229,7 @@ def run_search(
             index=index,
             k=k,
             settings=services.settings,
+            ranking=ranking or "similarity",
         )
     except (EvidenceError, ValueError, KeyError, FileNotFoundError) as error:
         return SearchOutcome(notice=ui.notice_html("error", user_message(error)))
@@ -235,11 +247,19 @@ def run_search(
         parsed_html=ui.constraints_html(positive, negative, unknown) if query else "",
         notice=ui.notices_html(warnings=list(payload.get("warnings") or [])),
     )
+    logic = payload.get("ranking") == "logic"
+    if logic:
+        outcome.notice += ui.notice_html("info", LOGIC_NOTE)
     for rank, result in enumerate(payload.get("results") or [], start=1):
         record = hit_record(services, index, model, result)
         broken = ui.violation_words(record.get("violations") or {})
         record.update(rank=rank, broken=broken, positive=positive, negative=negative)
-        caption = ui.hit_caption(rank, float(record["score"]), broken, record.get("satisfies"))
+        shown = math.exp(min(float(record["score"]), 0.0)) if logic else float(record["score"])
+        if logic:
+            record["p_query"] = shown
+        caption = ui.hit_caption(
+            rank, shown, broken, record.get("satisfies"), "p " if logic else ""
+        )
         outcome.hits.append(record)
         outcome.gallery.append((_thumbnail(record), caption))
     if not outcome.hits:
@@ -260,8 +280,13 @@ def hit_detail(hits: list[dict[str, Any]] | None, position: int | None):
     )
     report = hit.get("text") or "No report text stored for this study."
     chips = ui.finding_chips_html(hit.get("findings") or {}, hit["positive"], hit["negative"])
+    score = (
+        f"p(meets the query) {hit['p_query']:.3f}"
+        if "p_query" in hit
+        else f"score {hit['score']:.3f}"
+    )
     body = (
-        f"<h3>#{hit['rank']} · {ui.html.escape(str(hit['id']))} · score {hit['score']:.3f}</h3>"
+        f"<h3>#{hit['rank']} · {ui.html.escape(str(hit['id']))} · {score}</h3>"
         f"<div>Source: {ui.html.escape(str(hit.get('source') or 'unknown'))}"
         f"{' · SYNTHETIC phantom' if hit.get('synthetic') else ''}</div>"
         f"{verdict}<div>{chips}</div>"
@@ -318,6 +343,13 @@ def build_search_tab(services: Services) -> dict[str, Any]:
             model = gr.Dropdown(label="Model", choices=[], allow_custom_value=True)
             index = gr.Dropdown(label="Index", choices=[], allow_custom_value=True)
             k = gr.Slider(label="Top k", minimum=1, maximum=MAX_K, value=10, step=1)
+            ranking = gr.Radio(
+                RANKING_CHOICES,
+                value="similarity",
+                label="Ranking",
+                info="Logic-aware honours 'no B' even for a model that reads it as 'B'.",
+                elem_id="search-ranking",
+            )
             button = gr.Button("Search", variant="primary", elem_id="search-button")
             refresh = gr.Button("Refresh models and indices", size="sm")
     parsed = gr.HTML(elem_id="search-parsed")
@@ -335,15 +367,15 @@ def build_search_tab(services: Services) -> dict[str, Any]:
     upload_state = gr.State(None)
     hits_state = gr.State([])
 
-    def _search(q, up, m, ix, kk):
-        outcome = run_search(services, q, up, m, ix, kk)
+    def _search(q, up, m, ix, kk, rk):
+        outcome = run_search(services, q, up, m, ix, kk, rk)
         return outcome.parsed_html, outcome.notice, outcome.gallery, outcome.hits, None, ""
 
     def _select(hits, evt: gr.SelectData):
         return hit_detail(hits, evt.index)
 
     outputs = [parsed, notice, gallery, hits_state, large, detail]
-    inputs = [query, upload_state, model, index, k]
+    inputs = [query, upload_state, model, index, k, ranking]
     button.click(_search, inputs, outputs, api_name="search")
     query.submit(_search, inputs, outputs, api_name=False)
     upload_file.change(
@@ -371,6 +403,7 @@ def build_search_tab(services: Services) -> dict[str, Any]:
         "model": model,
         "index": index,
         "k": k,
+        "ranking": ranking,
         "button": button,
         "parsed": parsed,
         "notice": notice,

@@ -1,0 +1,142 @@
+"""Logic-aware search: negation honoured where cosine fails, probes cached, clear refusals."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from medheb_app.cli import main
+from medheb_app.demo import ensure_demo
+from medheb_app.evidence.findings import CXR_RETRIEVE_10
+from medheb_app.evidence.phantoms import load_corpus
+from medheb_app.evidence.study import Study
+from medheb_app.index.catalog import build_index
+from medheb_app.models.base import ModelCard, l2_normalise
+from medheb_app.models.baselines import label_vector
+from medheb_app.search import FILE_LOGIC_WARNING, SearchError, search
+from medheb_app.settings import Settings
+from medheb_app.tasks.query_parser import parse_query
+
+QUERY = "pleural effusion and no cardiomegaly"
+INDEX = "biased-cxr"
+
+
+class AffirmationBiased:
+    """A toy model with the paper's failure: images carry their labels, but text reads every
+    finding it names as present, so "A and no B" is embedded like "A and B"."""
+
+    card = ModelCard(name="biased", version="1", dims=10, modalities=("text", "2d"), license="-")
+
+    def encode(self, items: Sequence[object], instruction: str | None = None) -> np.ndarray:
+        rows = []
+        for item in items:
+            if isinstance(item, Study):
+                rows.append(label_vector(item.findings, CXR_RETRIEVE_10))
+            else:
+                parsed = parse_query(str(item))
+                named = {*parsed.positive, *parsed.negative}
+                rows.append([1.0 if name in named else 0.0 for name in CXR_RETRIEVE_10])
+        return l2_normalise(np.asarray(rows, dtype=np.float32))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, list[Study]]:
+    settings = Settings(data_dir=tmp_path_factory.mktemp("logic") / "data", demo_size=200)
+    assets = ensure_demo(settings, models=["oracle"])
+    return settings, load_corpus(assets.corpus_dir)
+
+
+@pytest.fixture
+def biased(corpus, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The biased model behind every spec, with its index over the demo corpus."""
+    settings, studies = corpus
+    model = AffirmationBiased()
+    monkeypatch.setattr("medheb_app.models.registry.load_embedder", lambda spec, _: model)
+    build_index(INDEX, studies, model, settings)
+    return settings
+
+
+def _broken(response) -> int:
+    return sum(hit.satisfies is False for hit in response.results)
+
+
+def test_logic_ranking_honours_the_negation_that_cosine_ignores(biased: Settings) -> None:
+    cosine = search(query_text=QUERY, index=INDEX, k=10, settings=biased)
+    logic = search(query_text=QUERY, index=INDEX, k=10, settings=biased, ranking="logic")
+    assert cosine.ranking == "similarity" and logic.ranking == "logic"
+    assert _broken(cosine) >= 5  # the top is full of effusions *with* cardiomegaly
+    assert _broken(logic) == 0 and len(logic.results) == 10
+    for hit in logic.results:
+        assert hit.findings["Pleural Effusion"] == 1 and hit.findings["Cardiomegaly"] != 1
+    scores = [hit.score for hit in logic.results]
+    assert scores == sorted(scores, reverse=True) and max(scores) <= 1e-3  # log p, plus ties
+    payload = logic.to_json()
+    assert payload["ranking"] == "logic"
+    assert payload["constraints"]["negative"] == ["Cardiomegaly"]
+
+
+def test_the_probe_is_fit_once_on_train_studies_then_loaded(biased: Settings, corpus) -> None:
+    probes = biased.data_dir / "probes"
+    first = search(query_text=QUERY, index=INDEX, k=5, settings=biased, ranking="logic")
+    files = sorted(probes.glob("*-index-*.npz"))
+    assert len(files) == 1
+    stamp = files[0].stat().st_mtime_ns
+    meta = json.loads(files[0].with_suffix(".json").read_text())
+    corpus_train = sum(study.split == "train" for study in corpus[1])
+    assert meta["n_train"] == corpus_train and meta["views"] == "whole"
+    again = search(query_text=QUERY, index=INDEX, k=5, settings=biased, ranking="logic")
+    assert files[0].stat().st_mtime_ns == stamp
+    assert [h.id for h in again.results] == [h.id for h in first.results]
+
+
+def test_file_queries_and_queries_without_findings_fall_back_to_similarity(
+    biased: Settings, corpus
+) -> None:
+    _, studies = corpus
+    by_file = search(file=studies[3].path, index=INDEX, k=3, settings=biased, ranking="logic")
+    assert by_file.ranking == "similarity" and FILE_LOGIC_WARNING in by_file.warnings
+    vague = search(query_text="anything odd", index=INDEX, k=3, settings=biased, ranking="logic")
+    assert vague.ranking == "similarity"
+    assert any("No known finding" in warning for warning in vague.warnings)
+
+
+def test_an_index_without_labelled_train_studies_is_refused_clearly(
+    biased: Settings, corpus
+) -> None:
+    _, studies = corpus
+    from dataclasses import replace
+
+    unsplit = [replace(study, split="test") for study in studies[:30]]
+    build_index("no-train", unsplit, AffirmationBiased(), biased)
+    with pytest.raises(SearchError, match="no labelled training studies"):
+        search(query_text=QUERY, index="no-train", settings=biased, ranking="logic")
+    with pytest.raises(SearchError, match="Unknown ranking 'fuzzy'"):
+        search(query_text=QUERY, index=INDEX, settings=biased, ranking="fuzzy")
+
+
+def test_cli_search_takes_ranking_logic(biased: Settings, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("DATA_DIR", str(biased.data_dir))
+    args = ["search", "--index", INDEX, "--text", QUERY, "--k", "4", "--ranking", "logic"]
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "Ranking: logic-aware (score = log p(study meets the query))" in table
+    rows = [line for line in table.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 4 and all(" yes " in row for row in rows)
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranking"] == "logic"
+
+
+def test_probe_vectors_are_the_index_rows_of_train_studies(biased: Settings) -> None:
+    from medheb_app.index.catalog import load_index
+    from medheb_app.ranking.index_logic import labelled_train_rows
+
+    loaded = load_index(INDEX, AffirmationBiased(), biased)
+    rows = labelled_train_rows(loaded, CXR_RETRIEVE_10)
+    assert rows and all(loaded.items[loaded.index.ids[r]]["split"] == "train" for r in rows)
+    vectors = loaded.index.vectors()
+    first = loaded.items[loaded.index.ids[rows[0]]]["findings"]
+    expected = l2_normalise(label_vector(first, CXR_RETRIEVE_10)[None])[0]
+    np.testing.assert_allclose(vectors[rows[0]], expected, atol=1e-6)
