@@ -122,3 +122,32 @@ def test_crop_vectors_go_through_the_cache(tmp_path) -> None:
     assert np.allclose(first, again)
     direct = embedder.encode([Evidence(image=studies[0].pixels[:35, :35])])  # type: ignore[index]
     assert np.allclose(first[0, :4], direct[0])
+
+
+def test_disk_studies_are_read_once_for_every_grid_of_a_view_set(tmp_path, monkeypatch) -> None:
+    from PIL import Image
+
+    from medheb_app.ranking.views import view_vectors
+
+    in_memory = [phantom(i, spot=bool(i % 2)) for i in range(4)]
+    on_disk = []
+    for study in in_memory:
+        path = tmp_path / f"{study.id}.png"
+        Image.fromarray((np.clip(study.pixels, 0, 1) * 255).astype(np.uint8)).save(path)
+        on_disk.append(Study(id=study.id, form="2d", path=str(path), findings=study.findings))
+    reads = []
+    original = Study.load_pixels
+    monkeypatch.setattr(Study, "load_pixels", lambda self: reads.append(self.id) or original(self))
+    embedder = LowResolutionEmbedder()
+    vectors = view_vectors(embedder, on_disk, "2x2+3x3", EmbeddingCache(tmp_path / "cache"))
+    assert vectors.shape == (4, 13 * embedder.card.dims)
+    assert sorted(reads) == sorted(s.id for s in on_disk)  # one read per study, not per grid
+    assert all(study.pixels is None for study in on_disk)  # and not kept in memory
+    expected = np.concatenate(
+        [
+            crop_vectors(embedder, on_disk, None),
+            crop_vectors(embedder, on_disk, None, fraction=0.4, grid=3),
+        ],
+        axis=1,
+    )
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)

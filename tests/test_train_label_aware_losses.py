@@ -84,4 +84,9 @@ def test_total_is_attract_plus_weighted_hnm() -> None:
     )
     assert HNM_WEIGHT == 0.3
     assert total.item() == pytest.approx(expected.item())
+    profiles = torch.tensor([[1.0, 1, 0], [0, 1, -1], [-1, 0, 1]])  # image 0 has both 0 and 1
+    with_profiles = label_aware_total(image, text, 10.0, LABELS, profiles, hnm_weight=0.5)
+    attract = label_aware_loss(image, text, 10.0, LABELS, profiles)
+    hinge = hnm_loss(image, text, 10.0, LABELS, profiles)
+    assert with_profiles.item() == pytest.approx((attract + 0.5 * hinge).item())
     assert LOSSES["label-aware"] is label_aware_total and "clip" in LOSSES

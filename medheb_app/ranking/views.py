@@ -50,13 +50,7 @@ def view_vectors(
     embedder: Embedder, studies: Sequence[Study], views: str, cache: object = None
 ) -> np.ndarray:
     """(n, crops * dims): the crop embeddings of every grid in the view set, concatenated."""
-    blocks = [
-        crop_vectors(embedder, studies, cache, fraction, grid)
-        for grid, fraction in VIEW_SETS[check_views(views)]
-    ]
-    if not blocks:
-        return np.zeros((len(studies), 0), dtype=np.float32)
-    return np.concatenate(blocks, axis=1)
+    return _grid_vectors(embedder, studies, VIEW_SETS[check_views(views)], cache)
 
 
 def crop_grid(image: np.ndarray, fraction: float = CROP_FRACTION, grid: int = GRID) -> list:
@@ -91,38 +85,51 @@ def crop_vectors(
     grid: int = GRID,
 ) -> np.ndarray:
     """(n, grid * grid * dims): each study's crop embeddings, concatenated in grid order."""
+    return _grid_vectors(embedder, studies, ((grid, fraction),), cache)
+
+
+def _grid_vectors(
+    embedder: Embedder,
+    studies: Sequence[Study],
+    geometry: Sequence[tuple[int, float]],
+    cache: object = None,
+) -> np.ndarray:
+    """Per study, the crops of each (grid, fraction) in turn, embedded through the cache.
+
+    A study's content key is computed, and its pixels read from disk, once for all grids.
+    """
     from medheb_app.index.cache import embed_with_cache
     from medheb_app.index.catalog import study_content_key
 
-    n_crops = grid * grid
+    width = sum(grid * grid for grid, _ in geometry) * embedder.card.dims
     rows = []
     for start in range(0, len(studies), CHUNK):
         chunk = studies[start : start + CHUNK]
         keys = [
-            crop_key(study_content_key(study), i, fraction, grid)
-            for study in chunk
-            for i in range(n_crops)
+            crop_key(content, i, fraction, grid)
+            for content in map(study_content_key, chunk)
+            for grid, fraction in geometry
+            for i in range(grid * grid)
         ]
         cached = cache.get(embedder.card.fingerprint, keys) if cache is not None else {}  # type: ignore[attr-defined]
         if len(cached) == len(set(keys)):
             vectors = np.stack([cached[k] for k in keys])
         else:
-            items = [
-                Evidence(image=crop) for study in chunk for crop in _crops(study, fraction, grid)
-            ]
+            items = [Evidence(image=crop) for study in chunk for crop in _crops(study, geometry)]
             vectors = embed_with_cache(embedder, items, keys, cache)  # type: ignore[arg-type]
         rows.append(np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1))
     if not rows:
-        return np.zeros((0, n_crops * embedder.card.dims), dtype=np.float32)
+        return np.zeros((0, width), dtype=np.float32)
     return np.concatenate(rows)
 
 
-def _crops(study: Study, fraction: float, grid: int) -> list:
+def _crops(study: Study, geometry: Sequence[tuple[int, float]]) -> list:
     unload = study.pixels is None and study.path is not None
     pixels = study.load_pixels()
     if pixels is None or study.form != "2d":
         raise EvidenceError(f"Study {study.id} is not a 2D image; crops need one.")
-    crops = crop_grid(np.asarray(pixels, dtype=np.float32), fraction, grid)
+    image = np.asarray(pixels, dtype=np.float32)
+    crops = [crop for grid, fraction in geometry for crop in crop_grid(image, fraction, grid)]
     if unload:
         study.pixels = None  # keep memory flat over a large gallery
     return [crop.copy() for crop in crops]

@@ -98,11 +98,16 @@ def label_aware_loss(
     With no two captions agreeing, T is the identity and this equals clip_loss.
     `image_labels` switches K to profile_kernel.
     """
-    targets = soft_targets(pair_kernel(labels, image_labels))
     logits = clip_logits(image_emb, text_emb, logit_scale)
+    return soft_cross_entropy(logits, pair_kernel(labels, image_labels))
+
+
+def soft_cross_entropy(logits: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+    """Eq. 5 from the scaled logits and the kernel K: both directions, divided by 2B."""
+    targets = soft_targets(kernel)
     image_to_text = -(targets * F.log_softmax(logits, dim=1)).sum()
     text_to_image = -(targets.T * F.log_softmax(logits.T, dim=1)).sum()
-    return (image_to_text + text_to_image) / (2 * image_emb.shape[0])
+    return (image_to_text + text_to_image) / (2 * logits.shape[0])
 
 
 def hnm_loss(
@@ -117,8 +122,13 @@ def hnm_loss(
     A batch without conflicts contributes 0 (with a gradient path, so callers can always add it).
     `image_labels` switches K to profile_kernel.
     """
-    conflicts = pair_kernel(labels, image_labels) < 0
     logits = clip_logits(image_emb, text_emb, logit_scale)
+    return contradiction_hinge(logits, pair_kernel(labels, image_labels))
+
+
+def contradiction_hinge(logits: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+    """Eq. 6 from the scaled logits and the kernel K: mean hinge over pairs with K_ij < 0."""
+    conflicts = kernel < 0
     count = conflicts.sum()
     if count == 0:
         return logits.sum() * 0.0
@@ -136,10 +146,10 @@ def label_aware_total(
     image_labels: torch.Tensor | None = None,
     hnm_weight: float = HNM_WEIGHT,
 ) -> torch.Tensor:
-    """L + lambda * L_HNM (eq. 7), the full label-aware objective."""
-    attract = label_aware_loss(image_emb, text_emb, logit_scale, labels, image_labels)
-    hinge = hnm_loss(image_emb, text_emb, logit_scale, labels, image_labels)
-    return attract + hnm_weight * hinge
+    """L + lambda * L_HNM (eq. 7), the full label-aware objective (K and logits built once)."""
+    kernel = pair_kernel(labels, image_labels)
+    logits = clip_logits(image_emb, text_emb, logit_scale)
+    return soft_cross_entropy(logits, kernel) + hnm_weight * contradiction_hinge(logits, kernel)
 
 
 def clip_loss_ignoring_labels(
