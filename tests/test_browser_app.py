@@ -256,6 +256,21 @@ def test_search_returns_marked_results(app, page):
     _shot(page, "search")
 
 
+def test_logic_aware_ranking_is_one_click_away(app, page):
+    _wait_for_demo(app["data_dir"], STARTUP_S)
+    _open(page, app["url"])
+    page.locator("#search-ranking").get_by_text("Logic-aware (wanted").click()
+    page.locator("#search-query textarea").fill("pleural effusion and no cardiomegaly")
+    page.locator("#search-button").click()
+    page.locator("#search-notice").get_by_text("Ranked logic-aware").wait_for()
+    page.locator("#search-hits img").first.wait_for()
+    captions = page.locator("#search-hits").inner_text()
+    assert "#1 · p " in captions and "#10 · p " in captions
+    page.locator("#search-hits img").first.click()
+    page.locator("#search-detail").get_by_text("p(meets the query)").wait_for()
+    _shot(page, "search-logic")
+
+
 def test_explorer_and_analysis_tabs_render(app, page):
     _open(page, app["url"])
     _tab(page, "Benchmark explorer")
