@@ -162,6 +162,12 @@ def _fit_one(z: np.ndarray, y: np.ndarray, config: ProbeConfig) -> tuple[np.ndar
         return model.coef_[0], float(model.intercept_[0]), c
     split = StratifiedKFold(folds, shuffle=True, random_state=config.seed)
     model = LogisticRegressionCV(
-        Cs=list(config.c_grid), cv=split, scoring="roc_auc", max_iter=5000, random_state=config.seed
+        Cs=list(config.c_grid),
+        cv=split,
+        scoring="roc_auc",
+        max_iter=5000,
+        random_state=config.seed,
+        l1_ratios=(0.0,),  # plain L2, said explicitly (scikit-learn 1.10 changes the default)
+        use_legacy_attributes=False,
     ).fit(z, y)
-    return model.coef_[0], float(model.intercept_[0]), float(model.C_[0])
+    return model.coef_[0], float(model.intercept_[0]), float(np.ravel(model.C_)[0])
