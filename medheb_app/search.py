@@ -199,9 +199,12 @@ def search(
         from medheb_app.ranking.index_logic import IndexLogicError, logic_search
 
         try:
-            top_scores, top_ids = logic_search(loaded, embedder, parsed, vector, int(k), settings)
+            top_scores, top_ids, probe_warnings = logic_search(
+                loaded, embedder, parsed, vector, int(k), settings
+            )
         except IndexLogicError as error:
             raise SearchError(str(error)) from error
+        notes.extend(probe_warnings)
         scores, ids = top_scores[None], top_ids[None]
     else:
         scores, ids = loaded.search(np.asarray(vector, dtype=np.float32), int(k))

@@ -106,8 +106,20 @@ def test_a_probe_saved_before_view_sets_loads_with_its_crops(tmp_path) -> None:
     path = probe.save(tmp_path / "old.npz")
     meta = json.loads(path.with_suffix(".json").read_text())
     meta["crops"] = meta.pop("views") == "2x2"  # the session-2 file format
+    del meta["cv_auc"]
     path.with_suffix(".json").write_text(json.dumps(meta))
-    assert FindingProbe.load(path).views == "2x2"
+    old = FindingProbe.load(path)
+    assert old.views == "2x2" and old.cv_auc == ()  # files from before cv_auc still load
+
+
+def test_probes_keep_their_cross_validated_auc_through_a_save(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(60, 3))
+    rows = [{"Edema": int(f[0] > 0), "Fracture": int(i == 0)} for i, f in enumerate(features)]
+    probe = fit_probe(features, rows, ("Edema", "Fracture"), "fp", ProbeConfig(views="whole"))
+    assert probe.cv_auc[0] > 0.95 and np.isnan(probe.cv_auc[1])  # Fracture: 1 positive, unfitted
+    loaded = FindingProbe.load(probe.save(tmp_path / "p.npz"))
+    assert loaded.cv_auc[0] == probe.cv_auc[0] and np.isnan(loaded.cv_auc[1])
 
 
 def test_crop_vectors_go_through_the_cache(tmp_path) -> None:

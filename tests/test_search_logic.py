@@ -22,6 +22,7 @@ from medheb_app.tasks.query_parser import parse_query
 
 QUERY = "pleural effusion and no cardiomegaly"
 INDEX = "biased-cxr"
+SEES = np.array([name != "Fracture" for name in CXR_RETRIEVE_10], dtype=np.float64)
 
 
 class AffirmationBiased:
@@ -33,8 +34,8 @@ class AffirmationBiased:
     def encode(self, items: Sequence[object], instruction: str | None = None) -> np.ndarray:
         rows = []
         for item in items:
-            if isinstance(item, Study):
-                rows.append(label_vector(item.findings, CXR_RETRIEVE_10))
+            if isinstance(item, Study):  # Fracture is invisible to this model's images
+                rows.append(label_vector(item.findings, CXR_RETRIEVE_10) * SEES)
             else:
                 parsed = parse_query(str(item))
                 named = {*parsed.positive, *parsed.negative}
@@ -74,7 +75,7 @@ def test_logic_ranking_honours_the_negation_that_cosine_ignores(biased: Settings
     scores = [hit.score for hit in logic.results]
     assert scores == sorted(scores, reverse=True) and max(scores) <= 1e-3  # log p, plus ties
     payload = logic.to_json()
-    assert payload["ranking"] == "logic"
+    assert payload["ranking"] == "logic" and payload["warnings"] == []
     assert payload["constraints"]["negative"] == ["Cardiomegaly"]
 
 
@@ -138,5 +139,37 @@ def test_probe_vectors_are_the_index_rows_of_train_studies(biased: Settings) -> 
     assert rows and all(loaded.items[loaded.index.ids[r]]["split"] == "train" for r in rows)
     vectors = loaded.index.vectors()
     first = loaded.items[loaded.index.ids[rows[0]]]["findings"]
-    expected = l2_normalise(label_vector(first, CXR_RETRIEVE_10)[None])[0]
+    expected = l2_normalise((label_vector(first, CXR_RETRIEVE_10) * SEES)[None])[0]
     np.testing.assert_allclose(vectors[rows[0]], expected, atol=1e-6)
+
+
+def test_a_finding_the_model_cannot_see_gets_a_weak_probe_warning(biased: Settings) -> None:
+    response = search(
+        query_text="fracture and no pleural effusion", index=INDEX, settings=biased, ranking="logic"
+    )
+    weak = [w for w in response.warnings if w.startswith("Fracture: the probe")]
+    assert len(weak) == 1 and "cross-validated AUC 0.5" in weak[0]
+    assert not any(w.startswith("Pleural Effusion") for w in response.warnings)
+
+
+def test_probe_notes_name_missing_and_weak_probes_only() -> None:
+    from medheb_app.ranking.index_logic import probe_notes
+    from medheb_app.ranking.probes import FindingProbe
+
+    probe = FindingProbe(
+        findings=("Edema", "Fracture", "Pneumonia"),
+        weights=np.zeros((3, 2)),
+        bias=np.zeros(3),
+        fitted=np.array([True, False, True]),
+        model_fingerprint="fp",
+        n_train=50,
+        n_positive=(20, 1, 6),
+        c=(1.0, 0.0, 0.1),
+        cv_auc=(0.97, np.nan, 0.61),
+    )
+    parsed = parse_query("edema and no fracture and no pneumonia")
+    notes = probe_notes(probe, parsed)
+    assert len(notes) == 2
+    assert notes[0].startswith("Fracture: too few labelled") and "(1 positive of 50)" in notes[0]
+    assert notes[1].startswith("Pneumonia: the probe") and "AUC 0.61 over 6 positive" in notes[1]
+    assert probe_notes(probe, parse_query("edema")) == []

@@ -65,6 +65,7 @@ class FindingProbe:
     n_positive: tuple[int, ...]
     views: str = "whole"  # what the probe reads besides the whole image (VIEW_SETS)
     c: tuple[float, ...] = ()  # the C chosen per finding (0 where unfitted)
+    cv_auc: tuple[float, ...] = ()  # its cross-validated ROC AUC (NaN: unfitted or no CV)
 
     def logits(self, features: np.ndarray) -> np.ndarray:
         """(n, L) log-odds of each finding being positive; unfitted columns are NaN."""
@@ -87,6 +88,7 @@ class FindingProbe:
             "n_positive": list(self.n_positive),
             "views": self.views,
             "c": list(self.c),
+            "cv_auc": [None if np.isnan(value) else value for value in self.cv_auc],
         }
         path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
         return path
@@ -105,6 +107,7 @@ class FindingProbe:
             n_positive=tuple(meta["n_positive"]),
             views=str(meta.get("views") or ("2x2" if meta.get("crops") else "whole")),
             c=tuple(meta.get("c", ())),
+            cv_auc=tuple(np.nan if v is None else float(v) for v in meta.get("cv_auc", ())),
         )
 
 
@@ -125,18 +128,20 @@ def fit_probe(
     weights = np.zeros((len(findings), x.shape[1]))
     bias = np.zeros(len(findings))
     fitted = np.zeros(len(findings), dtype=bool)
-    counts, chosen = [], []
+    counts, chosen, aucs = [], [], []
     for i, name in enumerate(findings):
         y = np.array([row.get(name) == 1 for row in label_rows])
         counts.append(int(y.sum()))
         if y.sum() < MIN_EXAMPLES or (~y).sum() < MIN_EXAMPLES:
             chosen.append(0.0)
+            aucs.append(np.nan)
             continue
-        coef, intercept, c = _fit_one(z, y, config)
+        coef, intercept, c, auc = _fit_one(z, y, config)
         weights[i] = coef / scale
         bias[i] = intercept - float(np.sum(coef * mean / scale))
         fitted[i] = True
         chosen.append(c)
+        aucs.append(auc)
     return FindingProbe(
         findings=tuple(findings),
         weights=weights,
@@ -147,11 +152,15 @@ def fit_probe(
         n_positive=tuple(counts),
         views=config.views,
         c=tuple(chosen),
+        cv_auc=tuple(aucs),
     )
 
 
-def _fit_one(z: np.ndarray, y: np.ndarray, config: ProbeConfig) -> tuple[np.ndarray, float, float]:
-    """Weights, intercept and C of one finding's logistic regression on standardised z."""
+def _fit_one(
+    z: np.ndarray, y: np.ndarray, config: ProbeConfig
+) -> tuple[np.ndarray, float, float, float]:
+    """Weights, intercept, C and cross-validated ROC AUC (NaN without CV) of one finding's
+    logistic regression on standardised z."""
     from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
     from sklearn.model_selection import StratifiedKFold
 
@@ -159,7 +168,7 @@ def _fit_one(z: np.ndarray, y: np.ndarray, config: ProbeConfig) -> tuple[np.ndar
     if len(config.c_grid) == 1:
         c = float(config.c_grid[0])
         model = LogisticRegression(C=c, max_iter=5000, random_state=config.seed).fit(z, y)
-        return model.coef_[0], float(model.intercept_[0]), c
+        return model.coef_[0], float(model.intercept_[0]), c, float("nan")
     split = StratifiedKFold(folds, shuffle=True, random_state=config.seed)
     model = LogisticRegressionCV(
         Cs=list(config.c_grid),
@@ -170,4 +179,5 @@ def _fit_one(z: np.ndarray, y: np.ndarray, config: ProbeConfig) -> tuple[np.ndar
         l1_ratios=(0.0,),  # plain L2, said explicitly (scikit-learn 1.10 changes the default)
         use_legacy_attributes=False,
     ).fit(z, y)
-    return model.coef_[0], float(model.intercept_[0]), float(np.ravel(model.C_)[0])
+    auc = float(np.asarray(model.scores_).mean(axis=0).max())  # (folds, l1_ratios, Cs)
+    return model.coef_[0], float(model.intercept_[0]), float(np.ravel(model.C_)[0]), auc
