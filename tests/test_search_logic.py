@@ -173,3 +173,20 @@ def test_probe_notes_name_missing_and_weak_probes_only() -> None:
     assert notes[0].startswith("Fracture: too few labelled") and "(1 positive of 50)" in notes[0]
     assert notes[1].startswith("Pneumonia: the probe") and "AUC 0.61 over 6 positive" in notes[1]
     assert probe_notes(probe, parse_query("edema")) == []
+
+
+def test_blank_labels_are_negatives_and_unlabelled_studies_are_left_out() -> None:
+    from types import SimpleNamespace
+
+    from medheb_app.ranking.index_logic import labelled_train_rows
+
+    blank = dict.fromkeys(CXR_RETRIEVE_10)  # an NIH normal film: every finding blank
+    items = {
+        "normal": {"split": "train", "form": "2d", "findings": blank},
+        "effusion": {"split": "train", "form": "2d", "findings": {**blank, "Pleural Effusion": 1}},
+        "unlabelled": {"split": "train", "form": "2d", "findings": {}},
+        "held-out": {"split": "test", "form": "2d", "findings": blank},
+        "volume": {"split": "train", "form": "3d", "findings": blank},
+    }
+    loaded = SimpleNamespace(index=SimpleNamespace(ids=list(items)), items=items)
+    assert labelled_train_rows(loaded, CXR_RETRIEVE_10) == [0, 1]  # type: ignore[arg-type]

@@ -42,12 +42,18 @@ class IndexLogicError(ValueError):
 
 
 def labelled_train_rows(loaded: LoadedIndex, vocabulary: tuple[str, ...]) -> list[int]:
-    """Row positions of the index's train-split 2D studies with at least one label set."""
+    """Row positions of the index's train-split 2D studies whose source labels the vocabulary.
+
+    A study counts when its findings name any vocabulary finding, even with no value: NIH
+    ChestX-ray14 leaves every finding blank on a normal film, and such films are the probes'
+    negatives (positive = label 1, as in the benchmark). Studies with no findings at all (an
+    unlabelled DICOM folder) are left out.
+    """
     rows = []
     for row, item_id in enumerate(loaded.index.ids):
         item = loaded.items.get(item_id, {})
         findings = item.get("findings") or {}
-        labelled = any(findings.get(name) in (0, 1, -1) for name in vocabulary)
+        labelled = any(name in findings for name in vocabulary)
         if item.get("split") == TRAIN_SPLIT and item.get("form", "2d") == "2d" and labelled:
             rows.append(row)
     return rows
