@@ -165,13 +165,13 @@ def test_probe_notes_name_missing_and_weak_probes_only() -> None:
         n_train=50,
         n_positive=(20, 1, 6),
         c=(1.0, 0.0, 0.1),
-        cv_auc=(0.97, np.nan, 0.61),
+        cv_auc=(0.97, np.nan, 0.8999),
     )
     parsed = parse_query("edema and no fracture and no pneumonia")
     notes = probe_notes(probe, parsed)
     assert len(notes) == 2
     assert notes[0].startswith("Fracture: too few labelled") and "(1 positive of 50)" in notes[0]
-    assert notes[1].startswith("Pneumonia: the probe") and "AUC 0.61 over 6 positive" in notes[1]
+    assert notes[1].startswith("Pneumonia: the probe") and "AUC 0.89 over 6 positive" in notes[1]
     assert probe_notes(probe, parse_query("edema")) == []
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -137,8 +138,9 @@ def probe_notes(probe: FindingProbe, parsed: ParsedQuery) -> list[str]:
         elif i < len(probe.cv_auc) and probe.cv_auc[i] < WEAK_PROBE_AUC:
             notes.append(
                 f"{name}: the probe for this finding is weak on this index (cross-validated "
-                f"AUC {probe.cv_auc[i]:.2f} over {positives} positive training studies, "
-                f"below {WEAK_PROBE_AUC}), so expect few true {name.lower()} cases at the top."
+                f"AUC {math.floor(100 * probe.cv_auc[i]) / 100:.2f} over {positives} positive "
+                f"training studies; below {WEAK_PROBE_AUC} the top of a ranking is unreliable "
+                "for it)."
             )
     return notes
 

@@ -26,7 +26,7 @@ MAX_K = 50
 LOGIC_NOTE = (
     "Ranked logic-aware: p is the estimated probability that the study has every wanted "
     "finding and none of the excluded ones (per-finding probes fit on the index's training "
-    "studies)."
+    "studies, whose own p is therefore optimistic)."
 )
 RANKING_CHOICES = [
     ("Similarity (cosine to the query)", "similarity"),
