@@ -190,3 +190,34 @@ def test_blank_labels_are_negatives_and_unlabelled_studies_are_left_out() -> Non
     }
     loaded = SimpleNamespace(index=SimpleNamespace(ids=list(items)), items=items)
     assert labelled_train_rows(loaded, CXR_RETRIEVE_10) == [0, 1]  # type: ignore[arg-type]
+
+
+def test_concurrent_first_searches_fit_the_probe_once(corpus, monkeypatch) -> None:
+    import threading
+
+    from medheb_app.ranking import index_logic
+
+    settings, studies = corpus
+    fresh = Settings(data_dir=settings.data_dir.parent / "concurrent", demo_size=200)
+    model = AffirmationBiased()
+    monkeypatch.setattr("medheb_app.models.registry.load_embedder", lambda spec, _: model)
+    build_index("concurrent", studies, model, fresh)
+    fits = []
+    original = index_logic.fit_probe
+    monkeypatch.setattr(
+        index_logic, "fit_probe", lambda *a, **k: fits.append(1) or original(*a, **k)
+    )
+    answers: list[list[str]] = []
+
+    def run() -> None:
+        response = search(
+            query_text=QUERY, index="concurrent", k=5, settings=fresh, ranking="logic"
+        )
+        answers.append([hit.id for hit in response.results])
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(fits) == 1 and len(answers) == 4 and all(a == answers[0] for a in answers)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ INDEX_PROBE_CONFIG = ProbeConfig(views="whole")
 # whole-image probe has CV AUC 0.82 on train and puts 0-1 fractures in a held-out top 5, while
 # Pneumonia's (CV AUC 0.96) puts 3-4 there.
 WEAK_PROBE_AUC = 0.9
+_LOCK = threading.Lock()
 _LOADED: dict[str, tuple[tuple, tuple[np.ndarray, FindingProbe, np.ndarray]]] = {}
 
 
@@ -111,13 +113,14 @@ def _index_state(
     index_file = loaded.directory / "index.faiss"
     stamp = index_file.stat().st_mtime_ns if index_file.is_file() else 0
     version = (stamp, embedder.card.fingerprint, vocabulary, str(settings.data_dir))
-    held = _LOADED.get(str(loaded.directory))
-    if held is None or held[0] != version:  # one entry per index directory: a rebuild replaces it
-        vectors = loaded.index.vectors()
-        probe = index_probe(loaded, embedder, settings, vectors, vocabulary)
-        ranker = LogicAwareRanker(embedder, probe, vocabulary=vocabulary)
-        held = (version, (vectors, probe, ranker.finding_logits(vectors, vectors)))
-        _LOADED[str(loaded.directory)] = held
+    with _LOCK:  # concurrent first searches (app users) fit and write the probe file once
+        held = _LOADED.get(str(loaded.directory))
+        if held is None or held[0] != version:  # one entry per index: a rebuild replaces it
+            vectors = loaded.index.vectors()
+            probe = index_probe(loaded, embedder, settings, vectors, vocabulary)
+            ranker = LogicAwareRanker(embedder, probe, vocabulary=vocabulary)
+            held = (version, (vectors, probe, ranker.finding_logits(vectors, vectors)))
+            _LOADED[str(loaded.directory)] = held
     return held[1]
 
 
