@@ -36,6 +36,7 @@ from medheb_app.evidence.study import Study  # noqa: E402
 from medheb_app.ranking.logic_aware import LogicAwareRanker, probe_features  # noqa: E402
 from medheb_app.ranking.probes import ProbeConfig, fit_probe  # noqa: E402
 from medheb_app.ranking.views import VIEW_SETS  # noqa: E402
+from medheb_app.tasks.cxr_retrieve_eval import p5_by_finding  # noqa: E402
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -44,15 +45,6 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     if labels.all() or not labels.any():
         return float("nan")
     return float(roc_auc_score(labels, scores))
-
-
-def negation_p5_by_finding(report) -> dict[str, float]:
-    """Mean negation P@5 (main setting) of the queries that require each finding."""
-    rows: dict[str, list[float]] = {}
-    for query in report.queries:
-        if query["kind"] == "negation":
-            rows.setdefault(query["positives"][0], []).append(query["metrics_main"]["P@5"])
-    return {name: 100 * float(np.mean(values)) for name, values in rows.items()}
 
 
 def views_part(args, settings, cache, studies: dict[str, list[Study]]) -> None:
@@ -92,7 +84,7 @@ def views_part(args, settings, cache, studies: dict[str, list[Study]]) -> None:
                 aucs = {
                     f: roc_auc(truth[:, j], logits[:, j]) for j, f in enumerate(CXR_RETRIEVE_10)
                 }
-                details.append((views, split, aucs, negation_p5_by_finding(report)))
+                details.append((views, split, aucs, p5_by_finding(report, "negation")))
     for views, split, aucs, by_finding in details:
         print(
             f"\nPer finding, views {views}, {split} split: probe ROC AUC / negation P@5 of "

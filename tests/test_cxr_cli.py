@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from medheb_app.cli import main
+from medheb_app.tasks.cxr_retrieve_eval import p5_by_finding
 from tests.conftest import NIH_DIR, require_shared
 
 NIH_COLUMNS = [
@@ -84,6 +86,12 @@ def test_eval_json_contract_and_tables(tmp_path: Path, settings, capsys) -> None
         if record["n_relevant_main"] > 0:
             assert record["metrics_main"]["P@1"] == 1.0, record["text"]
     assert payload["settings"]["strict"]["negation"]["P@1"] == 0.0  # NIH: positive-only
+    assert "Per finding A (beyond the paper)" in human
+    run = SimpleNamespace(queries=payload["queries"])
+    single, negation = p5_by_finding(run, "single"), p5_by_finding(run, "negation")
+    assert len(single) == len(negation) == 10
+    for name in single:
+        assert f"| {name} | {single[name]:.1f} / {negation[name]:.1f} |" in human
 
 
 def test_eval_json_flag_compares_models_in_one_run(tmp_path: Path, settings, capsys) -> None:

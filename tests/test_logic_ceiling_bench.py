@@ -1,4 +1,4 @@
-"""The logic-ceiling diagnostic's helpers: per-finding negation P@5 and ROC AUC."""
+"""The logic-ceiling diagnostic's helpers: per-finding P@5 (shared with the eval) and ROC AUC."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from bench.logic_ceiling import negation_p5_by_finding, roc_auc
+from bench.logic_ceiling import roc_auc
+from medheb_app.tasks.cxr_retrieve_eval import p5_by_finding
 
 
 def test_negation_precision_is_averaged_per_required_finding() -> None:
@@ -22,9 +23,10 @@ def test_negation_precision_is_averaged_per_required_finding() -> None:
             query("single", "Fracture", 0.0),  # not a negation query: ignored
         ]
     )
-    result = negation_p5_by_finding(report)
+    result = p5_by_finding(report, "negation")
     assert set(result) == {"Fracture", "Edema"}
     assert math.isclose(result["Fracture"], 30.0) and math.isclose(result["Edema"], 100.0)
+    assert p5_by_finding(report, "single") == {"Fracture": 0.0}
 
 
 def test_roc_auc_is_undefined_without_both_classes() -> None:

@@ -57,6 +57,7 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
     from medheb_app.tasks.cxr_retrieve_eval import (
         coverage_line,
         evaluate,
+        finding_table,
         table2,
         table3,
         table5,
@@ -100,6 +101,9 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
         "",
         "Table 5 layout (same ranking, both relevance settings):",
         table5(reports),
+        "",
+        "Per finding A (beyond the paper): P@5 of 'A' / mean P@5 of the 'A and no B' queries:",
+        finding_table(reports),
         "",
         "time: "
         + ", ".join(f"{r.model} {r.timing_s['total']:.1f} s" for r in reports)

@@ -273,6 +273,34 @@ def table4(rows: Sequence[tuple[str, str, CxrRetrieveReport]]) -> str:
     return "\n".join(lines)
 
 
+def p5_by_finding(report: Any, kind: str = "negation", setting: str = "main") -> dict[str, float]:
+    """Mean P@5 (percent) of the `kind` queries per finding they require first: "A" for
+    single, "A and no B" for negation. It shows which findings a model cannot retrieve."""
+    rows: dict[str, list[float]] = {}
+    for query in report.queries:
+        if query["kind"] == kind:
+            rows.setdefault(query["positives"][0], []).append(query[f"metrics_{setting}"]["P@5"])
+    return {name: 100 * float(np.mean(values)) for name, values in rows.items()}
+
+
+def finding_table(reports: Sequence[CxrRetrieveReport]) -> str:
+    """Per finding A, per model: P@5 of "A" / mean P@5 of the nine "A and no B" queries."""
+    findings = list(p5_by_finding(reports[0], "single", reports[0].setting))
+    header = "| Finding (single / negation P@5) | " + " | ".join(r.model for r in reports) + " |"
+    lines = [header, "|---" * (len(reports) + 1) + "|"]
+    per_model = [
+        (p5_by_finding(r, "single", r.setting), p5_by_finding(r, "negation", r.setting))
+        for r in reports
+    ]
+    for name in findings:
+        cells = [
+            f"{_fmt(single.get(name))} / {_fmt(negation.get(name))}"
+            for single, negation in per_model
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def coverage_line(report: CxrRetrieveReport) -> str:
     """How many queries have no relevant image (kept, scoring 0, as the paper does)."""
     counts = report.without_relevant[report.setting]
