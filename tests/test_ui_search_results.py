@@ -93,3 +93,7 @@ def test_logic_ranking_shows_the_probability_of_meeting_the_query(services):
     assert probabilities == sorted(probabilities, reverse=True)
     _, detail = search_tab.hit_detail(outcome.hits, 0)
     assert f"p(meets the query) {outcome.hits[0]['p_query']:.3f}" in detail
+    for position, hit in enumerate(outcome.hits):
+        _, detail = search_tab.hit_detail(outcome.hits, position)
+        assert ("training studies" in detail) == (hit["split"] == "train")
+    assert {hit["split"] for hit in outcome.hits} >= {"train"}

@@ -28,6 +28,10 @@ LOGIC_NOTE = (
     "finding and none of the excluded ones (per-finding probes fit on the index's training "
     "studies, whose own p is therefore optimistic)."
 )
+IN_SAMPLE_NOTE = (
+    "This study is one of the index's training studies: the probes were fit on its labels, so "
+    "its p is optimistic."
+)
 RANKING_CHOICES = [
     ("Similarity (cosine to the query)", "similarity"),
     ("Logic-aware (wanted AND not excluded findings)", "logic"),
@@ -278,6 +282,8 @@ def hit_detail(hits: list[dict[str, Any]] | None, position: int | None):
         if hit.get("broken") or hit.get("satisfies") is False
         else ""
     )
+    if "p_query" in hit and hit.get("split") == "train":
+        verdict += ui.notice_html("info", IN_SAMPLE_NOTE)
     report = hit.get("text") or "No report text stored for this study."
     chips = ui.finding_chips_html(hit.get("findings") or {}, hit["positive"], hit["negative"])
     score = (
