@@ -131,7 +131,7 @@ def probe_notes(probe: FindingProbe, parsed: ParsedQuery) -> list[str]:
     column = {name: i for i, name in enumerate(probe.findings)}
     for name in (*parsed.positive, *parsed.negative):
         i = column[name]
-        positives = probe.n_positive[i] if i < len(probe.n_positive) else 0
+        positives = probe.n_positive[i]
         if not probe.fitted[i]:
             notes.append(
                 f"{name}: too few labelled training studies in this index to fit a probe "
