@@ -31,11 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from medheb_app.evidence.findings import CXR_RETRIEVE_10  # noqa: E402
+from medheb_app.query.parser import is_hard_negative  # noqa: E402
 from medheb_app.ranking.index_logic import index_probe_path, labelled_train_rows  # noqa: E402
 from medheb_app.search import MAX_K, search  # noqa: E402
 from medheb_app.settings import Settings  # noqa: E402
 from medheb_app.tasks.cxr_retrieve import benchmark_queries  # noqa: E402
-from medheb_app.tasks.query_parser import is_hard_negative  # noqa: E402
 
 TOP = 5
 

@@ -1,6 +1,6 @@
 """The search service the CLI and the UI share: a text query or a file in, ranked hits out.
 
-A text query is parsed into constraints (medheb_app.tasks.query_parser; CXR-Retrieve section
+A text query is parsed into constraints (medheb_app.query.parser; CXR-Retrieve section
 3.2), embedded by the chosen model and ranked against a prebuilt index, by cosine
 ("similarity") or by the query's logic over per-finding probes ("logic",
 ranking/index_logic.py); each hit says whether its labels satisfy the constraints, so the UI
@@ -20,8 +20,8 @@ import numpy as np
 from medheb_app.evidence.study import EvidenceError
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index
 from medheb_app.models.base import Embedder
+from medheb_app.query.parser import ParsedQuery, parse_query, satisfies, violations
 from medheb_app.settings import Settings
-from medheb_app.tasks.query_parser import ParsedQuery, parse_query, satisfies, violations
 
 MAX_K = 1000
 RANKINGS = ("similarity", "logic")

@@ -9,6 +9,7 @@ import pytest
 
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
+from medheb_app.query.parser import parse_query, satisfies
 from medheb_app.tasks.cxr_retrieve import (
     Gallery,
     benchmark_queries,
@@ -27,7 +28,6 @@ from medheb_app.tasks.cxr_retrieve_eval import (
     table5,
     top_indices,
 )
-from medheb_app.tasks.query_parser import parse_query, satisfies
 
 AT, PN, PE = "Atelectasis", "Pneumonia", "Pleural Effusion"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from medheb_app.evidence.findings import CHEXPERT_14, CXR_RETRIEVE_10
-from medheb_app.tasks.query_parser import (
+from medheb_app.query.parser import (
     ParsedQuery,
     is_hard_negative,
     parse_query,

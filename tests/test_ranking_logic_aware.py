@@ -10,6 +10,7 @@ import pytest
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
 from medheb_app.models.base import ModelCard, l2_normalise
+from medheb_app.query.parser import ParsedQuery, parse_query
 from medheb_app.ranking.logic_aware import (
     LogicAwareRanker,
     load_or_fit_probe,
@@ -20,7 +21,6 @@ from medheb_app.ranking.logic_aware import (
 from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
 from medheb_app.tasks.cxr_retrieve import Gallery
 from medheb_app.tasks.cxr_retrieve_eval import EmbeddingRanker, evaluate
-from medheb_app.tasks.query_parser import ParsedQuery, parse_query
 
 DIMS = 24
 GLOBAL_ONLY = ProbeConfig(views="whole")  # the bag-of-words embedder has no pixels to crop

@@ -16,9 +16,9 @@ from medheb_app.evidence.study import Study
 from medheb_app.index.catalog import build_index
 from medheb_app.models.base import ModelCard, l2_normalise
 from medheb_app.models.baselines import label_vector
+from medheb_app.query.parser import parse_query
 from medheb_app.search import FILE_LOGIC_WARNING, SearchError, search
 from medheb_app.settings import Settings
-from medheb_app.tasks.query_parser import parse_query
 
 QUERY = "pleural effusion and no cardiomegaly"
 INDEX = "biased-cxr"

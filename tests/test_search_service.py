@@ -9,9 +9,9 @@ from PIL import Image
 
 from medheb_app.demo import ensure_demo
 from medheb_app.index.catalog import IndexNotFoundError
+from medheb_app.query.parser import parse_query, satisfies
 from medheb_app.search import SearchError, search
 from medheb_app.settings import Settings
-from medheb_app.tasks.query_parser import parse_query, satisfies
 
 QUERY = "pleural effusion and no cardiomegaly"
 

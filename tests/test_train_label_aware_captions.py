@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
-from medheb_app.tasks.query_parser import parse_query
+from medheb_app.query.parser import parse_query
 from medheb_app.train.captions import parse_mix, sample_caption, sample_captions
 
 RICH = {"Atelectasis": 1, "Edema": 1, "Pneumonia": 0, "Fracture": 0, "Cardiomegaly": -1}

@@ -63,8 +63,8 @@ def label_vector(findings: dict[str, object], vocabulary: Sequence[str]) -> np.n
 
 
 def constraint_vector(text: str, vocabulary: Sequence[str]) -> np.ndarray:
-    """+1 for asserted findings, -1 for negated ones, 0 otherwise (query_parser's reading)."""
-    from medheb_app.tasks.query_parser import parse_query
+    """+1 for asserted findings, -1 for negated ones, 0 otherwise (the query parser's reading)."""
+    from medheb_app.query.parser import parse_query
 
     parsed = parse_query(text, tuple(vocabulary))
     return np.array(

@@ -24,10 +24,10 @@ import numpy as np
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.index.catalog import LoadedIndex
 from medheb_app.models.base import Embedder
+from medheb_app.query.parser import ParsedQuery
 from medheb_app.ranking.logic_aware import LogicAwareRanker, logic_scores
 from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
 from medheb_app.settings import Settings
-from medheb_app.tasks.query_parser import ParsedQuery
 
 TRAIN_SPLIT = "train"
 INDEX_PROBE_CONFIG = ProbeConfig(views="whole")

@@ -3,7 +3,7 @@
 Beyond the paper. Report-trained embedders read "A and no B" as a bag of words and retrieve
 images with both A and B (CXR-Retrieve section 1, the affirmation bias). This ranker does not
 ask the text tower to understand negation at all. It parses the query into constraints
-(tasks/query_parser.py), scores every finding per image with a calibrated probe on the
+(query/parser.py), scores every finding per image with a calibrated probe on the
 model's image embeddings of the whole image and of zoomed crops (the view set: 2x2 and 3x3
 grids by default, ranking/views.py; ranking/probes.py, fit on the train split's labels) and
 combines
@@ -29,10 +29,10 @@ import numpy as np
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
 from medheb_app.models.base import Embedder
+from medheb_app.query.parser import ParsedQuery, parse_query
 from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
 from medheb_app.ranking.views import view_vectors
 from medheb_app.settings import Settings
-from medheb_app.tasks.query_parser import ParsedQuery, parse_query
 
 TIE_WEIGHT = 1e-3
 PREFIX = "logic:"

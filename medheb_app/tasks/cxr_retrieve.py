@@ -18,8 +18,8 @@ from typing import Literal
 
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
+from medheb_app.query.parser import ParsedQuery, Setting, is_hard_negative, satisfies
 from medheb_app.settings import Settings
-from medheb_app.tasks.query_parser import ParsedQuery, Setting, is_hard_negative, satisfies
 
 Kind = Literal["single", "pair", "negation"]
 KINDS: tuple[Kind, ...] = ("single", "pair", "negation")

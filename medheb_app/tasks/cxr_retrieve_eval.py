@@ -24,6 +24,7 @@ from medheb_app.eval.metrics import (
 )
 from medheb_app.evidence.study import Study
 from medheb_app.models.base import Embedder
+from medheb_app.query.parser import Setting
 from medheb_app.tasks.cxr_retrieve import (
     KINDS,
     BenchmarkQuery,
@@ -32,7 +33,6 @@ from medheb_app.tasks.cxr_retrieve import (
     hard_negative_ids,
     relevant_ids,
 )
-from medheb_app.tasks.query_parser import Setting
 
 Progress = Callable[[float, str], None]
 P_KS = (1, 3, 5)

@@ -2,7 +2,7 @@
 
 Phrase lists follow the CheXpert labeler's mention lists where it has one (Irvin et al. 2019),
 plus the abbreviations radiologists type (PTX, PNA, CHF, CM, fx). Data only; the grammar that
-uses it lives in query_parser.py.
+uses it lives in parser.py.
 """
 
 from __future__ import annotations

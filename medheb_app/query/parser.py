@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from medheb_app.evidence.findings import CHEXPERT_14, CXR_RETRIEVE_10
-from medheb_app.tasks.query_lexicon import (
+from medheb_app.query.lexicon import (
     CUES,
     FINDING_PHRASES,
     MAX_PHRASE,
