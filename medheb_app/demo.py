@@ -1,9 +1,13 @@
 """The demo bootstrap: the embedded phantom corpus and its indices, built once, then loaded.
 
 First start: generate the synthetic chest corpus (settings.demo_size studies, settings.demo_seed),
-save it under settings.demo_dir, and build the "demo-cxr" index for the default models
-(dual-lite, plus dual-lite@label-aware when its weights exist). Later starts find everything
-on disk and only load it. A file lock keeps the app and a CLI build from doing the work twice.
+save it under settings.demo_dir, build the "demo-cxr" index for the default models
+(dual-lite, plus dual-lite@label-aware when its weights exist) and fit each one's logic-aware
+probes. Later starts find everything on disk and only load it (probes into memory, so the
+first logic-aware search answers at once). A file lock keeps the app and a CLI build from
+doing the work twice. Searches never come here: the web app offers only what is built
+(medheb_app.search.offered), and other models' demo indices are built by `demo build
+--model` or an admin index job.
 """
 
 from __future__ import annotations
@@ -189,6 +193,13 @@ def _ensure_index(
             name, studies(), embedder, settings, progress=progress, stop=stop, corpus=corpus
         )
         built = True
+    logic = False
+    if name == DEMO_CXR:  # fit the logic-aware probes now, so no search ever waits for them
+        from medheb_app.ranking.index_logic import prepare_index_logic
+
+        if progress:
+            progress(1.0, f"preparing logic-aware ranking of {name} for {spec}")
+        logic = prepare_index_logic(loaded, embedder, settings)
     return {
         "name": name,
         "model": spec,
@@ -196,6 +207,7 @@ def _ensure_index(
         "count": loaded.index.count,
         "kind": loaded.index.kind,
         "built": built,
+        "logic": logic,
         "seconds": round(time.perf_counter() - started, 2),
         "path": str(loaded.directory),
     }
@@ -271,7 +283,7 @@ def _ensure_volume_index(
 def ensure_demo_index(name: str, spec: str, settings: Settings) -> LoadedIndex:
     """A demo index for one more model, built from the corpus the index already uses.
 
-    Used by search when someone picks a model the demo was not built for. The corpus size and
+    For the command line and admin jobs only (a search never builds). The corpus size and
     seed are taken from an existing build of the same index, else from settings.
     """
     from medheb_app.models.registry import load_embedder

@@ -316,7 +316,16 @@ def index_job(settings: Settings) -> JobFn:
         except InterruptedError as error:
             raise JobCancelled(str(error)) from error
         log(f"built {name}: {loaded.index.count} items")
-        return {"index": name, "model": spec, "count": loaded.index.count}
+        from medheb_app.ranking.index_logic import prepare_index_logic
+
+        progress(1.0, "fitting the logic-aware probes")
+        logic = prepare_index_logic(loaded, embedder, settings)
+        log(
+            "logic-aware ranking prepared"
+            if logic
+            else "no labelled training studies: similarity only"
+        )
+        return {"index": name, "model": spec, "count": loaded.index.count, "logic": logic}
 
     return run
 
