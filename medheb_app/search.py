@@ -196,6 +196,50 @@ def _encode_text(text: str, embedder: Embedder, spec: str) -> tuple[np.ndarray, 
     return embedder.encode([text]), parse_query(text)
 
 
+PROJECTION_MODALITIES = {"CR", "DX", "XR", "RG"}
+CHEST_PARTS = {"CHEST", "THORAX", "LUNG", "LUNGS", "CHEST_TO_PELVIS", "CHESTABDOMEN"}
+MODALITY_WORDS = {
+    "CR": "a radiograph",
+    "DX": "a radiograph",
+    "CT": "a CT",
+    "MR": "an MR",
+    "US": "an ultrasound",
+    "PT": "a PET",
+    "NM": "a nuclear medicine image",
+    "MG": "a mammogram",
+}
+
+
+def upload_mismatch(study: Study, loaded: LoadedIndex) -> list[str]:
+    """Warnings when an uploaded study is not the kind the index holds (a head CT or prostate MR
+    against the chest radiograph index): its hits are then only the least unlike images."""
+    rows = list(loaded.items.values())
+    modalities = {str(row.get("modality") or "").upper() for row in rows} - {"", "OT"}
+    forms = {str(row.get("form") or "2d") for row in rows}
+    chest_index = bool(modalities) and modalities <= PROJECTION_MODALITIES
+    held = "chest radiographs" if chest_index else ", ".join(sorted(modalities)) or "other images"
+    notes = []
+    modality = (study.modality or "").upper()
+    if modality not in ("", "OT") and modalities and modality not in modalities:
+        kind = MODALITY_WORDS.get(modality, f"a {modality} study")
+        notes.append(
+            f"The upload is {kind}, but index {loaded.name!r} holds {held}: the hits are the "
+            "least unlike images there, not studies of the same kind."
+        )
+    part = str(study.meta.get("BodyPartExamined") or "").strip().upper()
+    if part and chest_index and part not in CHEST_PARTS:
+        notes.append(
+            f"The upload is labelled {part.lower()!r}, but index {loaded.name!r} holds {held}; "
+            "its hits cannot show the same anatomy."
+        )
+    if study.form == "3d" and forms == {"2d"} and not notes:
+        notes.append(
+            f"The upload is a volume, but index {loaded.name!r} holds 2D images only; pick "
+            "'this slice' to search with the slice shown."
+        )
+    return notes
+
+
 def _encode_study(study: Study, embedder: Embedder, spec: str) -> np.ndarray:
     _check_modality(embedder, study.form, spec)
     return embedder.encode([study])
@@ -267,7 +311,7 @@ def search(
             raise SearchError(str(error)) from error
         query = "uploaded study" if file is None else Path(file).name  # type: ignore[arg-type]
     encoded = time.perf_counter()
-    notes: list[str] = []
+    notes: list[str] = upload_mismatch(study, loaded) if study is not None else []
     has_constraints = parsed is not None and parsed.has_constraints
     if ranking == "logic" and parsed is None:
         notes.append(FILE_LOGIC_WARNING)

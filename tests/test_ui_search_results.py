@@ -42,7 +42,7 @@ def test_oracle_hits_all_match_and_are_labelled_synthetic(services):
     assert len(outcome.gallery) == 5
     for hit, (thumbnail, caption) in zip(outcome.hits, outcome.gallery, strict=True):
         assert hit["findings"]["Pleural Effusion"] == 1 and hit["findings"]["Cardiomegaly"] != 1
-        assert caption.startswith("✓ matches")
+        assert caption.startswith(f"#{hit['rank']} · ✓ meets the query · ")
         assert thumbnail.ndim == 3 and (thumbnail[:5, :, 0] > thumbnail[:5, :, 2]).mean() > 0.5
     image, detail = search_tab.hit_detail(outcome.hits, 0)
     assert image is not None and "SYNTHETIC phantom" in detail
@@ -50,11 +50,12 @@ def test_oracle_hits_all_match_and_are_labelled_synthetic(services):
 
 
 def test_random_model_hits_that_break_the_query_are_marked(services):
-    outcome = search_tab.run_search(services, QUERY, None, "random", "demo-cxr", 40)
+    outcome = search_tab.run_search(services, QUERY, None, "random", "demo-cxr", 40, "similarity")
     broken = [hit for hit in outcome.hits if hit["satisfies"] is False]
     assert broken, "a random ranking of 40 of 60 phantoms breaks the query somewhere"
     for hit, (_, caption) in zip(outcome.hits, outcome.gallery, strict=True):
-        assert caption.startswith("✗ VIOLATES") == (hit["satisfies"] is False)
+        assert ("✗ violates: " in caption) == (hit["satisfies"] is False)
+        assert caption.startswith(f"#{hit['rank']} · ") and " · cos " in caption
     first = outcome.hits.index(broken[0])
     _, detail = search_tab.hit_detail(outcome.hits, first)
     assert "Breaks the query" in detail and "medheb-chip violates" in detail
@@ -65,9 +66,9 @@ def test_query_without_known_finding_warns_and_unknown_model_errors(services):
     assert "No known finding" in outcome.notice and "warning" in outcome.notice
     bad = search_tab.run_search(services, QUERY, None, "no-such-model", "demo-cxr", 3)
     assert 'class="medheb-notice error"' in bad.notice and not bad.gallery
-    assert "Traceback" not in bad.notice
+    assert "is not offered" in bad.notice and "Traceback" not in bad.notice
     missing = search_tab.run_search(services, QUERY, None, "oracle", "no-such-index", 3)
-    assert "does not exist" in missing.notice
+    assert "is not offered here" in missing.notice and "demo-cxr" in missing.notice
 
 
 def test_uploaded_image_searches_the_index(services, tmp_path):
@@ -87,7 +88,9 @@ def test_logic_ranking_shows_the_probability_of_meeting_the_query(services):
     assert len(outcome.hits) == 5
     for hit, (_, caption) in zip(outcome.hits, outcome.gallery, strict=True):
         assert hit["findings"]["Pleural Effusion"] == 1 and hit["findings"]["Cardiomegaly"] != 1
-        assert caption.startswith("✓ matches · #") and f"p {hit['p_query']:.3f}" in caption
+        score = search_tab.score_text(hit["score"], logic=True)
+        assert caption == f"#{hit['rank']} · ✓ meets the query · {score}"
+        assert "log-odds" in caption
         assert 0.0 < hit["p_query"] <= 1.0
     probabilities = [hit["p_query"] for hit in outcome.hits]
     assert probabilities == sorted(probabilities, reverse=True)
