@@ -199,6 +199,12 @@ def _in_upload_folder(path: Path) -> bool:
         return False
 
 
+def _drop_refused(path: Path) -> None:
+    """A refused upload's temporary file is deleted too (never a file outside Gradio's folder)."""
+    if _in_upload_folder(path) and path.is_file():
+        _discard(path)
+
+
 def _read_upload(services: Services, file_path: str) -> Study:
     """The upload as an in-memory Study. A file in Gradio's upload folder is first renamed to a
     random private name (no message can carry the visitor's file name, no other session can
@@ -231,16 +237,17 @@ def load_upload(
     limits: TabLimits | None = None,
 ) -> tuple[Upload | None, str]:
     """Read an uploaded file into memory (its temporary file is deleted), or return a message
-    saying why it cannot be read. Never echoes the file's name."""
+    saying why it cannot be read. Never echoes the file's name. `limits` are the page's
+    per-client limits (None: a direct call, rate-limited by nothing but the decode slots)."""
     if not file_path:
         return None, ""
-    limits = limits or _DEFAULT_LIMITS
-    decision = limits.uploads.hit(client)
-    if not decision.allowed:
-        _discard(Path(file_path))
+    decision = limits.uploads.hit(client) if limits is not None else None
+    limits = limits or _DIRECT_CALLS
+    if decision is not None and not decision.allowed:
+        _drop_refused(Path(file_path))
         return None, ui.notice_html("error", decision.message("uploads"))
     if not limits.upload_slots.acquire(blocking=False):
-        _discard(Path(file_path))
+        _drop_refused(Path(file_path))
         return None, ui.notice_html("warning", BUSY)
     try:
         study = _read_upload(services, file_path)
@@ -461,9 +468,10 @@ def run_search(
         )
     if upload is not None and not isinstance(upload, Upload):
         return error_outcome("Upload the study again.")
-    decision = (limits or _DEFAULT_LIMITS).searches.hit(client)
-    if not decision.allowed:
-        return error_outcome(decision.message("searches"))
+    if limits is not None:  # the page's handlers always pass theirs
+        decision = limits.searches.hit(client)
+        if not decision.allowed:
+            return error_outcome(decision.message("searches"))
     waiting = _bootstrap_notice(services, index)
     if waiting:
         return error_outcome(waiting, "warning")
@@ -560,7 +568,8 @@ def bootstrap_status(services: Services, model: str | None = None, index: str | 
     return note, gr.Timer(active=False), *refresh_pickers(services, model, index)
 
 
-_DEFAULT_LIMITS = TabLimits()
+# Direct calls (tests, scripts) share the decode slots but have no per-client rate limits.
+_DIRECT_CALLS = TabLimits()
 
 
 # ---------------------------------------------------------------- layout
