@@ -236,6 +236,43 @@ def _choose(page, elem_id: str, label_part: str) -> None:
     page.get_by_role("option").filter(has_text=label_part).first.click()
 
 
+FOLD = {"width": 1400, "height": 900}
+
+
+def _above_the_fold(locator) -> bool:
+    box = locator.bounding_box()
+    return box is not None and box["y"] >= 0 and box["y"] + min(box["height"], 40) <= FOLD["height"]
+
+
+def test_first_minute_description_examples_and_results_above_the_fold(app, browser):
+    """At 1400x900, a visitor sees what the app does, clickable examples and, after clicking
+    one, hits that meet it (the default ranking), without scrolling."""
+    _wait_for_demo(app["data_dir"], STARTUP_S)
+    context = browser.new_context(viewport=FOLD)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    try:
+        _open(page, app["url"])
+        description = page.locator("#app-description")
+        description.get_by_text("compositional queries").wait_for()
+        assert _above_the_fold(description)
+        example = page.get_by_text("pleural effusion and no cardiomegaly", exact=True).first
+        example.wait_for()
+        assert _above_the_fold(example)
+        example.click()
+        page.locator("#search-parsed").get_by_text("Pleural Effusion").wait_for()
+        thumbnails = page.locator("#search-hits img")
+        thumbnails.first.wait_for()
+        assert _above_the_fold(page.locator("#search-hits img").first)
+        assert page.evaluate("window.scrollY") == 0
+        captions = page.locator("#search-hits").inner_text()
+        assert "#1 · ✓ meets the query · p " in captions and "VIOLATES" not in captions
+        assert "log-odds" in captions
+        _shot(page, "first-minute")
+    finally:
+        context.close()
+
+
 def test_search_returns_marked_results(app, page):
     _wait_for_demo(app["data_dir"], STARTUP_S)
     _open(page, app["url"])
@@ -244,31 +281,35 @@ def test_search_returns_marked_results(app, page):
     page.locator("#search-parsed").get_by_text("Pleural Effusion").wait_for()
     parsed = page.locator("#search-parsed").inner_text()
     assert "Must show: Pleural Effusion" in parsed and "Must not show: Cardiomegaly" in parsed
+    page.locator("#search-notice").get_by_text("Ranked logic-aware").wait_for()
     thumbnails = page.locator("#search-hits img")
     thumbnails.first.wait_for()
     assert thumbnails.count() == 10
     captions = page.locator("#search-hits").inner_text()
-    assert "#1 ·" in captions and "#10 ·" in captions
+    assert "#1 · " in captions and "#10 · " in captions
     thumbnails.first.click()
     page.locator("#search-detail").get_by_text("Report").wait_for()
     assert "SYNTHETIC phantom" in page.locator("#search-detail").inner_text()
+    assert "p(meets the query)" in page.locator("#search-detail").inner_text()
     page.get_by_text("SYNTHETIC DEMO DATA").wait_for()
     _shot(page, "search")
 
 
-def test_logic_aware_ranking_is_one_click_away(app, page):
+def test_similarity_is_one_click_away_and_shown_side_by_side(app, page):
     _wait_for_demo(app["data_dir"], STARTUP_S)
     _open(page, app["url"])
-    page.locator("#search-ranking").get_by_text("Logic-aware (wanted").click()
     page.locator("#search-query textarea").fill("pleural effusion and no cardiomegaly")
+    page.locator("#search-compare").get_by_text("side by side").click()
     page.locator("#search-button").click()
-    page.locator("#search-notice").get_by_text("Ranked logic-aware").wait_for()
-    page.locator("#search-hits img").first.wait_for()
-    captions = page.locator("#search-hits").inner_text()
-    assert "#1 · p " in captions and "#10 · p " in captions
-    page.locator("#search-hits img").first.click()
-    page.locator("#search-detail").get_by_text("p(meets the query)").wait_for()
-    _shot(page, "search-logic")
+    page.locator("#search-compare-hits img").first.wait_for()
+    assert " · cos " in page.locator("#search-compare-hits").inner_text()
+    assert " · p " in page.locator("#search-hits").inner_text()
+    _shot(page, "search-side-by-side")
+    page.locator("#search-ranking").get_by_text("Similarity (cosine").click()
+    page.locator("#search-button").click()
+    page.locator("#search-notice").get_by_text("Ranked logic-aware").wait_for(state="detached")
+    page.locator("#search-hits").get_by_text("cos ").first.wait_for()
+    assert "#1 · " in page.locator("#search-hits").inner_text()
 
 
 def test_explorer_and_analysis_tabs_render(app, page):

@@ -292,9 +292,10 @@ def volume_from_datasets(datasets: list[object], name: str) -> LoadedImage:
 # a time (headers first, then only the slices kept), never held all at once, so four parallel
 # 480 MB zips keep the app under 2.5 GB (bench/bench_upload_rss.py, BENCHMARKS.md).
 MAX_SERIES_MEMBERS = 4096
-# float32 voxels kept of one series; a longer series is sampled uniformly along the slice
-# order (the embedders read 64 frames of it anyway) and the upload says how many were kept.
-MAX_VOLUME_BYTES = 96 * 1024 * 1024
+# float32 voxels kept of one series (64 slices of 512x512); a longer series is sampled
+# uniformly along the slice order (the embedders read 64 frames of it anyway) and the upload
+# says how many were kept.
+MAX_VOLUME_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ class TabLimits:
     """Per-client limits and the upload slots (each slot decodes one upload in memory)."""
 
     searches: RateLimiter = field(default_factory=lambda: RateLimiter(30, 60.0, lockout_s=60.0))
-    uploads: RateLimiter = field(default_factory=lambda: RateLimiter(10, 600.0, lockout_s=300.0))
+    uploads: RateLimiter = field(default_factory=lambda: RateLimiter(6, 600.0, lockout_s=600.0))
     upload_slots: threading.BoundedSemaphore = field(
         default_factory=lambda: threading.BoundedSemaphore(UPLOAD_SLOTS)
     )
@@ -87,6 +87,7 @@ class TabLimits:
 SEARCH_CONCURRENCY = 2
 UPLOAD_CONCURRENCY = 4
 UPLOAD_SLOTS = 4
+UPLOAD_TTL_S = 1200
 
 
 @dataclass
@@ -654,7 +655,8 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
             )
         large = gr.Image(label="Selected hit", interactive=False, height=320)
         detail = gr.HTML(elem_id="search-detail")
-    upload_state = gr.State(None)
+    # An upload lives in memory for its session only; an idle one is dropped after 20 minutes.
+    upload_state = gr.State(None, time_to_live=UPLOAD_TTL_S)
     hits_state = gr.State([])
 
     def _search(q, up, m, ix, kk, rk, cmp, mode, position, request: gr.Request):

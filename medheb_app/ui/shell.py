@@ -25,6 +25,25 @@ from medheb_app.ui.search_tab import build_search_tab
 
 log = logging.getLogger(__name__)
 TITLE = "Clinical evidence retrieval workbench"
+DESCRIPTION = (
+    "Search chest radiographs with compositional queries (*pleural effusion and no "
+    "cardiomegaly*) or an uploaded study, and compare embedding models on the MedHEB and "
+    "CXR-Retrieve benchmarks. Synthetic demo data; not for clinical use."
+)
+EXPLORER_INTRO = (
+    "Pick a benchmark run to see its leaderboard and charts, then a task and a query to see "
+    "both models' ranked lists. Runs come from the Admin tab or `python -m medheb_app bench "
+    "run`."
+)
+COMPARE_INTRO = (
+    "Raters: pick a study, type your name and judge which model's top 3 answers the query "
+    "better. Studies are created by an admin (Admin tab or `python -m medheb_app study "
+    "create`)."
+)
+ANALYSIS_INTRO = (
+    "Pick a study to see preference and tie rates, Bradley-Terry scores and rater agreement "
+    "once votes come in."
+)
 RATER_PATH = "rate"
 
 
@@ -47,16 +66,20 @@ def _safely(refresh: Callable[[], Any], n_outputs: int = 1) -> tuple[Any, ...]:
 def build_app(services: Services) -> gr.Blocks:
     """Compose every tab into one Blocks app, plus the raters' page at /rate."""
     with gr.Blocks(title=TITLE) as demo:
-        gr.Markdown(f"## {TITLE}")
+        gr.Markdown(f"## {TITLE}\n{DESCRIPTION}", elem_id="app-description")
         with gr.Tabs():
             with gr.Tab("Search", id="search"):
                 search = build_search_tab(services)
             with gr.Tab("Benchmark explorer", id="explorer"):
+                gr.Markdown(EXPLORER_INTRO, elem_id="explorer-intro")
                 explorer = build_explorer_tab(services)
             with gr.Tab("Blinded comparison", id="compare"):
-                gr.Markdown(f"Raters: the same page without the other tabs is at `/{RATER_PATH}`.")
+                gr.Markdown(
+                    f"{COMPARE_INTRO} The same page without the other tabs is at `/{RATER_PATH}`."
+                )
                 compare = build_compare_tab(services)
             with gr.Tab("Study analysis", id="analysis"):
+                gr.Markdown(ANALYSIS_INTRO, elem_id="analysis-intro")
                 analysis = build_analysis_tab(services)
             if services.admin_enabled:  # a public demo has no admin controls at all
                 with gr.Tab("Admin", id="admin"):
