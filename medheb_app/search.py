@@ -53,24 +53,50 @@ def _shown(value: object, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
+_LISTED: dict[tuple, list[tuple[str, str]]] = {}
+
+
+def _listed_models(settings: Settings) -> list[tuple[str, str]]:
+    """(spec, fingerprint) of every listed model that names no file, remembered until a file
+    under the model folders changes (listing hashes weights: ~60 ms, too slow per search)."""
+    from medheb_app.models.registry import list_models
+
+    roots = (settings.models_dir, settings.trained_models_dir)
+    stamp = tuple(
+        sorted(
+            (str(path), path.stat().st_mtime_ns)
+            for root in roots
+            if root.is_dir()
+            for path in root.rglob("*")
+            if path.is_file()
+        )
+    )
+    key = (str(settings.models_dir), str(settings.trained_models_dir), stamp)
+    if key not in _LISTED:
+        specs = []
+        for entry in list_models(settings):
+            spec = str(entry["spec"])
+            card = entry.get("card") or {}
+            if any(marker in spec for marker in FILE_SPEC_MARKERS):
+                continue
+            fingerprint = str(card.get("fingerprint", "")) if isinstance(card, dict) else ""
+            specs.append((spec, fingerprint))
+        _LISTED.clear()
+        _LISTED[key] = specs
+    return _LISTED[key]
+
+
 def offered(settings: Settings) -> dict[str, list[str]]:
     """What an anonymous request may search: index name -> the listed model specs that have it
     built, strongest first. Only registered checkpoints and built-ins appear (never a spec
     that names a file), and only for indices that exist, so picking from it never builds,
     generates or loads anything by path."""
     from medheb_app.index.catalog import list_indices
-    from medheb_app.models.registry import list_models
 
     built: dict[str, set[str]] = {}
     for entry in list_indices(settings):
         built.setdefault(str(entry["name"]), set()).add(str(entry["fingerprint"]))
-    specs = []
-    for entry in list_models(settings):
-        spec = str(entry["spec"])
-        card = entry.get("card") or {}
-        if any(marker in spec for marker in FILE_SPEC_MARKERS):
-            continue
-        specs.append((spec, str(card.get("fingerprint", "")) if isinstance(card, dict) else ""))
+    specs = _listed_models(settings)
     order = {spec: rank for rank, spec in enumerate(PREFERRED_MODELS)}
     result: dict[str, list[str]] = {}
     for name in sorted(built):
