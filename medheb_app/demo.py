@@ -319,3 +319,23 @@ def ensure_demo_index(name: str, spec: str, settings: Settings) -> LoadedIndex:
             models=[spec],
         )
     return load_index(name, embedder, settings)
+
+
+def bootstrap_app(settings: Settings, progress: Progress | None = None) -> DemoAssets:
+    """What the app prepares on start: the demo (ensure_demo), then the small precomputed
+    benchmark run and demo study (medheb_app.demo_showcase). A showcase that cannot be built
+    is logged and skipped: search never depends on it."""
+    import logging
+
+    from medheb_app.demo_showcase import ensure_showcase
+
+    assets = ensure_demo(settings, _stage(progress, 0.0, 0.9))
+    try:
+        ensure_showcase(
+            settings, assets.corpus_dir, assets.n, assets.seed, _stage(progress, 0.9, 1.0)
+        )
+    except Exception:  # the explorer then says how to start a run
+        logging.getLogger(__name__).exception("the demo benchmark run could not be prepared")
+    if progress:
+        progress(1.0, "demo ready")
+    return assets

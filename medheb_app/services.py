@@ -67,9 +67,9 @@ class DemoBootstrap:
         try:
             ensure = self._ensure
             if ensure is None:
-                from medheb_app.demo import ensure_demo
+                from medheb_app.demo import bootstrap_app
 
-                ensure = ensure_demo
+                ensure = bootstrap_app
             self.result = ensure(self.settings, self._progress)
             final = BootstrapState(fraction=1.0, message="demo ready", done=True)
         except Exception as error:  # shown in the page; the app keeps serving the other tabs

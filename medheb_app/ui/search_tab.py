@@ -36,20 +36,18 @@ from medheb_app.ui import components as ui
 log = logging.getLogger(__name__)
 MAX_K = 50
 MAX_QUERY_CHARS = 1000
-EXAMPLES = (
+EXAMPLES = (  # the README's queries, plus one without negation
     "pleural effusion and no cardiomegaly",
     "atelectasis and no pneumonia",
     "cardiomegaly with edema",
-    "pneumothorax",
 )
 INTRO = (
-    "Type a query such as *pleural effusion and no cardiomegaly* (or click an example), or "
-    "upload a chest radiograph, DICOM, zipped series or NIfTI volume, then press **Search**."
+    "Type findings to want or exclude and press Search, click an example, or upload a chest "
+    "radiograph, DICOM, zipped series or NIfTI volume."
 )
 LOGIC_NOTE = (
-    "Ranked logic-aware: p is the estimated probability that the study has every wanted "
-    "finding and none of the excluded ones (per-finding probes fit on the index's training "
-    "studies, whose own p is therefore optimistic)."
+    "Ranked logic-aware: p = estimated probability that the study has every wanted finding and "
+    "none of the excluded ones."
 )
 IN_SAMPLE_NOTE = (
     "This study is one of the index's training studies: the probes were fit on its labels, so "
@@ -382,27 +380,51 @@ def _thumbnail(record: dict[str, Any]) -> np.ndarray:
 
 
 def score_text(score: float, logic: bool) -> str:
-    """A score that separates hits: for logic-aware ranking p with enough digits to differ
-    (0.9991 vs 0.9987) and its log-odds; for similarity the cosine."""
+    """A short score that separates hits: for logic-aware ranking p with enough digits to
+    differ (0.973, 0.9991), and past p 0.9999 its log-odds (+9.8), where p's digits run out;
+    for similarity the cosine."""
     if not logic:
         return f"cos {score:.3f}"
     p = math.exp(min(score, 0.0))
-    log_odds = score - math.log(max(-math.expm1(min(score, -1e-12)), 1e-300))
-    digits = 3 if p < 0.99 else 4
-    return f"p {p:.{digits}f} · log-odds {log_odds:+.1f}"
+    if p < 0.99:
+        return f"p {p:.3f}"
+    if p < 0.9999:
+        return f"p {p:.4f}"
+    return f"log-odds {log_odds(score):+.1f}"
+
+
+def log_odds(score: float) -> float:
+    """log(p / (1 - p)) of a logic-aware score log p, computed without losing p near 1."""
+    score = min(score, -1e-12)
+    return score - math.log(-math.expm1(score))
 
 
 def caption(rank: int, score: float, logic: bool, satisfies: bool | None, broken: list) -> str:
-    """Gallery caption, shortest first so it is never cut where it matters: rank, whether the
-    hit meets the query, score."""
+    """Gallery caption in the order a cut-off caption keeps: rank, whether the hit meets the
+    query, score, then what it breaks."""
+    parts = [f"#{rank}"]
     if satisfies is False or broken:
-        verdict = "✗ violates: " + ("; ".join(broken) if broken else "breaks the query")
+        parts += ["✗ violates", score_text(score, logic)]
+        parts.append("; ".join(broken) if broken else "breaks the query")
     elif satisfies is True:
-        verdict = "✓ meets the query"
+        parts += ["✓ meets", score_text(score, logic)]
     else:
-        verdict = ""
-    parts = [f"#{rank}", verdict, score_text(score, logic)]
-    return " · ".join(part for part in parts if part)
+        parts.append(score_text(score, logic))
+    return " · ".join(parts)
+
+
+def parsed_line(positive: list[str], negative: list[str], unknown: list[str]) -> str:
+    """How the query was read, on one line (the results stay above the fold)."""
+
+    def words(items: list[str]) -> str:
+        return ", ".join(ui.html.escape(item) for item in items) if items else "none"
+
+    return (
+        '<div class="medheb-parsed">'
+        f"<b>Must show:</b> {words(positive)} &nbsp;·&nbsp; "
+        f"<b>Must not show:</b> {words(negative)} &nbsp;·&nbsp; "
+        f"<b>Not understood:</b> {words(unknown)}</div>"
+    )
 
 
 def _ranked(services: Services, payload: dict[str, Any]) -> tuple[list[dict], list[tuple]]:
@@ -503,7 +525,7 @@ def run_search(
     negative = list(constraints.get("negative") or [])
     unknown = list(payload.get("unknown_terms") or [])
     outcome = SearchOutcome(
-        parsed_html=ui.constraints_html(positive, negative, unknown) if query else "",
+        parsed_html=parsed_line(positive, negative, unknown) if query else "",
         notice=ui.notices_html(warnings=[user_message(w) for w in payload.get("warnings") or []]),
     )
     if payload.get("ranking") == "logic":
@@ -542,7 +564,8 @@ def hit_detail(hits: list[dict[str, Any]] | None, position: int | None):
         )
         score = score_text(float(hit["score"]), "p_query" in hit)
         if "p_query" in hit:
-            score = f"p(meets the query) {hit['p_query']:.3f} · {score}"
+            odds = log_odds(float(hit["score"]))
+            score = f"p(meets the query) {hit['p_query']:.4f} · log-odds {odds:+.2f}"
         body = (
             f"<h3>#{hit['rank']} · {ui.html.escape(str(hit['id']))} · {score}</h3>"
             f"<div>Source: {ui.html.escape(str(hit.get('source') or 'unknown'))}"
@@ -583,31 +606,35 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
     without scrolling; the upload preview appears only once there is an upload."""
     limits = limits or TabLimits()
     gr.HTML(ui.SYNTHETIC_BANNER)
-    intro = gr.Markdown(INTRO, elem_id="search-intro")
-    status = gr.HTML(elem_id="bootstrap-status")
-    timer = gr.Timer(1.0)
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             query = gr.Textbox(
                 label="Query",
+                info=INTRO,
                 placeholder="e.g. pleural effusion and no cardiomegaly",
                 elem_id="search-query",
                 max_length=MAX_QUERY_CHARS,
                 lines=1,
             )
             examples = gr.Examples(
-                [[text] for text in EXAMPLES], [query], label="Examples (click one)"
+                [[text] for text in EXAMPLES],
+                [query],
+                label="Examples (click one to search)",
+                elem_id="search-examples",
             )
             with gr.Row():
                 button = gr.Button("Search", variant="primary", elem_id="search-button", scale=2)
                 upload_file = gr.UploadButton(
-                    "Upload a study (PNG/JPG, DICOM, zip, NIfTI)",
+                    "Upload a study",
                     file_types=UPLOAD_TYPES,
                     type="filepath",
-                    scale=2,
+                    scale=1,
+                    size="md",
                     elem_id="search-upload",
                 )
-                clear_upload = gr.Button("Clear upload", size="sm", scale=1, visible=False)
+                clear_upload = gr.Button("Clear upload", scale=1, visible=False)
+            parsed = gr.HTML(elem_id="search-parsed")
+            notice = gr.HTML(elem_id="search-notice")
         with gr.Column(scale=2):
             with gr.Row():
                 model = gr.Dropdown(label="Model", choices=[], allow_custom_value=False)
@@ -623,14 +650,13 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
                     label="Show the similarity ranking side by side", elem_id="search-compare"
                 )
                 k = gr.Slider(label="Top k", minimum=1, maximum=MAX_K, value=10, step=1)
-    upload_note = gr.HTML()
-    parsed = gr.HTML(elem_id="search-parsed")
-    notice = gr.HTML(elem_id="search-notice")
+            status = gr.HTML(elem_id="bootstrap-status")
+            timer = gr.Timer(1.0)
     with gr.Row():
         gallery = gr.Gallery(
             label="Top hits (click one for its report)",
-            columns=5,
-            height=330,
+            columns=6,
+            height=270,
             elem_id="search-hits",
             allow_preview=False,
             scale=2,
@@ -638,7 +664,7 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
         compare_gallery = gr.Gallery(
             label="Similarity ranking of the same query",
             columns=3,
-            height=330,
+            height=270,
             elem_id="search-compare-hits",
             allow_preview=False,
             visible=False,
@@ -690,7 +716,7 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
     button.click(_search, inputs, outputs, api_name="search", **search_events)
     query.submit(_search, inputs, outputs, api_name=False, **search_events)
     examples.load_input_event.then(_search, inputs, outputs, api_name=False, **search_events)
-    upload_outputs = [upload_state, preview, slice_slider, volume_mode, upload_note, clear_upload]
+    upload_outputs = [upload_state, preview, slice_slider, volume_mode, notice, clear_upload]
     upload_file.upload(
         _upload,
         [upload_file],
@@ -713,7 +739,6 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
         api_name=False,
     )
     return {
-        "intro": intro,
         "query": query,
         "examples": examples,
         "upload": upload_file,
