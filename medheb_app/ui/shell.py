@@ -28,7 +28,7 @@ TITLE = "Clinical evidence retrieval workbench"
 DESCRIPTION = (
     "Search chest radiographs with compositional queries (*pleural effusion and no "
     "cardiomegaly*) or an uploaded study, and compare embedding models on the MedHEB and "
-    "CXR-Retrieve benchmarks. Synthetic demo data; not for clinical use."
+    "CXR-Retrieve benchmarks. The demo images are synthetic phantoms; not for clinical use."
 )
 EXPLORER_INTRO = (
     "Pick a benchmark run to see its leaderboard and charts, then a task and a query to see "
