@@ -1,8 +1,10 @@
 """Admin panel: background jobs (benchmark runs, training, index builds) and study creation.
 
-Built only when ADMIN_PASSWORD is set. Signing in sets a flag in gr.State, which lives on
-the server, so a browser cannot forge it; every callback checks it again before acting.
-Job progress and logs are polled with a gr.Timer while the panel is open.
+Built only when ADMIN_PASSWORD is set. The password is typed into a plain HTML form served by
+/auth/admin (medheb_app.ui.server), never into a Gradio component, so no component value, state
+snapshot or deep link can hold it. Signing in sets a signed HTTP-only cookie; every handler
+here reads it from its gr.Request before acting, so a client reusing the admin's session hash
+has no rights. Job progress and logs are polled with a gr.Timer while the panel is open.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from medheb_app.access.auth import Authenticator
 from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services, describe_for_run
 from medheb_app.ui import components as ui
 
@@ -22,10 +25,14 @@ LOG_LINES_SHOWN = 200
 TRAIN_RECIPES = ("report", "label-aware", "medemb")
 
 
-def sign_in(services: Services, password: str | None) -> tuple[bool, str]:
-    if services.check_admin(password):
-        return True, ui.notice_html("info", "Signed in as admin.")
-    return False, ui.notice_html("error", "Wrong admin password.")
+SIGNED_OUT_NOTE = (
+    '<div class="medheb-notice medheb-info" role="status"><a href="/auth/admin" '
+    'id="admin-sign-in-link">Sign in as admin</a> to run jobs and create studies.</div>'
+)
+SIGNED_IN_NOTE = (
+    '<div class="medheb-notice medheb-info" role="status">Signed in as admin · '
+    '<a href="/auth/signout" id="admin-sign-out">Sign out</a></div>'
+)
 
 
 def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, Any]):
@@ -142,13 +149,9 @@ def admin_choices(services: Services):
 # ---------------------------------------------------------------- layout
 
 
-def build_admin_tab(services: Services) -> dict[str, Any]:
-    """Password gate, then job launchers, job monitor and study creation."""
-    with gr.Row():
-        password = gr.Textbox(label="Admin password", type="password", elem_id="admin-password")
-        login = gr.Button("Sign in", elem_id="admin-sign-in")
-    login_note = gr.HTML(elem_id="admin-login-note")
-    is_admin = gr.State(False)
+def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
+    """Sign-in link, then (for a signed-in admin) job launchers, job monitor, study creation."""
+    login_note = gr.HTML(SIGNED_OUT_NOTE, elem_id="admin-login-note")
     timer = gr.Timer(2.0, active=False)
     with gr.Column(visible=False, elem_id="admin-panel") as panel:
         job_note = gr.HTML(elem_id="admin-job-note")
@@ -193,14 +196,13 @@ def build_admin_tab(services: Services) -> dict[str, Any]:
             label="Log", lines=10, max_lines=20, autoscroll=True, elem_id="admin-log"
         )
 
-    def _login(pw):
-        ok, note = sign_in(services, pw)
-        if not ok:
+    def on_load(admin: bool) -> tuple:
+        """What the panel shows when the page opens: everything for an admin, else a link."""
+        if not admin:
             nothing = gr.update()
-            return False, note, gr.Column(visible=False), gr.Timer(active=False), *[nothing] * 5
+            return SIGNED_OUT_NOTE, gr.Column(visible=False), gr.Timer(active=False), *[nothing] * 5
         return (
-            True,
-            note,
+            SIGNED_IN_NOTE,
             gr.Column(visible=True),
             gr.Timer(active=True),
             *admin_choices(services),
@@ -208,21 +210,22 @@ def build_admin_tab(services: Services) -> dict[str, Any]:
         )
 
     def _start(kind, make_params):
-        def handler(admin, *values):
+        def handler(request: gr.Request, *values):
+            admin = auth.is_admin(request)
             new_id, note = start_job(services, admin, kind, make_params(*values))
             return note, (new_id if new_id is not None else gr.update())
 
         return handler
 
-    def _poll(admin, selected):
-        if not admin:
+    def _poll(selected, request: gr.Request):
+        if not auth.is_admin(request):
             return gr.update(), "", "", gr.Timer(active=False)
         return job_table(services), *job_detail(services, selected), gr.Timer()
 
-    def _run_models(run_id):
+    def _run_models(run_id, request: gr.Request):
         from medheb_app.ui.explorer_tab import load_summary
 
-        if run_id in (None, ""):
+        if run_id in (None, "") or not auth.is_admin(request):
             return gr.update(choices=[], value=[])
         try:
             names = list(load_summary(services, int(run_id)).models)
@@ -230,40 +233,43 @@ def build_admin_tab(services: Services) -> dict[str, Any]:
             return gr.update(choices=[], value=[])
         return gr.update(choices=names, value=names[:2])
 
-    login.click(
-        _login,
-        [password],
-        [is_admin, login_note, panel, timer, bench_models, suite, index_model, run, jobs],
-        api_name=False,
-    )
     job_outputs = [job_note, job_id]
     bench_start.click(
         _start("bench-run", lambda s, m: {"suite": s, "models": list(m or [])}),
-        [is_admin, suite, bench_models],
+        [suite, bench_models],
         job_outputs,
         api_name=False,
     )
     train_start.click(
         _start("train", lambda r, t, e, n: {"recipe": r, "tag": t, "epochs": e, "n": n}),
-        [is_admin, recipe, tag, epochs, n_train],
+        [recipe, tag, epochs, n_train],
         job_outputs,
         api_name=False,
     )
     index_start.click(
         _start("index-build", lambda n, m, c: {"name": n, "model": m, "corpus": c}),
-        [is_admin, index_name, index_model, corpus],
+        [index_name, index_model, corpus],
         job_outputs,
         api_name=False,
     )
-    cancel.click(
-        lambda a, j: cancel_job(services, a, j), [is_admin, job_id], [job_note], api_name=False
-    )
+
+    def _cancel(selected, request: gr.Request):
+        return cancel_job(services, auth.is_admin(request), selected)
+
+    def _create(request: gr.Request, *values):
+        return create_study(services, auth.is_admin(request), *values)
+
+    cancel.click(_cancel, [job_id], [job_note], api_name=False)
     run.change(_run_models, [run], [study_models], api_name=False)
     create.click(
-        lambda a, *v: create_study(services, a, *v),
-        [is_admin, run, study_models, study_name, n_items, raters, reveal, seed],
+        _create,
+        [run, study_models, study_name, n_items, raters, reveal, seed],
         [study_note],
         api_name=False,
     )
-    timer.tick(_poll, [is_admin, job_id], [jobs, job_progress, job_log, timer], api_name=False)
-    return {"password": password, "login": login, "panel": panel, "is_admin": is_admin}
+    timer.tick(_poll, [job_id], [jobs, job_progress, job_log, timer], api_name=False)
+    return {
+        "panel": panel,
+        "on_load": on_load,
+        "load_outputs": [login_note, panel, timer, bench_models, suite, index_model, run, jobs],
+    }

@@ -2,7 +2,9 @@
 position bias and a CSV of the votes (MedHEB section 5.6, Figure 7).
 
 Every number comes from medheb_app.study.analysis over medheb_app.study.export.votes_frame;
-this module only lays them out.
+this module only lays them out. Analysis and export name the models, so both are admin-only,
+checked inside each handler from the request's cookie (a call by `fn_index` from any session
+gets nothing without it).
 """
 
 from __future__ import annotations
@@ -105,7 +107,10 @@ def export(services: Services, study_id: Any) -> str | None:
     return str(out)
 
 
-def build_analysis_tab(services: Services) -> dict[str, Any]:
+ADMIN_ONLY = "Study analysis is for admins only while studies run: sign in as admin to see it."
+
+
+def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
     with gr.Row():
         study = gr.Dropdown(label="Study", choices=[], elem_id="analysis-study")
         refresh = gr.Button("Refresh", size="sm")
@@ -115,16 +120,23 @@ def build_analysis_tab(services: Services) -> dict[str, Any]:
     figure = gr.Plot(label="Outcomes by stratum")
     download = gr.DownloadButton("Download votes (CSV)")
 
-    def _refresh(current=None):
+    def _admin(request: Any) -> bool:
+        return auth is not None and auth.is_admin(request)
+
+    def _refresh(current=None, request: gr.Request = None):
+        if not _admin(request):
+            return gr.update(choices=[], value=None)
         choices = study_options(services)
         ids = [value for _, value in choices]
         return gr.update(choices=choices, value=current if current in ids else (ids or [None])[0])
 
-    def _show(study_id):
+    def _show(study_id, request: gr.Request):
+        if not _admin(request):
+            return ui.notice_html("info", ADMIN_ONLY), None, None, None, None
         return (*analyse(services, study_id), export(services, study_id))
 
     study.change(_show, [study], [overview, rates, bt, figure, download], api_name=False)
     refresh.click(_refresh, [study], [study], api_name=False).then(
         _show, [study], [overview, rates, bt, figure, download], api_name=False
     )
-    return {"study": study, "refresh_studies": _refresh}
+    return {"study": study, "overview": overview, "refresh_studies": _refresh}
