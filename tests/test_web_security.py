@@ -53,7 +53,7 @@ def site(tmp_path_factory):
     summary = _bench_run(root / "bench", settings)
     study_id = create_study(
         services.store, STUDY_NAME, ["random", "oracle"], summary.out_dir, n_items=4, seed=0
-    )
+    ).id
     app = build_server(services)
     with serve(app) as base:
         yield {

@@ -8,9 +8,16 @@ mark sits in a caption under the image, never over the pixels (so it cannot hide
 apices). A payload with nothing that can be shown raises `Unrenderable` and is logged: callers
 withhold such items instead of showing a placeholder.
 
-Payload keys read (any combination): text | report | caption, question, labels (list),
-image | path (a file), volume (a file or DICOM folder), box / region ({"box": [x0, y0, x1, y1]}
-in pixels or in [0, 1] fractions, on the item's image), synthetic (bool).
+Payloads follow medheb_app.study.payloads' schema (a `form` key: text, image, volume, region,
+mixed). A volume shows its middle slice with a slice slider over its sampled frames (and the
+montage on a second line); a region is outlined on its whole image. Payloads without `form`
+(search hits, explorer rows) are read by key: text | report | caption, question, labels,
+image | path (any readable file), volume (a file or DICOM folder), box ([x0, y0, x1, y1] in
+pixels or [0, 1] fractions), synthetic.
+
+Use it from any tab: `render_payload(payload)` -> HTML for a gr.HTML, `render_list(payloads,
+"A")` for a ranked list, `try_render` to skip (and log) what cannot be shown; put `CSS` in the
+page's css and `SCRIPT` in its head (click-to-zoom and the slice sliders).
 """
 
 from __future__ import annotations
@@ -49,10 +56,21 @@ CSS = """
 #ev-zoom{position:fixed;inset:0;background:rgba(0,0,0,.92);z-index:1000;display:flex;
  align-items:center;justify-content:center;cursor:zoom-out}
 #ev-zoom img{max-width:100vw;max-height:100vh;image-rendering:auto}
+.ev-slider{width:100%}
 """
 
 # Click an inlined image to see it at its full resolution; click again or Escape to close.
-ZOOM_JS = """
+# A slice slider swaps which of its volume's frames is visible.
+SCRIPT = """
+document.addEventListener('input', (event) => {
+  const slider = event.target;
+  if (!slider.classList || !slider.classList.contains('ev-slider')) return;
+  const box = slider.closest('.ev-volume');
+  const frames = box.querySelectorAll('img.ev-frame');
+  frames.forEach((img, k) => { img.style.display = k === Number(slider.value) ? '' : 'none'; });
+  const label = box.querySelector('.ev-slice');
+  if (label) label.textContent = slider.dataset.labels.split(',')[Number(slider.value)];
+});
 document.addEventListener('click', (event) => {
   const open = document.getElementById('ev-zoom');
   if (open) { open.remove(); return; }
@@ -98,7 +116,7 @@ def montage(volume: np.ndarray, n: int = MONTAGE_SLICES) -> np.ndarray:
     is framed so a reader finds it at once."""
     volume = np.asarray(volume)
     depth = volume.shape[0]
-    picks = sorted({int(round(i)) for i in np.linspace(0, depth - 1, min(n, depth))})
+    picks = sorted({int(np.rint(i)) for i in np.linspace(0, depth - 1, min(n, depth))})
     middle = min(picks, key=lambda i: abs(i - depth // 2))
     cols = int(np.ceil(np.sqrt(len(picks))))
     rows = int(np.ceil(len(picks) / cols))
@@ -211,10 +229,89 @@ def _textual(payload: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _png(path: Any) -> np.ndarray:
+    if not path or not Path(str(path)).is_file():
+        raise Unrenderable("its image file is missing")
+    try:
+        with Image.open(str(path)) as picture:
+            return np.asarray(picture.convert("RGB"))
+    except OSError as error:
+        raise Unrenderable("its image file cannot be decoded") from error
+
+
+def volume_html(payload: dict[str, Any], alt: str) -> str:
+    """The middle slice with a slider over the sampled frames, and the montage underneath."""
+    try:
+        frames = np.load(str(payload.get("frames")), allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise Unrenderable("its volume frames are missing") from error
+    if frames.ndim != 3 or len(frames) < 2:
+        raise Unrenderable("its volume has fewer than two frames")
+    depth = int(payload.get("depth") or len(frames))
+    positions = np.linspace(0, depth - 1, len(frames)).round().astype(int)
+    middle = len(frames) // 2
+    hidden = ' style="display:none"'
+    images = "".join(
+        f'<img class="ev-zoomable ev-frame" alt="{html.escape(alt)} slice {pos + 1}" '
+        f'src="{png_data_uri(frame)}"{"" if k == middle else hidden}>'
+        for k, (pos, frame) in enumerate(zip(positions, frames, strict=True))
+    )
+    labels = ",".join(f"slice {pos + 1} of {depth}" for pos in positions)
+    mark = '<div class="ev-mark">SYNTHETIC</div>' if payload.get("synthetic") else ""
+    slider = (
+        f'<input type="range" class="ev-slider" min="0" max="{len(frames) - 1}" '
+        f'value="{middle}" data-labels="{labels}" aria-label="slice">'
+    )
+    montage_img = ""
+    if payload.get("montage"):
+        montage_img = figure_html(_png(payload["montage"]), f"{alt} montage", False, "all slices")
+    return (
+        f'<div class="ev-volume"><figure class="ev-figure">{images}{mark}'
+        f'<div class="ev-caption ev-slice">slice {positions[middle] + 1} of {depth}</div>'
+        f"</figure>{slider}{montage_img}</div>"
+    )
+
+
+def _media(payload: dict[str, Any], alt: str) -> str:
+    """An image, volume or region payload of the study schema."""
+    form = payload.get("form")
+    synthetic = bool(payload.get("synthetic"))
+    if form == "image":
+        return figure_html(_png(payload.get("image")), alt, synthetic)
+    if form == "volume":
+        return volume_html(payload, alt)
+    if form == "region":
+        box = payload.get("box")
+        if not (isinstance(box, list | tuple) and len(box) == 4):
+            raise Unrenderable("its region has no box")
+        return figure_html(
+            draw_box(_png(payload.get("image")), box), alt, synthetic, "region outlined in yellow"
+        )
+    raise Unrenderable(f"its form {form!r} is not an image, volume or region")
+
+
+def _study_payload(payload: dict[str, Any], alt: str) -> str:
+    form = payload.get("form")
+    text = str(payload.get("text") or "").strip()
+    text_html = f'<div class="ev-text">{html.escape(text)}</div>' if text else ""
+    if form == "text":
+        if not text:
+            raise Unrenderable("its text is empty")
+        return text_html
+    if form == "mixed":
+        media = payload.get("media")
+        if not isinstance(media, dict) or not text:
+            raise Unrenderable("a mixed item needs text and an image, volume or region")
+        return _media(media, alt) + text_html
+    return _media(payload, alt)
+
+
 def render_payload(payload: dict[str, Any], alt: str = "evidence") -> str:
     """HTML for one payload of any form; raises Unrenderable when nothing can be shown."""
     if not isinstance(payload, dict):
         raise Unrenderable("it is not a payload")
+    if "form" in payload:
+        return _study_payload(payload, alt)
     visual = _visual(payload, alt)
     textual = _textual(payload)
     if not visual and not textual:

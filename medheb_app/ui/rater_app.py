@@ -95,7 +95,7 @@ document.addEventListener('keydown', (event) => {{
   event.preventDefault();
   if (button && !button.disabled) button.click();
 }});
-{evidence_view.ZOOM_JS}
+{evidence_view.SCRIPT}
 """
 
 RATER_HEAD = (
@@ -119,6 +119,33 @@ class Screen:
     can_vote: bool = False
 
 
+def _form(payload: dict[str, Any]) -> str:
+    form = str(payload.get("form") or "text")
+    if form == "mixed":
+        media = payload.get("media") or {}
+        return "region" if media.get("form") == "region" else "mixed"
+    return form
+
+
+def family_of(query: dict[str, Any], candidates: list[dict[str, Any]]) -> str:
+    """The task family an item belongs to, read from the evidence forms the rater sees anyway
+    (the item itself names no task): which instruction line to show."""
+    q = _form(query)
+    forms = {_form(c) for c in candidates}
+    if q == "region" or "region" in forms:
+        return "VG"
+    if q == "mixed":
+        return "VQA"
+    if q == "volume" or "volume" in forms:
+        return "MB-VR"
+    if q == "image":
+        if forms <= {"image"}:
+            return "I-I"
+        texts = [str(c.get("text") or "") for c in candidates]
+        return "I-Lab" if all(len(t) <= 40 for t in texts) else "I-Rep"
+    return "T-I" if forms & {"image"} else "T-T"
+
+
 def instruction_for(family: str) -> str:
     line = INSTRUCTIONS.get(family, DEFAULT_INSTRUCTION)
     return f'<div class="rater-instruction" id="rater-instruction-line">{html.escape(line)}</div>'
@@ -131,8 +158,8 @@ def _side(label: str, body: str, reveal: str = "") -> str:
 
 def _title(services: Services, study_id: int) -> str:
     for card in rater_access.public_studies(services):
-        if card.id == study_id:
-            return card.title
+        if int(card.id) == study_id:
+            return str(card.title)
     return "Reader study"
 
 
@@ -180,10 +207,15 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
         from medheb_app.study.session import progress
 
         counts = progress(services.store, study_id, rater_id)
-        done = int(counts.get("rater_done", counts.get("done", 0)))
+        done, total = int(counts.get("done", 0)), int(counts.get("total", 0))
+        text = (
+            "All items are rated. Thank you!"
+            if done >= total
+            else "No item is free for you right now (other raters hold them); try Next in a "
+            "few minutes."
+        )
         return Screen(
-            header=_header(title, done, done),
-            message=note + ui.notice_html("info", "All items are rated. Thank you!"),
+            header=_header(title, done, total), message=note + ui.notice_html("info", text)
         )
     try:
         query, side_a, side_b = render_view(view)
@@ -197,11 +229,11 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
     return Screen(
         token=view.token,
         header=_header(title, view.done, view.total),
-        instruction=instruction_for(str(getattr(view, "family", "") or "")),
+        instruction=instruction_for(family_of(view.query, [*view.side_a, *view.side_b])),
         query=query,
         side_a=_side("A", side_a),
         side_b=_side("B", side_b),
-        message=note,
+        message=note + (ui.notice_html("info", view.notice) if view.notice else ""),
         can_vote=True,
     )
 
@@ -214,8 +246,8 @@ def cast_vote(
     services: Services, auth: Authenticator, request: Any, token: str, choice: str
 ) -> tuple[bool, str, str, str]:
     """Record a vote; returns (recorded, message, reveal over A, reveal over B)."""
-    from medheb_app.study import StudyError
-    from medheb_app.study.session import record_vote
+    from medheb_app.study import ItemGoneError, StudyError
+    from medheb_app.study.session import record_vote, reveal
 
     who = current_rater(services, auth, request)
     if who is None:
@@ -224,16 +256,22 @@ def cast_vote(
         return False, ui.notice_html("error", "There is no item to vote on."), "", ""
     try:
         receipt = record_vote(services.store, token, who[0], choice)
+    except ItemGoneError as error:  # e.g. the claim expired: move on to the next item
+        return True, ui.notice_html("warning", str(error)), "", ""
     except StudyError as error:
         return False, ui.notice_html("error", str(error)), "", ""
     label = CHOICE_LABELS[choice].split("  [")[0]
     text = f"Vote recorded: {label} ({receipt.done} of {receipt.total} done)."
-    if receipt.revealed:
+    if receipt.can_reveal:
+        try:
+            names = reveal(services.store, token, who[0])  # makes this vote final
+        except StudyError as error:
+            return True, ui.notice_html("info", f"{text} {error}"), "", ""
         return (
             True,
-            ui.notice_html("info", text + " This vote is final."),
-            f"A was {receipt.revealed['A']}",
-            f"B was {receipt.revealed['B']}",
+            ui.notice_html("info", text + " The names are shown, so this vote is final."),
+            f"A was {names['A']}",
+            f"B was {names['B']}",
         )
     return True, ui.notice_html("info", text), "", ""
 
@@ -248,7 +286,7 @@ def undo_vote(services: Services, auth: Authenticator, request: Any) -> tuple[bo
         return False, _signed_out()
     rater_id, study_id = who
     try:
-        undo_last_vote(services.store, rater_id, study_id=study_id)
+        undo_last_vote(services.store, study_id, rater_id)
     except StudyError as error:
         return False, ui.notice_html("error", str(error))
     return True, ui.notice_html("info", "Your last vote was withdrawn; rate the item again.")

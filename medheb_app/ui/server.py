@@ -113,6 +113,8 @@ def rater_form(services: Services, message: str = "", kind: str = "error") -> st
         '<form method="post" action="/auth/rater">'
         '<label for="code">Invitation code</label>'
         '<input id="code" name="code" autocomplete="off" required autofocus>'
+        '<label for="code-label">Your name (optional; a label, not a password)</label>'
+        '<input id="code-label" name="label" maxlength="100">'
         '<button type="submit" id="rater-submit">Sign in</button></form>'
         f"{enrol}"
     )
@@ -191,7 +193,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
         form = await _form(request)
         try:
             if form.get("code"):
-                claim = rater_access.redeem(services, form["code"])
+                claim = rater_access.redeem(services, form["code"], form.get("label", ""))
             elif form.get("study"):
                 claim = rater_access.enrol(services, int(form["study"]), form.get("label", ""))
             else:
