@@ -31,8 +31,8 @@ that item's vote):
 - sign_in_open(store, study_id, display_name) -> RaterSession  (open-enrolment studies only;
       always a fresh rater)
 - resume(store, resume_secret) -> RaterSession | None   (the HTTP-only cookie's value)
-- next_item(store, study_id, rater_id) -> ItemView(token, query, side_a, side_b, done, total,
-      notice) | None   (payload schema: see payloads.py; None: nothing for this rater now,
+- next_item(store, study_id, rater_id) -> ItemView(token, query, side_a, side_b, done, total)
+      | None   (payload schema: see payloads.py; None: nothing for this rater now,
       progress() tells whether the study is complete)
 - record_vote(store, item_token, rater_id, choice in CHOICES) -> VoteReceipt(vote_id, choice,
       can_reveal, done, total)   (ItemGoneError: load the next item)

@@ -291,7 +291,7 @@ def create_study(
     name = name.strip()
     if not name:
         raise StudyError("A study needs a name.")
-    public_title = " ".join(public_title.split()) or DEFAULT_PUBLIC_TITLE
+    public_title = " ".join(public_title.split())
     if len(public_title) > 200:
         raise StudyError("A public title can be at most 200 characters.")
     if raters_per_item < 1:
@@ -301,8 +301,8 @@ def create_study(
     models = list(models)
     if len(models) < 2 or len(set(models)) != len(models):
         raise StudyError("A preference study compares at least two different models.")
-    leaked = [m for m in models if m.lower() in public_title.lower()]
-    if leaked or name.lower() in public_title.lower():
+    title = public_title.lower()
+    if any(m.lower() in title for m in models) or (len(name) >= 4 and name.lower() in title):
         raise StudyError("The public title must not name the models or the internal study name.")
     source = ""
     if not isinstance(queries, Mapping):
@@ -328,7 +328,7 @@ def create_study(
             reveal_after_vote=reveal_after_vote,
             seed=seed,
             source=source,
-            public_title=public_title,
+            public_title=public_title or DEFAULT_PUBLIC_TITLE,
             open_enrolment=open_enrolment,
             gold_share=gold_share,
             claim_timeout_s=claim_timeout_s,

@@ -10,8 +10,9 @@ and revealing makes that vote final: it can no longer be undone.
 
 Claims: a rater holds at most one open claim per study; an unvoted claim idle for the study's
 `claim_timeout_s` (default 10 minutes) gives its slot back. When no free slot is left, a rater
-is handed an item someone else holds but has not voted on (first holders who never voted in the
-study, longest idle first), and the first vote wins: the item row is locked while votes in
+is handed an item someone else holds but has not voted on (held by a rater who never voted in
+the study, or idle for a minute; never-voters first, then the longest idle), and the first vote
+wins: the item row is locked while votes in
 force are counted, so an item never gets more than `raters_per_item` votes, and the loser is
 told to load the next item (their claim is released; nothing they voted is silently dropped).
 Throwaway sign-ins therefore cannot drain a study.
@@ -30,8 +31,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session, aliased
 
 from medheb_app.store.db import Store
 from medheb_app.store.study_tables import (
@@ -48,14 +49,14 @@ from medheb_app.study.identity import active_rater
 CHOICES = ("A", "B", "tie", "both_poor")
 UNDO_WINDOW_SECONDS = 30.0
 DEFAULT_CLAIM_TIMEOUT_SECONDS = 10 * 60.0
+SHARE_AFTER_SECONDS = 60.0  # a rater who has voted keeps a claim to themselves this long
 GOLD_SIDES = ("reference (relevant studies first)", "random candidates")
 
 
 @dataclass(frozen=True)
 class ItemView:
     """What a rater is shown: nothing in it names a model, the gold, the task or the stratum,
-    and a quality-control item looks exactly like any other. `notice` is a message for the
-    rater (e.g. why they were moved to another item), or ""."""
+    and a quality-control item looks exactly like any other."""
 
     token: str
     query: dict[str, Any]
@@ -63,7 +64,6 @@ class ItemView:
     side_b: list[dict[str, Any]]
     done: int
     total: int
-    notice: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -450,14 +450,19 @@ def _claim(session: Session, study: PreferenceStudy, rater_id: int) -> Assignmen
 
 def _share(session: Session, study: PreferenceStudy, rater_id: int) -> Assignment | None:
     """No free slot: join an item another rater holds without having voted on it, so idle or
-    throwaway claims cannot lock a rater out. Holders who never voted in the study come
+    throwaway claims cannot lock a rater out. A claim is shared when its holder never voted
+    in the study (a throwaway sign-in) or it was idle for SHARE_AFTER_SECONDS; never-voters
     first, then the longest idle; an item is shared by at most two open claims per slot."""
     seen = select(Assignment.item_id).where(Assignment.rater_id == rater_id)
+    quiet_since = utcnow() - timedelta(seconds=SHARE_AFTER_SECONDS)
+    last_seen = func.coalesce(Assignment.served_at, Assignment.created_at)
     voters = select(Vote.rater_id).where(Vote.study_id == study.id, Vote.kind == "vote")
+    voted = aliased(Assignment)
     in_force = (
         select(func.count())
-        .select_from(Assignment)
-        .where(Assignment.item_id == StudyItem.id, Assignment.vote_id.is_not(None))
+        .select_from(voted)
+        .where(voted.item_id == StudyItem.id, voted.vote_id.is_not(None))
+        .correlate(StudyItem)
         .scalar_subquery()
     )
     rows = session.execute(
@@ -472,6 +477,7 @@ def _share(session: Session, study: PreferenceStudy, rater_id: int) -> Assignmen
             Assignment.released_at.is_(None),
             Assignment.rater_id != rater_id,
             in_force < study.raters_per_item,
+            or_(Assignment.rater_id.not_in(voters), last_seen < quiet_since),
         )
     ).all()
     if not rows:
