@@ -100,12 +100,12 @@ def test_analysis_and_export_refuse_non_admins_inside_the_handler(site):
     anonymous = QueueClient(site["base"])
     assert STUDY_NAME not in _text(anonymous.call(refresh, [None]))
     for study in (site["study_id"], None):  # the study id is refused by the empty picker too
-        text = _text(anonymous.call(show, [study]))
+        text = _text(anonymous.call(show, [study, 0]))
         assert "oracle" not in text and ".csv" not in text and STUDY_NAME not in text
-    assert "admins only" in _text(anonymous.call(show, [None]))
+    assert "admins only" in _text(anonymous.call(show, [None, 0]))
     admin = _admin(site["base"])  # the same calls with the cookie work: the test can fail
     assert STUDY_NAME in _text(admin.call(refresh, [None]))
-    assert "votes" in _text(admin.call(show, [site["study_id"]]))
+    assert "votes" in _text(admin.call(show, [site["study_id"], 0]))
 
 
 def test_explorer_refuses_ranked_lists_of_a_study_source_run(site):
@@ -173,11 +173,11 @@ def test_sign_out_revokes_a_kept_copy_of_the_admin_cookie(site):
     admin = _admin(site["base"])
     kept = dict(admin.http.cookies)
     admin.call(fn_index(site["main"], "build_analysis_tab.<locals>._refresh"), [None])
-    assert "votes" in _text(admin.call(show, [site["study_id"]]))
+    assert "votes" in _text(admin.call(show, [site["study_id"], 0]))
     admin.http.get("/auth/signout")
     replay = QueueClient(site["base"])
     replay.http.cookies.update(kept)
-    assert "admins only" in _text(replay.call(show, [None]))
+    assert "admins only" in _text(replay.call(show, [None, 0]))
 
 
 def test_cookies_are_http_only_and_same_site_strict(site):
@@ -188,7 +188,7 @@ def test_cookies_are_http_only_and_same_site_strict(site):
     forged = QueueClient(site["base"])
     forged.http.cookies.set("medheb_admin", cookie.split(";")[0].split("=", 1)[1][:-2] + "xx")
     show = fn_index(site["main"], "build_analysis_tab.<locals>._show")
-    assert "admins only" in _text(forged.call(show, [None]))
+    assert "admins only" in _text(forged.call(show, [None, 0]))
 
 
 def test_cross_site_form_posts_are_refused(site):
