@@ -66,8 +66,8 @@ RATER_CSS = """
  padding:6px 0;border-top:1px solid #d1d5db;flex-wrap:wrap;gap:6px}
 #rater-votes button{min-width:0;flex:1 1 22%}
 .rater-side-head{font-weight:700;font-size:15px;margin:0 0 4px}
-.rater-reveal{background:#0f5132;color:#fff;font-weight:700;padding:6px 8px;border-radius:6px;
- margin-bottom:6px}
+.rater-reveal{background:#0f5132;color:#fff !important;font-weight:700;padding:6px 8px;
+ border-radius:6px;margin-bottom:6px}
 .rater-instruction{font-size:14px;background:#fff7e0;color:#3b2f00;padding:4px 8px;
  border-radius:4px}
 .rater-query .ev-figure img{max-height:220px;width:auto;max-width:100%}
@@ -76,7 +76,10 @@ RATER_CSS = """
  .ev-figure img{max-height:150px}
  .rater-query .ev-figure img{max-height:140px}
  .ev-text{max-height:7em;font-size:12px}
- #rater-votes button{flex:1 1 45%;font-size:13px;padding:6px 2px}
+ #rater-votes{position:fixed;left:0;right:0;bottom:0;padding:6px 8px;margin:0 !important;
+  box-shadow:0 -2px 6px rgba(0,0,0,.15)}
+ #rater-votes button{flex:1 1 45%;font-size:13px;padding:6px 2px;min-height:36px}
+ .gradio-container{padding-bottom:130px !important}
 }
 """
 
@@ -233,7 +236,8 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
         query=query,
         side_a=_side("A", side_a),
         side_b=_side("B", side_b),
-        message=note + (ui.notice_html("info", view.notice) if view.notice else ""),
+        message=note
+        + (ui.notice_html("info", notice) if (notice := getattr(view, "notice", "")) else ""),
         can_vote=True,
     )
 
