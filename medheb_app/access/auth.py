@@ -8,6 +8,11 @@ on every call, so a second client reusing someone's session hash has no cookie a
 
 Admin sign-ins are also recorded server-side (a random session id per sign-in), so signing out
 revokes the cookie even if a copy of it was kept.
+
+On a Hugging Face Space with OAuth (`hf_oauth: true`), users listed in ADMIN_USERS are admins
+too once signed in with their Hugging Face account (Gradio's gr.LoginButton keeps the profile in
+its signed session). Off a Space, Gradio signs that session with a fixed, public key and mocks
+the login, so `oauth_available()` is False there and ADMIN_USERS is ignored.
 """
 
 from __future__ import annotations
@@ -105,12 +110,41 @@ class RaterClaim:
     secret: str
 
 
-class Authenticator:
-    """Mints and checks the admin and rater cookies."""
+def oauth_available(environ: dict[str, str] | None = None) -> bool:
+    """True only on a Space with OAuth configured: the one place Gradio's session is signed
+    with a real secret and the login is real."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("SPACE_ID") and env.get("OAUTH_CLIENT_SECRET"))
 
-    def __init__(self, secret: bytes, secure: bool = False) -> None:
+
+def oauth_username(request: Any) -> str | None:
+    """The Hugging Face user name of a request's (unexpired) Gradio OAuth session, or None."""
+    inner = getattr(request, "request", None) or request
+    scope = getattr(inner, "scope", None)
+    session = scope.get("session") if isinstance(scope, dict) else None
+    if not isinstance(session, dict):
+        return None
+    from gradio.oauth import _get_valid_oauth_info_from_session
+
+    info = _get_valid_oauth_info_from_session(session)
+    user = (info or {}).get("userinfo") or {}
+    name = user.get("preferred_username")
+    return str(name) if name else None
+
+
+class Authenticator:
+    """Mints and checks the admin and rater cookies (and, on a Space, the ADMIN_USERS list)."""
+
+    def __init__(
+        self,
+        secret: bytes,
+        secure: bool = False,
+        admin_users: tuple[str, ...] = (),
+        oauth: bool = False,
+    ) -> None:
         self.signer = Signer(secret)
         self.secure = secure
+        self.admin_users = frozenset(admin_users) if oauth else frozenset()
         self._admin_sessions: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -122,7 +156,10 @@ class Authenticator:
         return self.signer.sign({"role": "admin", "sid": sid, "who": who})
 
     def is_admin(self, request: Any) -> bool:
-        """True only when the request carries a valid, not signed-out admin cookie."""
+        """True when the request carries a valid, not signed-out admin cookie, or (on a Space
+        with OAuth) a Hugging Face session of a user in ADMIN_USERS."""
+        if self.admin_users and oauth_username(request) in self.admin_users:
+            return True
         claims = self.signer.unsign(request_cookies(request).get(ADMIN_COOKIE), ADMIN_MAX_AGE_S)
         if not claims or claims.get("role") != "admin":
             return False

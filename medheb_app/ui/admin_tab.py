@@ -243,6 +243,8 @@ def admin_choices(services: Services):
 def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
     """Sign-in link, then (for a signed-in admin) job launchers, job monitor, study creation."""
     login_note = gr.HTML(SIGNED_OUT_NOTE, elem_id="admin-login-note")
+    if auth.admin_users:  # on a Space with OAuth: Hugging Face sign-in for ADMIN_USERS
+        gr.LoginButton(value="Sign in with Hugging Face (admins listed in ADMIN_USERS)")
     timer = gr.Timer(2.0, active=False)
     with gr.Column(visible=False, elem_id="admin-panel") as panel:
         job_note = gr.HTML(elem_id="admin-job-note")

@@ -27,6 +27,7 @@ from medheb_app.access.auth import (
     RATER_MAX_AGE_S,
     Authenticator,
     load_secret,
+    oauth_available,
 )
 from medheb_app.access.limits import RateLimiter, client_key
 from medheb_app.services import Services
@@ -50,8 +51,13 @@ class Guards:
 def make_guards(services: Services) -> Guards:
     settings = services.settings
     secret = load_secret(settings.data_dir, settings.session_secret)
+    oauth = oauth_available()
+    if settings.admin_users and not oauth:
+        log.warning("ADMIN_USERS is ignored: Hugging Face sign-in works only on a Space with OAuth")
     return Guards(
-        auth=Authenticator(secret, secure=settings.secure_cookies),
+        auth=Authenticator(
+            secret, secure=settings.secure_cookies, admin_users=settings.admin_users, oauth=oauth
+        ),
         # 5 password tries a minute per client, then 15 minutes locked out
         admin_limit=RateLimiter(max_events=5, window_s=60, lockout_s=900),
         # 10 rater sign-ins a minute per client, then 5 minutes locked out
