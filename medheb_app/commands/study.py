@@ -56,9 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--payloads",
         choices=("auto", "tasks", "none"),
         default="auto",
-        help="what raters see for each id: 'tasks' rebuilds the run's suite tasks and shows "
-        "their texts and images (PNGs in DATA_DIR/study-media), 'none' the bare ids, 'auto' "
-        "(default) tasks when the run folder has a summary.json",
+        help="what raters see for each id: 'tasks' rebuilds the run's suite tasks and renders "
+        "their texts, images, volumes and regions (files in DATA_DIR/study-media), 'none' "
+        "only the payloads in the run files, 'auto' (default) tasks when the run folder has "
+        "a summary.json; queries that cannot be rendered are withheld",
     )
     add_json_flag(create)
     create.set_defaults(handler=run_create)
@@ -167,22 +168,32 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
 
 
 def _describer(kind: str, run_dir: str, settings: Settings):
-    """The display-payload source for `study create --payloads`."""
+    """The payload renderer for `study create --payloads`: the run's suite tasks rebuilt
+    ('tasks'), or only the run files' own payloads ('none'); media go to a fresh folder under
+    DATA_DIR/study-media."""
     import json
+    from datetime import UTC, datetime
     from pathlib import Path
 
+    from medheb_app.study.payloads import Renderer, describe_with_tasks
+
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
+    media_dir = settings.data_dir / "study-media" / stamp
     summary_path = Path(run_dir) / "summary.json"
     if kind == "none" or (kind == "auto" and not summary_path.is_file()):
-        return None
+        return Renderer(media_dir)
     if not summary_path.is_file():
         raise UserError(f"{summary_path} not found; --payloads tasks needs a `bench run` folder.")
-    from medheb_app.study.payloads import describe_with_tasks
     from medheb_app.tasks.medheb import get_suite
 
     summary = json.loads(summary_path.read_text())
     names = [task["name"] for task in summary.get("tasks", [])]
-    tasks, _skipped = get_suite(summary["suite"]).build(settings, only=names or None)
-    return describe_with_tasks(tasks, settings.data_dir / "study-media")
+    try:
+        suite = get_suite(summary["suite"])
+    except KeyError as error:
+        raise UserError(str(error.args[0])) from None
+    tasks, _skipped = suite.build(settings, only=names or None)
+    return describe_with_tasks(tasks, media_dir)
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
