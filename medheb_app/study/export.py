@@ -139,7 +139,8 @@ def export_csv(store: Store, out: str | Path, study: int | str | None = None) ->
         raise StudyError(f"{out} is a folder; give a file name such as {out / 'votes.csv'}.")
     frame = neutralise_formulas(votes_frame(store, study))
     out.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out, index=False)
+    # RFC 4180 line ends, so a cell holding a carriage return is quoted, not a row break
+    frame.to_csv(out, index=False, lineterminator="\r\n")
     return len(frame)
 
 
@@ -154,7 +155,7 @@ def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy of `frame` with every formula-like text cell (and column name) neutralised."""
     safe = frame.copy()
     for column in safe.columns:
-        if safe[column].dtype == object:
-            safe[column] = safe[column].map(neutralise_cell)
+        if not pd.api.types.is_numeric_dtype(safe[column]):  # text of any dtype; bools skip
+            safe[column] = safe[column].astype(object).map(neutralise_cell)
     safe.columns = [neutralise_cell(str(column)) for column in safe.columns]
     return safe

@@ -349,8 +349,10 @@ def _released_message(reason: str | None) -> str:
 
 def _lock(session: Session, table: type[Rater] | type[StudyItem], row_id: int) -> None:
     """Lock one row until the transaction ends, portably: a no-op UPDATE takes the row lock on
-    PostgreSQL and the database write lock on SQLite, so what is read next is current."""
-    session.execute(update(table).where(table.id == row_id).values(id=table.id))
+    PostgreSQL and the database write lock on SQLite, so what is read next is current. It
+    rewrites a non-key column, so rows referencing this one are not blocked."""
+    column = Rater.display_name if table is Rater else StudyItem.n_assigned
+    session.execute(update(table).where(table.id == row_id).values({column: column}))
 
 
 def _release(session: Session, assignment: Assignment, reason: str) -> bool:
