@@ -100,19 +100,23 @@ def test_a_second_client_with_the_raters_session_hash_is_not_signed_in(site):
 
 def test_a_display_name_never_resumes_another_rater(site):
     """Attack D: sign in with a name that exists (open enrolment) -> a fresh rater."""
-    from medheb_app.access.auth import Authenticator  # noqa: F401 - the cookie's owner
+    from medheb_app.access.auth import Authenticator, load_secret
     from medheb_app.study import resume
 
-    ids = set()
+    auth = Authenticator(load_secret(site["services"].settings.data_dir))
+    raters = set()
     for _ in range(2):
         client = QueueClient(site["base"])
         reply = client.post_form("/auth/rater", {"study": str(site["open"]), "label": "Dr Same"})
         assert reply.status_code == 303, reply.text
         assert "Dr Same" not in reply.headers.get("location", "")
+        claim = auth.rater(client.http)  # the cookie the browser holds
+        raters.add(claim.rater_id)
+        assert claim.secret not in reply.text  # the resume secret is only in the cookie
         shown = _text(client.call(_rater_fns(site)["show"], [], prefix="/rate"))
-        assert "Open pilot" in shown
-        ids.add(shown)  # each rater starts fresh at 0 of 3
-        assert "0 of 3 items rated" in shown
+        assert "Open pilot" in shown and "0 of 3 items rated" in shown  # a fresh rater
+        assert claim.secret not in shown
+    assert len(raters) == 2
     # a name typed as an invitation code is not a credential
     client = QueueClient(site["base"])
     refused = client.post_form("/auth/rater", {"code": "Dr Same"})

@@ -175,7 +175,9 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         minimum=0,
         maximum=100,
     )
-    overview = gr.HTML()
+    overview = gr.HTML(
+        ui.notice_html("info", "Study results are for admins: sign in, then pick a study.")
+    )
     quality = gr.Dataframe(label="Raters: gold accuracy, median seconds per item, side bias")
     rates = gr.Dataframe(label="Preference rates by top-1 stratum (95% Wilson CI)")
     bt = gr.Dataframe(label="Bradley-Terry strengths (bootstrap intervals)")

@@ -270,6 +270,7 @@ def bounded_queue(blocks: gr.Blocks, services: Services) -> gr.Blocks:
 def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     """The FastAPI app: auth routes, the raters' Blocks at /rate, the workbench at /."""
     from medheb_app.ui import components as ui
+    from medheb_app.ui import evidence_view
     from medheb_app.ui.rater_app import RATER_HEAD, build_rater_app
     from medheb_app.ui.shell import build_app
 
@@ -286,6 +287,14 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     rater = bounded_queue(build_rater_app(services, guards.auth), services)
     app = gr.mount_gradio_app(app, rater, path=RATER_PATH, css=ui.CSS, head=RATER_HEAD, **common)
     main = bounded_queue(build_app(services, guards.auth), services)
-    app = gr.mount_gradio_app(app, main, path="/", css=ui.CSS, **common)
+    # the evidence renderer's style and script are on "/" too, for any tab that uses it
+    app = gr.mount_gradio_app(
+        app,
+        main,
+        path="/",
+        css=ui.CSS + evidence_view.CSS,
+        head=f"<script>{evidence_view.SCRIPT}</script>",
+        **common,
+    )
     app.state.blocks = {"main": main, "rate": rater}
     return app
