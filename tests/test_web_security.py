@@ -155,6 +155,14 @@ def test_a_second_client_with_the_admins_session_hash_has_no_rights(site):
 
 def test_deep_links_return_nothing_and_no_file_holds_the_password(site):
     """Attack B: /gradio_api/deep_link snapshots a session's component values into a file."""
+    from gradio.utils import get_upload_folder
+
+    folders = [Path(get_upload_folder()) / "deep_links"]  # where Gradio writes snapshots
+
+    def snapshots() -> set[Path]:
+        return {path for folder in folders if folder.exists() for path in folder.rglob("*")}
+
+    before = snapshots()
     admin = _admin(site["base"])
     admin.call(fn_index(site["main"], "build_admin_tab.<locals>._cancel"), [1])
     for prefix in ("", "/rate"):
@@ -163,9 +171,9 @@ def test_deep_links_return_nothing_and_no_file_holds_the_password(site):
         )
         assert reply.json() == ""
         assert PASSWORD not in admin.http.get(f"{prefix}/config").text
-    for blocks in (site["main"], site["rate"]):
-        folder = Path(blocks._queue.server_app.uploaded_file_dir) / "deep_links"
-        assert not folder.exists() or not any(folder.iterdir())
+    assert snapshots() == before  # no snapshot of the session was written
+    for path in snapshots():
+        assert path.is_dir() or PASSWORD not in path.read_text(errors="ignore")
 
 
 def test_sign_out_revokes_a_kept_copy_of_the_admin_cookie(site):
