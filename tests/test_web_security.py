@@ -263,3 +263,15 @@ def test_a_full_queue_answers_busy_try_again(settings):
         assert BUSY_MESSAGE in texts[statuses.index(503)]
         release.set()
     services.jobs.shutdown(wait=False)
+
+
+def test_file_routes_serve_neither_the_database_nor_study_media(site):
+    """No file route returns what maps a side to a model: the store, run files, media."""
+    settings = site["services"].settings
+    targets = [settings.data_dir / "medheb.sqlite", settings.data_dir / ".session-secret"]
+    targets += [p for p in settings.data_dir.rglob("*") if p.is_file()][:20]
+    client = QueueClient(site["base"])
+    for prefix in ("", "/rate"):
+        for target in targets:
+            reply = client.http.get(f"{prefix}/gradio_api/file={target}")
+            assert reply.status_code in (403, 404), (target, reply.status_code)
