@@ -25,13 +25,18 @@ from medheb_app.settings import Settings
 from medheb_app.ui.server import build_server
 
 
+def address(environ: dict[str, str] | None = None) -> tuple[str, int]:
+    """(host, port): 127.0.0.1 unless HOST says otherwise (a container sets HOST=0.0.0.0)."""
+    env = os.environ if environ is None else environ
+    return env.get("HOST", "127.0.0.1"), int(env.get("PORT", "7860"))
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     settings = Settings.from_env()
     services = create_services(settings)
     server = build_server(services)
-    host = os.environ.get("HOST", "127.0.0.1")
-    port = int(os.environ.get("PORT", "7860"))
+    host, port = address()
     logging.getLogger(__name__).info("serving on http://%s:%d (raters: /rate)", host, port)
     uvicorn.run(server, host=host, port=port, log_level="warning", proxy_headers=False)
 

@@ -275,3 +275,31 @@ def test_file_routes_serve_neither_the_database_nor_study_media(site):
         for target in targets:
             reply = client.http.get(f"{prefix}/gradio_api/file={target}")
             assert reply.status_code in (403, 404), (target, reply.status_code)
+
+
+def test_the_app_binds_loopback_unless_host_is_set():
+    import importlib.util
+
+    from medheb_app.settings import PROJECT_ROOT
+
+    spec = importlib.util.spec_from_file_location("app_main", PROJECT_ROOT / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.address({}) == ("127.0.0.1", 7860)
+    assert module.address({"HOST": "0.0.0.0", "PORT": "8080"}) == ("0.0.0.0", 8080)
+
+
+def test_invitations_are_issued_only_to_admins(site):
+    from medheb_app.ui.admin_tab import NOT_ADMIN
+
+    invite = fn_index(site["main"], "build_admin_tab.<locals>._invite")
+    studies = fn_index(site["main"], "build_admin_tab.<locals>._studies")
+    anonymous = QueueClient(site["base"])
+    assert STUDY_NAME not in _text(anonymous.call(studies, []))
+    assert "/rate?invite=" not in _text(anonymous.call(invite, [None, 1, "x"]))
+    admin = _admin(site["base"])
+    assert STUDY_NAME in _text(admin.call(studies, []))
+    issued = str(admin.call(invite, [site["study_id"], 2, "pilot"])["output"])
+    assert issued.count("/rate?invite=") == 2 and NOT_ADMIN not in issued
+    thief = QueueClient(site["base"], session_hash=admin.session_hash)
+    assert NOT_ADMIN in _text(thief.call(invite, [site["study_id"], 1, "stolen"]))
