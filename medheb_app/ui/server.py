@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import logging
+import os
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
@@ -131,7 +132,10 @@ def _same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if not origin or origin == "null":
         return origin is None
-    return urllib.parse.urlsplit(origin).netloc == request.headers.get("host", "")
+    hosts = {request.headers.get("host", "")}
+    if os.environ.get("TRUST_PROXY_HEADERS", "").lower() in {"1", "true", "yes"}:
+        hosts.add(request.headers.get("x-forwarded-host", "").split(",")[0].strip())
+    return urllib.parse.urlsplit(origin).netloc in hosts - {""}
 
 
 async def _form(request: Request) -> dict[str, str]:
