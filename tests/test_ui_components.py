@@ -74,3 +74,6 @@ def test_constraints_show_corrections_suggestions_and_why_a_query_was_not_read()
     refused = ui.constraints_html([], [], error="The query is 1,200 characters long; <limit>")
     assert "Not read:</b> The query is 1,200" in refused and "&lt;limit&gt;" in refused
     assert "Must show" not in refused
+    assert "Neither" not in parsed
+    left_open = ui.constraints_html([], ["Edema"], uncertain=["Pleural Effusion"])
+    assert "Neither (hedged or unclear):</b> Pleural Effusion" in left_open

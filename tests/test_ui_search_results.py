@@ -87,10 +87,11 @@ def test_a_query_over_the_limit_gets_the_message_and_no_search(services, monkeyp
 
 def test_a_misspelt_query_shows_how_it_was_read(services):
     outcome = search_tab.run_search(
-        services, "efusion and no pneumo", None, "oracle", "demo-cxr", 3
+        services, "efusion and no pneumo, zorbless edema", None, "oracle", "demo-cxr", 3
     )
     assert "Must show:</b> Pleural Effusion" in outcome.parsed_html
     assert "<b>Read:</b> 'efusion' as 'effusion'" in outcome.parsed_html
+    assert "Neither (hedged or unclear):</b> Edema" in outcome.parsed_html
     assert "<b>Did you mean</b> 'pneumonia' or 'pneumothorax'" in outcome.parsed_html
 
 

@@ -90,7 +90,8 @@ def format_response(payload: dict[str, Any]) -> str:
     if payload["query_kind"] == "text":
         lines.append(f"Wanted: {wanted}    Excluded: {excluded}")
     if constraints.get("uncertain"):
-        lines.append(f"Hedged (not a constraint): {', '.join(constraints['uncertain'])}")
+        named = ", ".join(constraints["uncertain"])
+        lines.append(f"Neither required nor excluded (hedged or unclear): {named}")
     if payload["unknown_terms"]:
         lines.append(f"Not understood: {', '.join(payload['unknown_terms'])}")
     corrections = payload.get("corrections") or {}

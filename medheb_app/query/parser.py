@@ -40,8 +40,13 @@ Decisions, so that behaviour is predictable:
 - A word the parser does not know, next to a finding (only stop words between, no
   punctuation or joiner), may be a negation it cannot read ("sans effusion", "negligible
   effusion", "effusion nil"): the word is reported in `unknown` and the finding goes to
-  `uncertain` with a warning, never asserted. Known cues cover "sans", "w/o", "devoid of",
-  "absent of", "non-existent", "lack of".
+  `uncertain` with a warning, never asserted. Before a finding, such a word opens a scope like
+  a negation would, so the whole list after it is left open ("zorbless effusion, pneumothorax
+  and edema"); after a finding, it leaves open the findings of its clause ("effusion and
+  pneumothorax zorbless"). Known cues cover "sans", "w/o", "devoid of", "absent of",
+  "non-existent", "lack of". A structure predicate with no structure beside it ("clear
+  effusion") counts as such a word. A postfix negation after a finding in a question, hedge or
+  ambiguous scope still negates that finding ("rule out A, B absent": B excluded, A open).
 - Radiology sentences that declare a structure normal exclude that structure's findings:
   "heart size is normal", "normal heart size", "cardiac silhouette within normal limits",
   "heart is not enlarged" -> Cardiomegaly; "cardiomediastinal silhouette is normal" -> also
@@ -80,6 +85,10 @@ Decisions, so that behaviour is predictable:
   "lines and tubes" -> Support Devices; COPD -> Emphysema; hiatal hernia -> Hernia.
 - Laterality, severity and course words ("left", "small", "moderate", "loculated",
   "unchanged") are read and ignored; the findings carry no side or size.
+- Sentences: ". ; :" and line breaks end a clause. "Effusion: none" / "Pneumothorax: absent"
+  (structured reports) negate the finding before the colon. "not enlarged" after a structure
+  is normality ("heart is not enlarged"); elsewhere it is "not" + a finding ("not enlarged
+  heart, effusion" excludes both). "not normal" about a structure leaves its findings open.
 - "present" / "seen" / "noted" after a finding that follows a comma inside a negation scope
   ends the scope and keeps that finding required: "no edema, nodule present" excludes edema
   and requires the nodule; after the scope's only finding they end the scope ("no effusion

@@ -127,10 +127,12 @@ def constraints_html(
     corrections: Mapping[str, str] | None = None,
     suggestions: Mapping[str, Sequence[str]] | None = None,
     error: str = "",
+    uncertain: Sequence[str] = (),
 ) -> str:
-    """How a free-text query was read: wanted and excluded findings, words not understood,
-    misspellings read as a finding ("Read") and "did you mean" candidates for the rest; or,
-    when the query could not be read at all (e.g. over the length limit), why.
+    """How a free-text query was read: wanted and excluded findings, findings named but left
+    open (hedged, questioned, ambiguous, contradictory), words not understood, misspellings read
+    as a finding ("Read") and "did you mean" candidates for the rest; or, when the query could
+    not be read at all (e.g. over the length limit), why.
     """
     if error:
         return f'<div class="medheb-parsed"><div><b>Not read:</b> {html.escape(error)}</div></div>'
@@ -141,8 +143,10 @@ def constraints_html(
     rows = [
         f"<div><b>Must show:</b> {_list(positive)}</div>",
         f"<div><b>Must not show:</b> {_list(negative)}</div>",
-        f"<div><b>Not understood:</b> {_list(unknown)}</div>",
     ]
+    if uncertain:
+        rows.append(f"<div><b>Neither (hedged or unclear):</b> {_list(uncertain)}</div>")
+    rows.append(f"<div><b>Not understood:</b> {_list(unknown)}</div>")
     if corrections:
         read = ", ".join(
             f"'{html.escape(typed)}' as '{html.escape(as_)}'" for typed, as_ in corrections.items()

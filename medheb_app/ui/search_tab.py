@@ -261,6 +261,7 @@ def run_search(
             unknown,
             payload.get("corrections") or {},
             payload.get("suggestions") or {},
+            uncertain=list(constraints.get("uncertain") or []),
         )
         if query
         else "",
