@@ -30,12 +30,12 @@ import numpy as np
 
 from medheb_app.access.limits import RateLimiter, client_key
 from medheb_app.evidence.study import EvidenceError, Study
+from medheb_app.query.parser import MAX_QUERY_CHARS, QueryTooLong
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
 
 log = logging.getLogger(__name__)
 MAX_K = 50
-MAX_QUERY_CHARS = 1000
 EXAMPLES = (  # the README's queries, plus one without negation
     "pleural effusion and no cardiomegaly",
     "atelectasis and no pneumonia",
@@ -413,20 +413,6 @@ def caption(rank: int, score: float, logic: bool, satisfies: bool | None, broken
     return " · ".join(parts)
 
 
-def parsed_line(positive: list[str], negative: list[str], unknown: list[str]) -> str:
-    """How the query was read, on one line (the results stay above the fold)."""
-
-    def words(items: list[str]) -> str:
-        return ", ".join(ui.html.escape(item) for item in items) if items else "none"
-
-    return (
-        '<div class="medheb-parsed">'
-        f"<b>Must show:</b> {words(positive)} &nbsp;·&nbsp; "
-        f"<b>Must not show:</b> {words(negative)} &nbsp;·&nbsp; "
-        f"<b>Not understood:</b> {words(unknown)}</div>"
-    )
-
-
 def _ranked(services: Services, payload: dict[str, Any]) -> tuple[list[dict], list[tuple]]:
     """(hit records, gallery items) of one search response."""
     from medheb_app.index.catalog import load_index
@@ -485,9 +471,11 @@ def run_search(
         return error_outcome("Pick a ranking from the list.")
     if not query and upload is None:
         return error_outcome("Type a query or upload a study.")
-    if len(query) > MAX_QUERY_CHARS:
-        return error_outcome(
-            f"The query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} are read."
+    if len(query) > MAX_QUERY_CHARS:  # answered at once, before any model or index work
+        message = str(QueryTooLong(len(query)))
+        return SearchOutcome(
+            parsed_html=ui.constraints_html([], [], error=message),
+            notice=ui.notice_html("error", message),
         )
     if upload is not None and not isinstance(upload, Upload):
         return error_outcome("Upload the study again.")
@@ -525,7 +513,16 @@ def run_search(
     negative = list(constraints.get("negative") or [])
     unknown = list(payload.get("unknown_terms") or [])
     outcome = SearchOutcome(
-        parsed_html=parsed_line(positive, negative, unknown) if query else "",
+        parsed_html=ui.constraints_html(
+            positive,
+            negative,
+            unknown,
+            payload.get("corrections") or {},
+            payload.get("suggestions") or {},
+            uncertain=list(constraints.get("uncertain") or []),
+        )
+        if query
+        else "",
         notice=ui.notices_html(warnings=[user_message(w) for w in payload.get("warnings") or []]),
     )
     if payload.get("ranking") == "logic":
