@@ -121,7 +121,15 @@ def upload_one(url: str, fn_index: int, path: Path) -> dict[str, object]:
 
 
 def upload_all(url: str, zips: list[Path]) -> list[dict[str, object]]:
-    fn_index = upload_fn_index(url)
+    deadline = time.monotonic() + 120
+    while True:  # the server logs its address just before it binds
+        try:
+            fn_index = upload_fn_index(url)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     with concurrent.futures.ThreadPoolExecutor(len(zips)) as pool:
         return list(pool.map(lambda path: upload_one(url, fn_index, path), zips))
 
@@ -157,7 +165,7 @@ def main() -> None:
         started = time.perf_counter()
         result = peak_rss_of_server(
             [sys.executable, str(ROOT / "app.py")],
-            ready_text="Running on local URL",
+            ready_text="serving on http://",
             cwd=ROOT,
             env=env,
             after_ready=lambda: upload_all(url, zips),

@@ -14,14 +14,14 @@ from medheb_app.store import runs as run_table
 from medheb_app.store.db import Store
 from medheb_app.study import list_studies
 
-pytestmark = pytest.mark.slow  # a 60-phantom demo, then the small run
+pytestmark = pytest.mark.slow  # a 200-phantom oracle demo, then the small run
 
 
 @pytest.fixture(scope="module")
 def started(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("MEDHEB_DEMO_MODELS", "oracle")
-    settings = Settings(data_dir=tmp_path_factory.mktemp("showcase") / "data", demo_size=60)
+    settings = Settings(data_dir=tmp_path_factory.mktemp("showcase") / "data", demo_size=200)
     messages: list[str] = []
     bootstrap_app(settings, lambda fraction, message: messages.append(message))
     yield settings, messages
