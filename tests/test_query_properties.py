@@ -10,10 +10,11 @@ required, and no finding is both required and excluded.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from medheb_app.query.parser import parse_query
+from medheb_app.query.parser import MAX_QUERY_CHARS, ParsedQuery, QueryTooLong, parse_query
 
 AT, CM, CO, ED, FX = "Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Fracture"
 LL, LO, PE, PN, PTX = "Lung Lesion", "Lung Opacity", "Pleural Effusion", "Pneumonia", "Pneumothorax"
@@ -37,7 +38,24 @@ FINDINGS = [
     ("fracture", FX),
     ("rib fractures", FX),
 ]
-MODIFIERS = ["", "", "small ", "left ", "bilateral ", "mild ", "large right ", "trace "]
+MODIFIERS = [
+    "",
+    "",
+    "small ",
+    "left ",
+    "bilateral ",
+    "mild ",
+    "large right ",
+    "trace ",
+    "right and left ",
+    "right middle lobe and lingular ",
+]
+# Predicate-first phrases that name a finding through a structure, with what they name.
+PREDICATES = [
+    ("enlargement of the cardiac silhouette", CM),
+    ("enlargement of the heart", CM),
+    ("blunting of the costophrenic angles", PE),
+]
 KNOWN_NEGATIONS = [
     "no",
     "No",
@@ -87,7 +105,7 @@ def _listed(items: list[tuple[str, tuple[str, str]]], joiners: list[str]) -> str
 @st.composite
 def clause(draw: st.DrawFn) -> tuple[str, set[str]]:
     """(text, the findings it negates)."""
-    kind = draw(st.sampled_from(["pos", "neg", "unknown", "postfix", "normal", "hedge"]))
+    kind = draw(st.sampled_from(["pos", "neg", "negpred", "unknown", "postfix", "normal", "hedge"]))
     items = draw(st.lists(finding, min_size=1, max_size=4))
     joiners = draw(st.lists(st.sampled_from(LIST_JOINERS), min_size=3, max_size=3))
     listed = _listed(items, joiners)
@@ -96,6 +114,13 @@ def clause(draw: st.DrawFn) -> tuple[str, set[str]]:
         return _listed(items, [" and "] * 3), set()
     if kind == "neg":
         return f"{draw(st.sampled_from(KNOWN_NEGATIONS))} {listed}", names
+    if kind == "negpred":  # "no enlargement of the heart or effusion"
+        predicate, name = draw(st.sampled_from(PREDICATES))
+        joiner = draw(st.sampled_from([" or ", ", ", " nor "]))
+        return f"{draw(st.sampled_from(KNOWN_NEGATIONS))} {predicate}{joiner}{listed}", {
+            name,
+            *names,
+        }
     if kind == "unknown":
         return f"{draw(st.sampled_from(UNKNOWN_CUES))} {listed}", names
     if kind == "postfix":
@@ -122,11 +147,22 @@ def query(draw: st.DrawFn) -> tuple[str, set[str]]:
     return text, negated
 
 
+def _parse(text: str) -> ParsedQuery | None:
+    """The parse, or None when the text is over the limit (and then it must be refused)."""
+    if len(text) > MAX_QUERY_CHARS:
+        with pytest.raises(QueryTooLong):
+            parse_query(text)
+        return None
+    return parse_query(text)
+
+
 @settings(max_examples=200, deadline=None)
 @given(query())
 def test_no_negated_finding_is_ever_required(generated: tuple[str, set[str]]) -> None:
     text, negated = generated
-    parsed = parse_query(text)
+    parsed = _parse(text)
+    if parsed is None:
+        return
     assert not set(parsed.positive) & set(parsed.negative), (text, parsed)
     assert not negated & set(parsed.positive), (text, parsed)
 
@@ -137,7 +173,9 @@ def test_repeating_or_combining_queries_never_puts_a_finding_in_both_lists(
     first: tuple[str, set[str]], second: tuple[str, set[str]]
 ) -> None:
     for text in (f"{first[0]} {first[0]}", f"{first[0]}. {second[0]}"):
-        parsed = parse_query(text)
-        assert not set(parsed.positive) & set(parsed.negative), (text, parsed)
-    combined = parse_query(f"{first[0]}. {second[0]}")
-    assert not (first[1] | second[1]) & set(combined.positive), combined
+        parsed = _parse(text)
+        if parsed is not None:
+            assert not set(parsed.positive) & set(parsed.negative), (text, parsed)
+    combined = _parse(f"{first[0]}. {second[0]}")
+    if combined is not None:
+        assert not (first[1] | second[1]) & set(combined.positive), combined

@@ -534,7 +534,14 @@ class _State:
 
     # -- joiners
     def conjoin(self) -> None:
-        """'and': inside a negation, carry it over a list or after a prepositional cue."""
+        """'and': inside a negation, carry it over a list or after a prepositional cue.
+
+        Before the scope's first finding, "and" joins modifiers ("no right and left effusion",
+        "questionable right middle lobe and lingular consolidation"): the scope goes on.
+        """
+        if self.mode != "pos" and self.scope_findings == 0 and not self.scope_names:
+            self.last_joiner = ""
+            return
         if self.mode == "neg" or (self.mode == "weakneg" and self.scope_list):
             self.last_joiner = "and"
             return
@@ -547,8 +554,10 @@ class _State:
         if self.mode in ("amb", "unk", "question"):  # "rule out pneumonia and effusion"
             self.last_joiner = "and"
             return
+        hedged = list(self.scope_names) if self.mode in ("unc", "question") else []
         self.close_scope()
-        self.clause.extend(self.group)
+        # a later postfix negation may reach back over "and" to hedged findings too
+        self.clause.extend([*hedged, *self.group])
         self.group = []
         self.last_joiner = "and"
 
@@ -607,15 +616,19 @@ class _State:
             del self.events[index]
 
     # -- normality
-    def structure_normal(self, structure: _Item, predicate: str, negated: bool) -> None:
+    def structure_normal(self, structure: _Item, predicate: str, stance: str) -> None:
+        """'heart size is normal': exclude the structure's findings (stance "plain").
+
+        "not normal" (negated) or "possibly normal" (hedged) leaves them open instead.
+        """
         concepts: tuple[str, ...] = structure.payload  # type: ignore[assignment]
         names = _names(concepts, self.vocabulary)
         statement = f"{structure.phrase} {predicate}"
-        if negated:
+        if stance != "plain":
             self.events.extend((name, "unc") for name in names)
             self.warnings.append(
-                f"'not {predicate}' about the {structure.phrase} is read as neither normal nor "
-                "abnormal; name the finding you mean."
+                f"'{self.cue_text or 'not'} {predicate}' about the {structure.phrase} is read "
+                "as neither normal nor abnormal; name the finding you mean."
             )
             return
         if not names:
@@ -625,7 +638,8 @@ class _State:
             return
         self.implied.extend((name, statement) for name in names)
 
-    def structure_enlarged(self, structure: _Item, predicate: str) -> None:
+    def structure_enlarged(self, structure: _Item, predicate: str, stance: str) -> None:
+        """'heart size is enlarged': require (plain), exclude (negated) or hedge the finding."""
         concepts: tuple[str, ...] = structure.payload  # type: ignore[assignment]
         meant = STRUCTURE_ENLARGED.get(concepts, ())
         names = _names(meant, self.vocabulary)
@@ -636,9 +650,9 @@ class _State:
                 "ignored."
             )
             return
-        for name in names:
-            self.events.append((name, "pos"))
-        self.group = list(names)
+        event = {"plain": "pos", "negated": "neg", "hedged": "unc"}[stance]
+        self.events.extend((name, event) for name in names)
+        self.group = list(names) if event == "pos" else []
 
     def structure_uncertain(self, cue_text: str) -> None:
         """'heart size is borderline / top normal': the structure's finding is hedged."""
@@ -687,8 +701,9 @@ def parse_query(text: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10) -> Par
             if state.mode in _NEG_MODES:
                 state.scope_unknown.append(item.phrase)
         elif item.kind == "finding":
-            if _is_unknown(items, j - 1) and state.mode != "unk":
-                state.open_scope("unk", items[j - 1].phrase)  # "sans"-like word: a scope
+            governor = _word_before(items, j)
+            if governor and state.mode != "unk":
+                state.open_scope("unk", governor)  # "sans"-like word: a scope
             state.add_finding(item)
             if _is_unknown(items, j + 1):
                 state.unknown_after(items[j + 1].phrase, item.phrase)
@@ -700,6 +715,15 @@ def parse_query(text: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10) -> Par
             _cue(state, items, j, skip)
     state.close_scope()
     return _finish(text, state, corrections, suggestions)
+
+
+def _word_before(items: list[_Item], j: int) -> str:
+    """A word not understood right before the finding at j, or before modifiers joined by
+    "and" ("zorbless right and left effusion"); '' if none."""
+    k = j - 1
+    while k >= 0 and items[k].kind == "cue" and items[k].payload == "and":
+        k -= 1
+    return items[k].phrase if _is_unknown(items, k) else ""
 
 
 def _is_unknown(items: list[_Item], k: int) -> bool:
@@ -771,41 +795,65 @@ def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
 
 
 def _predicate(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
-    """'normal' / 'clear' / 'enlarged': about the structure before it, or the one after it."""
+    """'normal' / 'clear' / 'enlarged': about the structure before it, or the one after it.
+
+    Structure first ("heart size is enlarged") starts a new clause: only a cue right before the
+    predicate ("heart is not normal", "heart possibly enlarged") changes its reading. Predicate
+    first ("no enlargement of the heart", "possible enlargement of the cardiac silhouette")
+    sits inside the current scope, which stays open for the findings after it.
+    """
     item = items[j]
     kind = str(item.payload)
     before = items[j - 1] if j > 0 else None
-    negated = (
+    cue_before = (
         before is not None
         and before.kind == "cue"
-        and state.mode in _NEG_MODES
+        and before.payload in ("neg", "weakneg", "unc", "question")
         and state.scope_findings == 0
     )
     structures = list(state.structures)
-    if not structures and j + 1 < len(items) and items[j + 1].kind == "structure":
-        structures = [items[j + 1]]  # "normal heart size", "clear lungs"
+    ahead = not structures and j + 1 < len(items) and items[j + 1].kind == "structure"
+    if ahead:
+        structures = [items[j + 1]]  # "normal heart size", "clear lungs", "enlargement of"
         skip.add(j + 1)
-    if negated:
-        state.mode = "pos"  # the negation was about the predicate, not a finding
-        state.cue_text = ""
-    else:
-        state.close_scope()
+    # An abnormal predicate ahead of its structure is a finding of the scope ("no effusion or
+    # enlargement of the heart"); a normal one is its own statement ("no effusion, clear
+    # lungs") unless the cue is right before it ("not normal heart size").
+    in_scope = cue_before or (ahead and kind == "enlarged")
+    stance = "plain"
+    if state.mode in _NEG_MODES and in_scope:
+        stance = "negated"
+    elif state.mode in ("unc", "question", "amb", "unk") and in_scope:
+        stance = "hedged"
     state.structures = []
     if structures:
         for structure in structures:
             if kind == "enlarged":
-                state.structure_enlarged(structure, item.phrase)
+                state.structure_enlarged(structure, item.phrase, stance)
             else:
-                state.structure_normal(structure, item.phrase, negated)
+                state.structure_normal(structure, item.phrase, stance)
+        if ahead and stance != "plain":
+            state.scope_findings += 1  # "no enlargement of the heart or effusion"
+        else:
+            _end_scope_quietly(state, stance)
         return
-    if kind == "normal" and not negated:
+    _end_scope_quietly(state, stance)
+    if kind == "normal" and stance == "plain":
         state.normal_all.append(item.phrase)
         return
     state.unknown.append(item.phrase)
-    if negated:
+    if stance != "plain":
         state.warnings.append(
-            f"'not {item.phrase}' is not understood as a finding; nothing was excluded."
+            f"'{item.phrase}' after a negation or hedge is not understood as a finding; "
+            "nothing was excluded."
         )
+
+
+def _end_scope_quietly(state: _State, stance: str) -> None:
+    """Close the scope; one whose cue was about the predicate needs no 'dangling' warning."""
+    if stance != "plain":
+        state.scope_findings += 1
+    state.close_scope()
 
 
 def _finish(
