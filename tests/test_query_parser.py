@@ -11,6 +11,7 @@ import medheb_app.query
 from medheb_app.evidence.findings import CHEXPERT_14, CXR_RETRIEVE_10, NIH_14
 from medheb_app.query.parser import (
     MAX_QUERY_CHARS,
+    MAX_SPELL_CHECKS,
     ParsedQuery,
     QueryTooLong,
     is_hard_negative,
@@ -762,3 +763,12 @@ def test_predicates_take_the_scope_they_sit_in(
 ) -> None:
     parsed = parse_query(text)
     assert (parsed.positive, parsed.negative, parsed.uncertain) == (positive, negative, uncertain)
+
+
+def test_spell_checking_is_bounded_per_query() -> None:
+    words = [f"efusio{chr(97 + i)}" for i in range(26)]  # 26 distinct near-misses
+    parsed = parse_query(" ".join(words))
+    checked = {**dict(parsed.corrections), **dict(parsed.suggestions)}
+    assert len(checked) == MAX_SPELL_CHECKS
+    assert "efusioz" not in checked and "efusioz" in parsed.unknown  # the 26th: not checked
+    assert parsed.positive == ()  # corrected 'efusion' sits among unknown words: left open

@@ -31,7 +31,8 @@ Decisions, so that behaviour is predictable:
   ("no A and no B" / "B and no A"); it is never required. "but", "with", "plus", "yet" and
   sentence punctuation (". ; :") close the scope: "no pneumothorax but effusion", "no
   effusion; edema present" and "effusion and no pneumothorax" keep the effusion / edema
-  required.
+  required. Before a scope's first finding "and" joins modifiers and the scope goes on ("no
+  right and left effusion", "questionable right middle lobe and lingular consolidation").
 - Postfix cues ("absent", "ruled out", "excluded", "not seen", "negative", "resolved") negate
   the finding just before them and those joined to it by "or"; findings joined to it by "and"
   or "," in the same clause ("effusion and pneumothorax absent") might be meant too, so they go
@@ -54,8 +55,13 @@ Decisions, so that behaviour is predictable:
   "lungs are clear" -> the airspace findings (Lung Opacity / Infiltration, Consolidation,
   Pneumonia, Edema, Atelectasis; not lesions); "costophrenic angles are sharp" -> Pleural
   Effusion; "pleural spaces are clear" -> the pleural findings; "bones are intact" ->
-  Fracture. "heart size is enlarged" / "mediastinum is widened" require Cardiomegaly /
-  Enlarged Cardiomediastinum. "no acute cardiopulmonary process" (also "abnormality",
+  Fracture. "heart size is enlarged" / "mediastinum is widened" / "blunting of the
+  costophrenic angle" require Cardiomegaly / Enlarged Cardiomediastinum / Pleural Effusion.
+  A predicate before its structure sits in the current scope: "no enlargement of the heart
+  or effusion" excludes both, "possible enlargement of the cardiac silhouette" hedges; a
+  normality predicate is its own statement unless a cue is right before it ("no effusion,
+  clear lungs" is normality; "heart size is not normal", "possibly normal heart size" leave
+  Cardiomegaly open). "no acute cardiopulmonary process" (also "abnormality",
   "disease") excludes the acute chest findings (the airspace ones, Pleural Effusion,
   Pneumothorax) but not Cardiomegaly, lesions or fractures ("Stable cardiomegaly. No acute
   cardiopulmonary process." keeps Cardiomegaly required); "no osseous abnormality" excludes
@@ -126,6 +132,7 @@ NO_FINDING = "No Finding"
 CORRECT_AT = 0.85  # difflib ratio from which a misspelling is corrected (if unambiguous)
 SUGGEST_AT = 0.75  # ratio from which a candidate is offered as "did you mean"
 CLEAR_MARGIN = 0.1  # how far ahead of any other finding the best candidate must be
+MAX_SPELL_CHECKS = 25  # distinct unknown words spell-checked per query
 
 
 class QueryTooLong(ValueError):
@@ -246,6 +253,13 @@ class _Table:
     words: dict[str, str]  # spelling candidate word -> the key that competes (a concept set)
     known_words: frozenset[str]
     max_phrase: int
+    candidates: tuple[str, ...] = ()  # the keys of `words`, for difflib
+
+    def __hash__(self) -> int:  # one table per vocabulary (lru_cache); identity is enough
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
 
 
 @lru_cache(maxsize=32)
@@ -273,7 +287,7 @@ def _table(vocabulary: tuple[str, ...]) -> _Table:
     phrases = [*findings, *CUES, *STRUCTURES, *GROUPS]
     known = {word for phrase in phrases for word in phrase.split()} | STOP_WORDS
     longest = max([MAX_PHRASE, *(len(p.split()) for p in findings)])
-    return _Table(findings, words, frozenset(known), longest)
+    return _Table(findings, words, frozenset(known), longest, tuple(words))
 
 
 # ----------------------------------------------------------------------------- tokens
@@ -343,40 +357,58 @@ def _after_structure(items: list[_Item]) -> bool:
 def _spell(
     tokens: list[str], table: _Table
 ) -> tuple[list[str], dict[str, str], dict[str, tuple[str, ...]]]:
-    """Correct unambiguous misspellings of finding words; suggest the rest."""
+    """Correct unambiguous misspellings of finding words; suggest the rest.
+
+    At most MAX_SPELL_CHECKS distinct words are checked, which bounds the cost of a query
+    made of 1,000 characters of unknown words.
+    """
     corrected = list(tokens)
     corrections: dict[str, str] = {}
     suggestions: dict[str, tuple[str, ...]] = {}
-    cue_words = sorted({w for phrase in CUES for w in phrase.split() if len(w) >= 4})
+    checked: set[str] = set()
     for position, word in enumerate(tokens):
         if len(word) < 4 or not word.isalpha() or word in table.known_words:
             continue
-        scored = sorted(
-            ((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in _close(word, table)),
-            reverse=True,
-        )
-        if scored:
-            best_ratio, best = scored[0]
-            rivals = [r for r, c in scored[1:] if table.words[c] != table.words[best]]
-            if best_ratio >= CORRECT_AT and all(r < best_ratio - CLEAR_MARGIN for r in rivals):
-                corrected[position] = best
-                corrections[word] = best
-                continue
-        found = []  # the best word of each finding, then cue words ("withuot" -> "without")
-        for _, candidate in scored:
-            if table.words[candidate] not in {table.words[f] for f in found}:
-                found.append(candidate)
-        found = found[:3]
-        found += difflib.get_close_matches(word, cue_words, n=2, cutoff=SUGGEST_AT)
-        if found:
-            suggestions[word] = tuple(dict.fromkeys(found))
+        if word not in checked and len(checked) >= MAX_SPELL_CHECKS:
+            continue
+        checked.add(word)
+        correction, found = _spelling(word, table)
+        if correction:
+            corrected[position] = correction
+            corrections[word] = correction
+        elif found:
+            suggestions[word] = found
     return corrected, corrections, suggestions
+
+
+@lru_cache(maxsize=4096)
+def _spelling(word: str, table: _Table) -> tuple[str, tuple[str, ...]]:
+    """(the correction or '', the candidates to suggest) for one word not understood."""
+    scored = sorted(
+        ((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in _close(word, table)),
+        reverse=True,
+    )
+    if scored:
+        best_ratio, best = scored[0]
+        rivals = [r for r, c in scored[1:] if table.words[c] != table.words[best]]
+        if best_ratio >= CORRECT_AT and all(r < best_ratio - CLEAR_MARGIN for r in rivals):
+            return best, ()
+    found: list[str] = []  # the best word of each finding, then cue words ("withuot")
+    for _, candidate in scored:
+        if table.words[candidate] not in {table.words[f] for f in found}:
+            found.append(candidate)
+    found = found[:3]
+    found += difflib.get_close_matches(word, _CUE_WORDS, n=2, cutoff=SUGGEST_AT)
+    return "", tuple(dict.fromkeys(found))
+
+
+_CUE_WORDS = sorted({w for phrase in CUES for w in phrase.split() if len(w) >= 4})
 
 
 def _close(word: str, table: _Table) -> list[str]:
     """Finding words like `word`, and those it begins ("pneumo": pneumonia, pneumothorax)."""
-    close = difflib.get_close_matches(word, list(table.words), n=6, cutoff=SUGGEST_AT)
-    longer = [w for w in table.words if len(word) >= 5 and w.startswith(word) and w != word]
+    close = difflib.get_close_matches(word, table.candidates, n=6, cutoff=SUGGEST_AT)
+    longer = [w for w in table.candidates if len(word) >= 5 and w.startswith(word) and w != word]
     return list(dict.fromkeys([*close, *sorted(longer, key=len)[:6]]))
 
 
