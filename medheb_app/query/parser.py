@@ -514,7 +514,7 @@ class _State:
                     self.scope_findings += 1
                 continue
             if self.mode == "unk":
-                self.block(target.names, phrase)
+                self.block(target.names)
                 self.warnings.append(
                     f"'{self.cue_text}' before '{phrase}' was not understood (it may be a "
                     f"negation), so {' and '.join(target.names)} is neither required nor "
@@ -522,7 +522,7 @@ class _State:
                 )
                 continue
             if target.any_of and self.mode not in _NEG_MODES:
-                self.block(target.names, phrase)
+                self.block(target.names)
                 self.warnings.append(
                     f"'{phrase}' means {' or '.join(target.names)} here; a query can only "
                     "require findings together, so name the one you want."
@@ -539,7 +539,7 @@ class _State:
             self.events.append((name, "neg"))
             self.scope_findings += 1
         elif self.mode == "amb":
-            self.block((name,), phrase)
+            self.block((name,))
             self.warnings.append(
                 f"'{self.cue_text} ... and {phrase}' is ambiguous: {name} is neither required "
                 f"nor excluded. Write 'no ... and no {phrase}' to exclude it, or "
@@ -561,7 +561,7 @@ class _State:
             self.events.append((name, "pos"))
             self.group.append(name)
 
-    def block(self, names: Iterable[str], phrase: str) -> None:
+    def block(self, names: Iterable[str]) -> None:
         self.events.extend((name, "block") for name in names)
 
     # -- joiners
@@ -620,7 +620,7 @@ class _State:
         if not uncertain:
             for name in self.clause:
                 self._retract(name)
-                self.block((name,), cue_text)
+                self.block((name,))
                 self.warnings.append(
                     f"'{cue_text}' may also apply to {name}, named before it in the same "
                     f"sentence; {name} is neither required nor excluded. Write 'no {name}' "
@@ -634,7 +634,7 @@ class _State:
         reached = list(dict.fromkeys([*self.clause, *self.group, *self.last_added]))
         for name in reached:
             self._retract(name)
-            self.block((name,), word)
+            self.block((name,))
         if reached:
             self.warnings.append(
                 f"'{word}' after '{phrase}' was not understood (it may be a negation), so "
@@ -686,7 +686,7 @@ class _State:
         self.events.extend((name, event) for name in names)
         self.group = list(names) if event == "pos" else []
 
-    def structure_uncertain(self, cue_text: str) -> None:
+    def structure_uncertain(self) -> None:
         """'heart size is borderline / top normal': the structure's finding is hedged."""
         for structure in self.structures:
             meant = STRUCTURE_ENLARGED.get(structure.payload, ())  # type: ignore[call-overload]
@@ -787,7 +787,7 @@ def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
         state.open_scope(kind, item.phrase)
     elif kind == "unc":
         if before is not None and before.kind == "structure" and state.structures:
-            state.structure_uncertain(item.phrase)
+            state.structure_uncertain()
         elif after_finding and (after is None or after.kind != "finding") and state.group:
             state.postfix(item.phrase, uncertain=True)  # "pneumothorax unlikely"
         else:
@@ -800,7 +800,7 @@ def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
                 # "no effusion and pneumothorax absent", "rule out A, B absent": the last is
                 # negated, the others of the scope may be
                 state.events.extend((name, "neg") for name in state.last_added)
-                state.block([n for n in state.scope_names if n not in state.last_added], "")
+                state.block([n for n in state.scope_names if n not in state.last_added])
             state.close_scope()  # "no effusion absent": already negated
         else:  # "absent of edema", "resolved effusion": not after a finding -> prefix
             state.open_scope("neg" if kind == "negpost" else "unc", item.phrase)
