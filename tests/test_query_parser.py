@@ -772,3 +772,10 @@ def test_spell_checking_is_bounded_per_query() -> None:
     assert len(checked) == MAX_SPELL_CHECKS
     assert "efusioz" not in checked and "efusioz" in parsed.unknown  # the 26th: not checked
     assert parsed.positive == ()  # corrected 'efusion' sits among unknown words: left open
+
+
+def test_a_postfix_negation_after_a_finding_the_vocabulary_lacks() -> None:
+    parsed = parse_query("effusion, fracture absent", NIH_14)
+    assert parsed.positive == () and parsed.uncertain == ("Effusion",)
+    alone = parse_query("fracture absent", NIH_14)
+    assert alone.unknown == ("fracture",) and len(alone.warnings) == 1

@@ -793,7 +793,7 @@ def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
         else:
             state.open_scope("unc", item.phrase)
     elif kind in ("negpost", "uncpost"):
-        if after_finding and state.group:
+        if after_finding and (state.group or state.clause):
             state.postfix(item.phrase, uncertain=kind == "uncpost")
         elif before is not None and before.kind == "finding" and state.mode != "pos":
             if state.mode not in _NEG_MODES and kind == "negpost":
@@ -802,6 +802,8 @@ def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
                 state.events.extend((name, "neg") for name in state.last_added)
                 state.block([n for n in state.scope_names if n not in state.last_added])
             state.close_scope()  # "no effusion absent": already negated
+        elif after_finding:
+            pass  # after a finding out of the vocabulary, already reported ("fracture absent")
         else:  # "absent of edema", "resolved effusion": not after a finding -> prefix
             state.open_scope("neg" if kind == "negpost" else "unc", item.phrase)
     elif kind == "boundary":
