@@ -1,179 +1,42 @@
-"""Run a suite of tasks against models: embed, rank by cosine, score, and write the results.
+"""Run a suite against models: score, rank, write result files and record the run in the store.
 
-MedHEB section 5.1: for each task a model embeds the queries (with the task instruction,
-Appendix A.6) and the candidate pool (without one), ranks candidates by cosine similarity and
-is scored by where the relevant targets land. Two baselines need no model: "random" (a seeded
-random ranking: chance level) and "oracle" (puts the relevant candidates first, highest gain
-first: the upper bound). Everything else is loaded by models.registry.load_embedder.
+Two kinds of suite, one runner:
+- MedHEB (`medheb-lite` or a manifest folder), section 5.1: for each task a model embeds the
+  queries (with the task instruction, Appendix A.6) and the candidate pool (without one),
+  ranks candidates by cosine similarity and is scored by where the relevant targets land.
+- CXR-Retrieve (`CxrRetrieveSuite`): 145 compositional text queries over a labelled chest
+  X-ray gallery, scored by eval/cxr_retrieve.py under main and strict relevance.
+
+Rankers, the baselines and the oracle of each kind of relevance: medheb_app.eval.rankers.
+Every run writes DIR/summary.json (a `Summary`) plus one result file per model and task, and
+a row per run and per model-task in the store, so the explorer lists both kinds alike.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from medheb_app.eval import metrics
+from medheb_app.eval.rankers import Progress, Ranker, load_ranker, task_forms
 from medheb_app.eval.results import ModelSummary, Summary, TaskRun, model_dirname, now_iso
 from medheb_app.evidence.study import EmbedItem, Evidence, Study
-from medheb_app.models.base import ModelCard, l2_normalise
 from medheb_app.settings import Settings
 from medheb_app.tasks.base import FAMILIES, Suite, Task
+from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
-Progress = Callable[[float, str], None]
 TOP_K = 10
 BASELINE_SPECS = ("random", "oracle")
-ORACLE_NOTE = (
-    "oracle is not a model: it ranks each query's relevant candidates first (highest gain "
-    "first), so its scores are the upper bound each task allows."
-)
-RANDOM_NOTE = "random ranks candidates in a seeded random order: the chance level of each task."
-
-
-class Ranker(Protocol):
-    """Scores every candidate of a task for every query: (n_queries, n_candidates)."""
-
-    spec: str
-    card: ModelCard
-    note: str
-
-    def score(
-        self, task: Task, progress: Progress | None, stop: threading.Event | None
-    ) -> np.ndarray: ...
 
 
 def instruction_for(task: Task) -> str:
     """qry_inst followed by the task-level qry_text (e.g. Table 9's question), if any."""
     return task.metadata.instruction
-
-
-def _baseline_card(name: str, description: str) -> ModelCard:
-    return ModelCard(
-        name=name,
-        version="1",
-        dims=0,
-        modalities=("text", "2d", "3d"),
-        license="n/a",
-        description=description,
-    )
-
-
-class OracleRanker:
-    """Scores each candidate by its relevance: the perfect ranking, ties kept in pool order."""
-
-    spec = "oracle"
-    note = ORACLE_NOTE
-    card = _baseline_card("oracle", ORACLE_NOTE)
-
-    def score(self, task: Task, progress: Progress | None, stop: threading.Event | None):
-        index = {c.id: j for j, c in enumerate(task.candidates)}
-        scores = np.zeros((len(task.queries), len(task.candidates)), dtype=np.float32)
-        for i, query in enumerate(task.queries):
-            for cid, gain in task.relevance(query).items():
-                scores[i, index[cid]] = gain
-        return scores
-
-
-class RandomRanker:
-    """Uniform random scores, seeded by the task name so reruns give the same chance level."""
-
-    spec = "random"
-    note = RANDOM_NOTE
-    card = _baseline_card("random", RANDOM_NOTE)
-
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = seed
-
-    def score(self, task: Task, progress: Progress | None, stop: threading.Event | None):
-        task_seed = int(hashlib.sha256(task.name.encode()).hexdigest()[:8], 16)
-        rng = np.random.default_rng([self.seed, task_seed])
-        return rng.random((len(task.queries), len(task.candidates)), dtype=np.float32)
-
-
-class EmbeddingRanker:
-    """Cosine similarity between instructed query embeddings and plain candidate embeddings."""
-
-    note = ""
-
-    def __init__(self, spec: str, embedder: Any, cache: Any | None) -> None:
-        self.spec = spec
-        self.embedder = embedder
-        self.card = embedder.card
-        self.cache = cache
-
-    def embed(
-        self,
-        items: Sequence[EmbedItem],
-        ids: Sequence[str],
-        instruction: str | None,
-        progress: Progress | None,
-        stop: threading.Event | None,
-    ) -> np.ndarray:
-        from medheb_app.index.cache import embed_with_cache
-
-        vectors = embed_with_cache(
-            self.embedder, items, ids, self.cache, instruction, progress=progress, stop=stop
-        )
-        return l2_normalise(vectors)
-
-    def score(self, task: Task, progress: Progress | None, stop: threading.Event | None):
-        instruction = instruction_for(task) or None
-
-        def half(offset: float) -> Progress | None:
-            if progress is None:
-                return None
-            return lambda fraction, message: progress(offset + fraction / 2, message)
-
-        queries = self.embed(
-            [q.item for q in task.queries],
-            [q.id for q in task.queries],
-            instruction,
-            half(0.0),
-            stop,
-        )
-        candidates = self.embed(
-            [c.item for c in task.candidates],
-            [c.id for c in task.candidates],
-            None,
-            half(0.5),
-            stop,
-        )
-        return queries @ candidates.T
-
-
-def load_ranker(spec: str, settings: Settings, seed: int = 0) -> Ranker:
-    """'oracle' and 'random' are built in; any other spec goes through the model registry."""
-    if spec == "oracle":
-        return OracleRanker()
-    if spec == "random":
-        return RandomRanker(seed)
-    from medheb_app.index.cache import EmbeddingCache
-    from medheb_app.models.registry import load_embedder
-
-    return EmbeddingRanker(spec, load_embedder(spec, settings), EmbeddingCache(settings.cache_dir))
-
-
-def item_forms(item: EmbedItem) -> set[str]:
-    if isinstance(item, str):
-        return {"text"}
-    if isinstance(item, Evidence):
-        return set(item.forms)
-    if isinstance(item, Study):
-        return {item.form}
-    return set()
-
-
-def task_forms(task: Task) -> set[str]:
-    """Every evidence form the task asks a model to read."""
-    forms: set[str] = set()
-    for entry in [*task.queries, *task.candidates]:
-        forms |= item_forms(entry.item)
-    return forms
 
 
 def item_payload(item: EmbedItem) -> dict[str, Any]:
@@ -338,14 +201,52 @@ def summarise_model(spec: str, card: dict, note: str, runs: Sequence[TaskRun]) -
     return ModelSummary(spec, card, tasks, families, splits, consistency, relations, note)
 
 
-def _open_store(settings: Settings):
-    from medheb_app.store.db import Store
+class RunRecord:
+    """A run's row in the SQL store (or nothing, with record=False): start, results, finish."""
 
-    return Store.open(settings.database_url)
+    def __init__(self, settings: Settings, record: bool) -> None:
+        self.store = None
+        self.run_id: int | None = None
+        if record:
+            from medheb_app.store.db import Store
+
+            self.store = Store.open(settings.database_url)
+
+    def start(self, suite: str, specs: list[str], out_dir: Path, settings: dict) -> None:
+        from medheb_app.store import runs as run_table
+
+        if self.store is not None:
+            self.run_id = run_table.start_run(self.store, suite, specs, str(out_dir), settings)
+
+    def add(self, **values: Any) -> None:
+        from medheb_app.store import runs as run_table
+
+        if self.store is not None and self.run_id is not None:
+            run_table.add_task_result(self.store, self.run_id, **values)
+
+    def finish(self, error: BaseException | None = None) -> None:
+        from medheb_app.store import runs as run_table
+
+        if self.store is None or self.run_id is None:
+            return
+        if error is None:
+            run_table.finish_run(self.store, self.run_id, "finished")
+        else:
+            status = "cancelled" if isinstance(error, InterruptedError) else "failed"
+            run_table.finish_run(self.store, self.run_id, status, error=str(error))
+
+
+def _check_models(models: Sequence[str | Ranker]) -> list[str]:
+    if not models:
+        raise ValueError("Give at least one model spec (e.g. --model random).")
+    specs = [m if isinstance(m, str) else m.spec for m in models]
+    if len(set(specs)) != len(specs):
+        raise ValueError("The same model spec was given twice.")
+    return specs
 
 
 def run_suite(
-    suite: Suite | Sequence[Task],
+    suite: Suite | CxrRetrieveSuite | Sequence[Task],
     models: Sequence[str | Ranker],
     out_dir: Path,
     settings: Settings,
@@ -353,46 +254,62 @@ def run_suite(
     stop: threading.Event | None = None,
     only: Sequence[str] | None = None,
     record: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> Summary:
-    """Evaluate every model on every task; write per-task files, summary.json and report.md.
+    """Evaluate every model on every task; write result files, summary.json and report.md.
 
-    `models` are spec strings (see load_ranker) or ready Ranker objects.
-
+    `models` are spec strings (see eval.rankers.load_ranker) or ready Ranker objects.
     Runs are recorded in the SQL store (`record`). Cancelling through `stop` raises
     InterruptedError after marking the run cancelled; finished task files stay on disk.
+    `log` gets one line per task (what was scored, its main score, or why it was skipped).
     """
     from medheb_app.eval.reports import render_report
-    from medheb_app.store import runs as run_table
 
-    if not models:
-        raise ValueError("Give at least one model spec (e.g. --model random).")
-    specs = [m if isinstance(m, str) else m.spec for m in models]
-    if len(set(specs)) != len(specs):
-        raise ValueError("The same model spec was given twice.")
+    specs = _check_models(models)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    report = progress or (lambda fraction, message: None)
+    note = log or (lambda line: None)
+    report(0.0, "building tasks")
+    runner = _run_cxr_retrieve if isinstance(suite, CxrRetrieveSuite) else _run_medheb
+    summary = runner(suite, models, specs, out_dir, settings, report, note, stop, only, record)
+    summary.to_disk(out_dir)
+    (out_dir / "report.md").write_text(render_report(summary))
+    report(1.0, f"done: {len(summary.tasks)} tasks x {len(models)} models")
+    return summary
+
+
+def _run_medheb(
+    suite: Suite | Sequence[Task],
+    models: Sequence[str | Ranker],
+    specs: list[str],
+    out_dir: Path,
+    settings: Settings,
+    report: Progress,
+    note: Callable[[str], None],
+    stop: threading.Event | None,
+    only: Sequence[str] | None,
+    record: bool,
+) -> Summary:
     started_iso = now_iso()
     started = time.perf_counter()
-    report = progress or (lambda fraction, message: None)
-    report(0.0, "building tasks")
     if isinstance(suite, Suite):
         suite_name = suite.name
         tasks, skipped = suite.build(settings, only=only)
     else:
         suite_name, tasks, skipped = "custom", list(suite), {}
+    for name, why in skipped.items():
+        note(f"skipped {name}: {why}")
     if not tasks:
         raise ValueError(f"No task of suite {suite_name} could be built: {skipped}")
     build_s = time.perf_counter() - started
-    settings_record = {"data_dir": str(settings.data_dir), "device": settings.device}
-    store = _open_store(settings) if record else None
-    run_id = (
-        run_table.start_run(store, suite_name, specs, str(out_dir), settings_record)
-        if store
-        else None
-    )
+    settings_record = run_settings(settings)
+    recorder = RunRecord(settings, record)
+    recorder.start(suite_name, specs, out_dir, settings_record)
     summaries: dict[str, ModelSummary] = {}
     model_timing: dict[str, float] = {}
-    total = len(models) * len(tasks)
+    weights = [task_work(task) for task in tasks]
+    total = len(models) * sum(weights)
     try:
         for m, model in enumerate(models):
             model_started = time.perf_counter()
@@ -402,41 +319,47 @@ def run_suite(
             for t, task in enumerate(tasks):
                 if stop is not None and stop.is_set():
                     raise InterruptedError("Benchmark run was cancelled.")
-                done = (m * len(tasks) + t) / total
+                done = (m * sum(weights) + sum(weights[:t])) / total
+                share = weights[t] / total
                 report(done, f"{spec}: {task.name}")
                 missing = task_forms(task) - set(ranker.card.modalities)
                 if missing:
-                    skipped[f"{spec}/{task.name}"] = (
-                        f"{spec} does not read {', '.join(sorted(missing))} evidence"
-                    )
+                    why = f"{spec} does not read {', '.join(sorted(missing))} evidence"
+                    skipped[f"{spec}/{task.name}"] = why
+                    note(f"skipped {spec}/{task.name}: {why}")
                     continue
 
                 def task_progress(
-                    fraction: float, message: str, _done: float = done, _name: str = task.name
+                    fraction: float,
+                    message: str,
+                    _done: float = done,
+                    _share: float = share,
+                    _name: str = task.name,
                 ) -> None:
-                    report(_done + fraction / total, f"{_name}: {message}")
+                    report(_done + fraction * _share, f"{_name}: {message}")
 
                 run = evaluate_task(task, ranker, task_progress, stop)
                 path = run.to_disk(out_dir)
                 runs.append(run)
-                if store is not None and run_id is not None:
-                    run_table.add_task_result(
-                        store,
-                        run_id,
-                        model=spec,
-                        task=task.name,
-                        family=task.metadata.family,
-                        split=task.metadata.split,
-                        metrics={k: v for k, v in run.scores.items() if k != "n_queries"},
-                        path=str(path),
-                    )
+                main = task.metadata.main_metric
+                note(
+                    f"{spec} on {task.name}: {main} {100 * run.scores[main]:.1f} "
+                    f"({len(task.queries)} queries, {len(task.candidates)} candidates, "
+                    f"{run.timing['score_s']:.1f} s)"
+                )
+                recorder.add(
+                    model=spec,
+                    task=task.name,
+                    family=task.metadata.family,
+                    split=task.metadata.split,
+                    metrics={k: v for k, v in run.scores.items() if k != "n_queries"},
+                    path=str(path),
+                )
             if runs:
                 summaries[spec] = summarise_model(spec, ranker.card.to_dict(), ranker.note, runs)
             model_timing[spec] = round(time.perf_counter() - model_started, 2)
     except BaseException as error:
-        if store is not None and run_id is not None:
-            status = "cancelled" if isinstance(error, InterruptedError) else "failed"
-            run_table.finish_run(store, run_id, status, error=str(error))
+        recorder.finish(error)
         raise
     summary = Summary(
         suite=suite_name,
@@ -451,25 +374,143 @@ def run_suite(
             "build_tasks_s": round(build_s, 2),
             **{f"{k}_s": v for k, v in model_timing.items()},
         },
-        run_id=run_id,
+        run_id=recorder.run_id,
     )
     summary.timing["total_s"] = round(time.perf_counter() - started, 2)
-    summary.to_disk(out_dir)
-    (out_dir / "report.md").write_text(render_report(summary))
-    if store is not None and run_id is not None:
-        run_table.finish_run(store, run_id, "finished")
-    report(1.0, f"done: {len(tasks)} tasks x {len(models)} models")
+    recorder.finish()
+    return summary
+
+
+def task_work(task: Any) -> int:
+    """A task's share of a run's work: what a model embeds (queries plus candidates)."""
+    return len(task.queries) + len(task.candidates)
+
+
+def run_settings(settings: Settings) -> dict[str, Any]:
+    """What of the settings a run's numbers depend on (kept in summary.json and the store)."""
+    return {
+        "data_dir": str(settings.data_dir),
+        "device": settings.device,
+        "shared_data": str(settings.shared_data_dir),
+    }
+
+
+def _run_cxr_retrieve(
+    suite: CxrRetrieveSuite,
+    models: Sequence[str | Ranker],
+    specs: list[str],
+    out_dir: Path,
+    settings: Settings,
+    report: Progress,
+    note: Callable[[str], None],
+    stop: threading.Event | None,
+    only: Sequence[str] | None,
+    record: bool,
+) -> Summary:
+    from medheb_app.eval.cxr_retrieve import cxr_model_summary, evaluate
+    from medheb_app.index.cache import EmbeddingCache
+    from medheb_app.ranking.probes import ProbeConfig
+
+    if only:
+        raise ValueError("The cxr-retrieve suite is one task; --task does not apply.")
+    started_iso = now_iso()
+    started = time.perf_counter()
+    gallery, train = suite.build(settings)
+    for line in gallery.notes:
+        note(f"note: {line}")
+    build_s = time.perf_counter() - started
+    settings_record = {**run_settings(settings), **suite.describe()}
+    recorder = RunRecord(settings, record)
+    recorder.start(suite.name, specs, out_dir, settings_record)
+    cache = EmbeddingCache(settings.cache_dir)
+    summaries: dict[str, ModelSummary] = {}
+    model_timing: dict[str, float] = {}
+    try:
+        for m, model in enumerate(models):
+            if stop is not None and stop.is_set():
+                raise InterruptedError("Benchmark run was cancelled.")
+            model_started = time.perf_counter()
+            spec = model if isinstance(model, str) else model.spec
+            report(m / len(models), f"{spec}: cxr-retrieve")
+            ranker = (
+                load_ranker(
+                    model,
+                    settings,
+                    "constraints",
+                    cache=cache,
+                    train_studies=lambda: train,
+                    probe_config=ProbeConfig(views=suite.probe_views),
+                )
+                if isinstance(model, str)
+                else model
+            )
+
+            def model_progress(
+                fraction: float, message: str, _m: int = m, _spec: str = spec
+            ) -> None:
+                report((_m + fraction) / len(models), f"{_spec}: {message}")
+
+            result = evaluate(
+                ranker, gallery, suite.setting, suite.paraphrase, model_progress, stop
+            )
+            result.timing_s["total"] = round(time.perf_counter() - model_started, 2)
+            path = result.to_disk(out_dir)
+            summaries[spec] = cxr_model_summary(result)
+            flat = summaries[spec].tasks[suite.name]
+            note(
+                f"{spec} on cxr-retrieve ({len(gallery)} images): P@5 single "
+                f"{flat['single/P@5']:.1f}, pair {flat['pair/P@5']:.1f}, negation "
+                f"{flat['negation/P@5']:.1f}, HNRR@5 {flat['negation/HNRR@5']:.1f}"
+            )
+            recorder.add(
+                model=spec,
+                task=suite.name,
+                family="T-I",
+                split="ID",
+                metrics={k: v for k, v in flat.items() if "/" in k},
+                path=str(path),
+            )
+            model_timing[spec] = result.timing_s["total"]
+    except BaseException as error:
+        recorder.finish(error)
+        raise
+    summary = Summary(
+        suite=suite.name,
+        models=summaries,
+        tasks=[
+            {
+                "name": suite.name,
+                "family": "T-I",
+                "form": "2d",
+                "split": "ID",
+                "source": suite.data,
+                "graded": False,
+                "n_queries": 145,
+                "n_candidates": len(gallery),
+                **suite.describe(),
+            }
+        ],
+        skipped={},
+        out_dir=str(out_dir),
+        started=started_iso,
+        finished=now_iso(),
+        settings=settings_record,
+        timing={
+            "build_tasks_s": round(build_s, 2),
+            **{f"{k}_s": v for k, v in model_timing.items()},
+        },
+        run_id=recorder.run_id,
+        kind="cxr-retrieve",
+    )
+    summary.timing["total_s"] = round(time.perf_counter() - started, 2)
+    recorder.finish()
     return summary
 
 
 __all__ = [
     "BASELINE_SPECS",
-    "EmbeddingRanker",
-    "OracleRanker",
-    "RandomRanker",
     "evaluate_task",
     "instruction_for",
-    "load_ranker",
     "model_dirname",
     "rank",
     "run_suite",
