@@ -1,0 +1,136 @@
+"""Both suites through one runner: stored, listed in the explorer, and reloaded byte-for-byte.
+
+`bench run --suite medheb-lite` and `bench run --suite cxr-retrieve` each land in the store as
+a run; their result files load back into the same tables; the phantom gallery evaluated is
+the saved demo corpus on disk (the PNGs the app indexes), not a regenerated copy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from medheb_app.cli import main
+from medheb_app.eval.cxr_tables import render_tables
+from medheb_app.eval.reports import render_report
+from medheb_app.eval.results import CxrRetrieveReport, Summary, TaskRun, load_cxr_reports
+from medheb_app.services import create_services
+from medheb_app.settings import Settings
+from medheb_app.store.db import Store
+from medheb_app.store.runs import list_runs, results_of
+from medheb_app.ui import explorer_tab as ex
+from tests.test_cxr_cli import nih_fixture
+
+
+def _stored_run(settings: Settings, run_id: int):
+    store = Store.open(settings.database_url)
+    run = next(r for r in list_runs(store) if r.id == run_id)
+    return run, results_of(store, run_id)
+
+
+def test_cxr_retrieve_suite_is_stored_and_reloads_into_the_same_tables(
+    tmp_path: Path, settings: Settings, capsys
+) -> None:
+    data = nih_fixture(tmp_path / "nih")
+    out = tmp_path / "cxr-run"
+    args = ["bench", "run", "--suite", "cxr-retrieve", "--data", f"nih:{data}", "--split", "all"]
+    code = main([*args, "--model", "oracle", "--model", "random", "--out", str(out), "--json"])
+    assert code == 0, capsys.readouterr().err
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["kind"] == "cxr-retrieve" and set(payload["models"]) == {"oracle", "random"}
+
+    run, rows = _stored_run(settings, payload["run_id"])
+    assert run.suite == "cxr-retrieve" and run.status == "finished"
+    assert {r.model for r in rows} == {"oracle", "random"}
+    assert {r.task for r in rows} == {"cxr-retrieve"}
+    assert "negation/P@5" in rows[0].metrics
+
+    summary = Summary.from_disk(out)
+    reports = [summary.cxr_report(m) for m in summary.models]
+    assert [r.model for r in reports] == ["oracle", "random"]
+    assert all(r.code_version and r.created and r.gallery_revision for r in reports)
+    # report.md was rendered from the in-memory run; the reloaded files give the same bytes
+    assert (out / "report.md").read_text() == render_report(summary)
+    assert render_tables(load_cxr_reports(out)) == render_tables(reports)
+    # the thin front writes a file that loads into the same tables as the stored run
+    cli_out = tmp_path / "cxr.json"
+    front = ["cxr-retrieve", "eval", "--data", f"nih:{data}", "--split", "all", "--out"]
+    assert main([*front, str(cli_out), "--model", "oracle", "--model", "random"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(render_tables(load_cxr_reports(cli_out)))
+    assert render_tables(load_cxr_reports(cli_out)) == render_tables(reports)
+
+    services = create_services(settings, start_bootstrap=False)
+    assert payload["run_id"] in [value for _, value in ex.run_choices(services)]
+    assert ex.load_summary(services, payload["run_id"]).kind == "cxr-retrieve"
+
+
+def test_medheb_suite_is_stored_and_reloads_into_the_same_tables(
+    tmp_path: Path, settings: Settings, capsys
+) -> None:
+    out = tmp_path / "medheb-run"
+    args = ["bench", "run", "--suite", "medheb-lite", "--task", "iu-findings2impression"]
+    assert main([*args, "--model", "oracle", "--model", "random", "--out", str(out)]) == 0
+    capsys.readouterr()
+    summary = Summary.from_disk(out)
+    run, rows = _stored_run(settings, summary.run_id)
+    assert run.suite == "medheb-lite" and {r.model for r in rows} == {"oracle", "random"}
+    assert (out / "report.md").read_text() == render_report(summary)
+    task_run = summary.task_run("oracle", "iu-findings2impression")
+    reloaded = TaskRun.from_dict(json.loads(json.dumps(task_run.to_dict())))
+    assert reloaded == task_run and reloaded.code_version
+    services = create_services(settings, start_bootstrap=False)
+    assert summary.run_id in [value for _, value in ex.run_choices(services)]
+
+
+def test_a_result_file_of_another_schema_is_refused(tmp_path: Path) -> None:
+    report = CxrRetrieveReport(
+        model="m",
+        source="phantom",
+        split="test",
+        setting="main",
+        paraphrase=False,
+        n_gallery=0,
+        regimes={},
+        settings={},
+        without_relevant={},
+        queries=[],
+    )
+    path = report.save(tmp_path / "r.json")
+    assert CxrRetrieveReport.load(path) == report
+    path.write_text(json.dumps({**report.to_dict(), "schema_version": 99}))
+    with pytest.raises(ValueError, match="incompatible version"):
+        CxrRetrieveReport.load(path)
+
+
+def test_phantom_gallery_is_the_saved_corpus_on_disk(
+    tmp_path: Path, settings: Settings, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The images evaluated are the demo corpus's PNG files, pixel for pixel."""
+    from medheb_app.demo import demo_chest_corpus
+    from medheb_app.tasks.cxr_retrieve import load_gallery
+
+    monkeypatch.setenv("MEDHEB_DEMO_SIZE", "40")
+    small = Settings.from_env()
+    gallery = load_gallery("phantom", small, split=None)
+    directory = demo_chest_corpus(small)
+    assert len(gallery) == 40
+    for study in gallery.studies:
+        path = Path(study.path)
+        assert path.is_file() and path.parent.parent == directory
+        on_disk = np.asarray(Image.open(path), dtype=np.float32)
+        assert np.array_equal(np.asarray(study.load_pixels(), dtype=np.float32), on_disk / 255.0)
+    # and the run records which files it ranked
+    out = tmp_path / "run"
+    code = main(
+        ["bench", "run", "--suite", "cxr-retrieve", "--split", "all", "--model", "oracle"]
+        + ["--out", str(out)]
+    )
+    assert code == 0, capsys.readouterr().err
+    report = Summary.from_disk(out).cxr_report("oracle")
+    shown = {hit["path"] for query in report.queries for hit in query["top_k"]}
+    assert shown and all(Path(p).parent.parent == directory for p in shown)
