@@ -126,10 +126,8 @@ def test_phantom_gallery_is_the_saved_corpus_on_disk(
         assert np.array_equal(np.asarray(study.load_pixels(), dtype=np.float32), on_disk / 255.0)
     # and the run records which files it ranked
     out = tmp_path / "run"
-    code = main(
-        ["bench", "run", "--suite", "cxr-retrieve", "--split", "all", "--model", "oracle"]
-        + ["--out", str(out)]
-    )
+    args = ["bench", "run", "--suite", "cxr-retrieve", "--split", "all", "--model", "oracle"]
+    code = main([*args, "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     report = Summary.from_disk(out).cxr_report("oracle")
     shown = {hit["path"] for query in report.queries for hit in query["top_k"]}
