@@ -171,3 +171,43 @@ def finding_rows(report: CxrRetrieveReport) -> list[dict[str, Any]]:
         }
         for name in single
     ]
+
+
+def leaderboard_rows(reports: Sequence[CxrRetrieveReport]) -> list[dict[str, Any]]:
+    """Per model: P@1 / P@5 per regime and negation HNRR@5 (chosen setting, percent), with a
+    95% bootstrap CI over the negation queries' P@5."""
+    from medheb_app.eval.metrics import bootstrap_ci
+
+    rows = []
+    for report in reports:
+        row: dict[str, Any] = {"model": report.model}
+        for kind in KINDS:
+            row[f"{kind} P@1"] = round(report.regimes[kind]["P@1"], 1)
+            row[f"{kind} P@5"] = round(report.regimes[kind]["P@5"], 1)
+        row["negation HNRR@5 ↓"] = round(report.regimes["negation"]["HNRR@5"], 1)
+        values = [
+            q[f"metrics_{report.setting}"]["P@5"] for q in report.queries if q["kind"] == "negation"
+        ]
+        _, low, high = bootstrap_ci(values)
+        row["negation P@5 95% CI"] = f"[{100 * low:.1f}, {100 * high:.1f}]"
+        rows.append(row)
+    return rows
+
+
+def finding_table_rows(reports: Sequence[CxrRetrieveReport]) -> list[dict[str, Any]]:
+    """Per finding A, per model: 'P@5 of "A" / mean P@5 of "A and no B"' (chosen setting)."""
+    per_model = {
+        r.model: (p5_by_finding(r, "single", r.setting), p5_by_finding(r, "negation", r.setting))
+        for r in reports
+    }
+    findings = list(next(iter(per_model.values()))[0]) if per_model else []
+    return [
+        {
+            "finding (single / negation P@5)": name,
+            **{
+                model: f"{_fmt(single.get(name))} / {_fmt(negation.get(name))}"
+                for model, (single, negation) in per_model.items()
+            },
+        }
+        for name in findings
+    ]

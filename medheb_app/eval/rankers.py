@@ -146,6 +146,23 @@ def content_key(entry: Entry) -> str:
     return str(entry.id)
 
 
+def unit_rows(vectors: np.ndarray, tolerance: float = 1e-5) -> np.ndarray:
+    """Rows scaled to unit length, leaving rows already of unit length bit-for-bit unchanged.
+
+    Most embedders return unit vectors; dividing them by a norm of 1 +- 1e-7 again would only
+    add rounding noise, which reorders exact ties (the label oracle has many) differently from
+    run to run of different code paths. Ties keep gallery order only if scores stay exact.
+    """
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=-1)
+    off = np.abs(norms - 1.0) > tolerance
+    if not off.any():
+        return vectors
+    out = vectors.copy()
+    out[off] = l2_normalise(vectors[off])
+    return out
+
+
 class EmbeddingRanker:
     """Cosine similarity between instructed query embeddings and plain candidate embeddings.
 
@@ -181,7 +198,7 @@ class EmbeddingRanker:
             progress=progress,
             stop=stop,
         )
-        return l2_normalise(vectors)
+        return unit_rows(vectors)
 
     def score(self, task: Any, progress: Progress | None = None, stop=None) -> np.ndarray:
         def part(offset: float, share: float) -> Progress | None:

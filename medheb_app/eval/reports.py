@@ -223,6 +223,25 @@ def comparison_rows(
     return rows
 
 
+def hit1_ci(
+    summary: Summary, model: str, tasks: Sequence[str], n_boot: int = 1000, seed: int = 0
+) -> tuple[float, float, float] | None:
+    """(task-macro Hit@1, low, high) in percent over `tasks`, queries resampled within each task
+    (95% stratified bootstrap); None when the model ran none of them."""
+    block = summary.models.get(model)
+    if block is None:
+        return None
+    groups = [
+        [float(q["hit@1"]) for q in summary.task_run(model, task).queries]
+        for task in tasks
+        if task in block.tasks
+    ]
+    if not groups:
+        return None
+    mean, low, high = metrics.stratified_bootstrap_ci(groups, n_boot=n_boot, seed=seed)
+    return 100 * mean, 100 * low, 100 * high
+
+
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """Rows of equal keys as a GitHub markdown table ('' when there are none)."""
     if not rows:
