@@ -132,3 +132,35 @@ def test_phantom_gallery_is_the_saved_corpus_on_disk(
     report = Summary.from_disk(out).cxr_report("oracle")
     shown = {hit["path"] for query in report.queries for hit in query["top_k"]}
     assert shown and all(Path(p).parent.parent == directory for p in shown)
+
+
+def test_cxr_drill_down_names_the_violated_constraint(
+    tmp_path: Path, settings: Settings, capsys
+) -> None:
+    data = nih_fixture(tmp_path / "nih")
+    out = tmp_path / "cxr-run"
+    args = ["bench", "run", "--suite", "cxr-retrieve", "--data", f"nih:{data}", "--split", "all"]
+    assert main([*args, "--model", "oracle", "--model", "random", "--out", str(out)]) == 0
+    capsys.readouterr()
+    summary = Summary.from_disk(out)
+    report = summary.cxr_report("random")
+    # a negation query whose random top 10 holds a hard negative (both findings present)
+    record = next(
+        q
+        for q in report.queries
+        if q["kind"] == "negation"
+        and q["metrics_main"]["P@1"] == 0.0
+        and any(hit["findings"].get(q["negatives"][0]) == 1 for hit in q["top_k"])
+    )
+    failures = ex.query_choices(summary, "negation", ["oracle", "random"], failures_only=True)
+    assert record["id"] in [qid for _, qid in failures]
+    label = dict((qid, text) for text, qid in failures)[record["id"]]
+    assert label.startswith("✓✗") and record["text"] in label
+    page = ex.ranked_lists_html(summary, "negation", record["id"], ["oracle", "random"])
+    assert f"excludes {record['negatives'][0]}" in page  # the query with its labels
+    random_column = page.split("random · ✗ miss")[1]
+    marks = [part.split("</span>")[0] for part in random_column.split("✗ VIOLATES: ")[1:]]
+    assert any(f"has {record['negatives'][0]}" in mark for mark in marks), marks
+    assert random_column.count('<img src="data:image/png;base64,') == 10  # thumbnails
+    assert str(data) not in page  # inlined pixels, never a file path
+    assert "medheb-chip violates" in random_column  # the broken finding chip in red
