@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -164,3 +165,45 @@ def test_cxr_drill_down_names_the_violated_constraint(
     assert random_column.count('<img src="data:image/png;base64,') == 10  # thumbnails
     assert str(data) not in page  # inlined pixels, never a file path
     assert "medheb-chip violates" in random_column  # the broken finding chip in red
+
+
+def test_bench_job_logs_each_task_and_every_skip_with_its_reason(
+    tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from medheb_app.run_service import bench_estimate, shared_data_line
+    from medheb_app.services import bench_job
+
+    missing = tmp_path / "no-shared-data"
+    monkeypatch.setenv("MEDHEB_SHARED_DATA", str(missing))
+    here = Settings.from_env()
+    lines: list[str] = []
+    fractions: list[float] = []
+    params = {
+        "suite": "medheb-lite",
+        "models": ["oracle"],
+        "tasks": [],
+        "families": ["T-T"],  # IU reports (bundled) and PubMedQA (real data, absent here)
+    }
+    result = bench_job(here)(
+        params, lambda f, m: fractions.append(f), lines.append, threading.Event()
+    )
+    assert any(str(missing) in line for line in lines)  # where real data was looked for
+    assert any(line.startswith("oracle on iu-findings2impression: hit@1 100.0") for line in lines)
+    skip = next(line for line in lines if line.startswith("skipped pubmedqa-q2context: "))
+    assert str(missing) in skip, skip  # the reason names the folder looked in
+    assert set(result["skipped"]) == {"pubmedqa-q2context"}
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert "MISSING" in shared_data_line(SimpleNamespace(settings=here))
+    services = create_services(here, start_bootstrap=False)
+    rows = bench_estimate(services, "medheb-lite", ["oracle", "random"])
+    assert [r["model"] for r in rows] == ["oracle", "random"]
+    assert rows[0]["items last run"] > 0  # counted from the run just stored
+    with pytest.raises(ValueError, match="Unknown task"):
+        bench_job(here)(
+            {**params, "tasks": ["nope"], "families": []},
+            lambda f, m: None,
+            print,
+            threading.Event(),
+        )
