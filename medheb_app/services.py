@@ -259,48 +259,21 @@ def train_job(settings: Settings) -> JobFn:
     def run(params, progress, log, stop) -> dict:
         from medheb_app.jobs import JobCancelled
         from medheb_app.train.config import config_from_sources
+        from medheb_app.train.recipes import get_recipe
 
-        recipe, tag = str(params["recipe"]), str(params["tag"]).strip()
+        recipe = get_recipe(str(params["recipe"]))
+        tag = str(params["tag"]).strip()
         if not tag or not tag.replace("-", "").replace("_", "").isalnum():
             raise ValueError("A checkpoint tag uses letters, digits, - and _ only.")
         out = settings.trained_models_dir / tag
-        epochs = int(params.get("epochs", 5))
-        if recipe == "report":
-            from medheb_app.train.report import ReportTrainingConfig, train_report
-
-            overrides = {"epochs": epochs, "n": int(params.get("n", 2000))}
-            config = config_from_sources(ReportTrainingConfig, overrides=overrides)
-
-            def train(config, out, progress, stop):
-                return train_report(config, out, progress=progress, stop=stop)
-
-        elif recipe == "label-aware":
-            from medheb_app.train.label_aware import LabelAwareConfig, train_label_aware
-
-            overrides = {"epochs": epochs}
-            config = config_from_sources(LabelAwareConfig, overrides=overrides)
-
-            def train(config, out, progress, stop):
-                return train_label_aware(config, out, settings, progress=progress, stop=stop)
-
-        elif recipe == "medemb":
-            from medheb_app.train.medemb import MedEmbConfig, train_medemb
-
-            overrides = {"epochs": epochs}
-            config = config_from_sources(MedEmbConfig, overrides=overrides)
-
-            def train(config, out, progress, stop):
-                return train_medemb(config, out, settings, progress=progress, stop=stop)
-
-        else:
-            raise ValueError(
-                f"Unknown training recipe {recipe!r}; use report, label-aware or medemb."
-            )
-        log(f"training {recipe} -> {out} with {overrides}")
-        result = train(config, out, _training_progress(progress, log), stop)
-        if stop.is_set():
+        defaults = {"epochs": 5, "n": 2000}
+        overrides = {field: int(params.get(field, defaults[field])) for field in recipe.job_fields}
+        config = config_from_sources(recipe.config_class(), overrides=overrides)
+        log(f"training {recipe.name} -> {out} with {overrides}")
+        result = recipe.run(config, out, settings, _training_progress(progress, log), stop)
+        if stop.is_set() or result.card is None:
             raise JobCancelled("training was cancelled")
-        spec = f"{'medemb-lite' if recipe == 'medemb' else 'dual-lite'}@{tag}"
+        spec = recipe.spec(result.card.to_dict())
         log(f"saved {spec}")
         return {"spec": spec, "out": str(out), "result": repr(result)[:500]}
 

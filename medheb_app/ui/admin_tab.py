@@ -16,12 +16,13 @@ import pandas as pd
 from medheb_app.run_service import bench_estimate, shared_data_line
 from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services, describe_for_run
 from medheb_app.tasks.base import FAMILIES
+from medheb_app.train.recipes import RECIPES
 from medheb_app.ui import components as ui
 
 log = logging.getLogger(__name__)
 NOT_ADMIN = "Sign in as admin first."
 LOG_LINES_SHOWN = 200
-TRAIN_RECIPES = ("report", "label-aware", "medemb")
+TRAIN_RECIPES = tuple(RECIPES)  # the one recipe registry (medheb_app.train.recipes)
 OPTIONAL_PARAMS = ("tasks", "families")  # empty: the whole suite
 
 
