@@ -42,3 +42,23 @@ def test_medemb_spec_comes_from_its_recipe() -> None:
     card = {"name": "medemb-lite", "version": "t1", "weights": "/w/t1"}
     assert RECIPES["medemb"].spec(card) == "medemb-lite@/w/t1"
     assert RECIPES["report"].spec({"name": "dual-lite", "version": "t1"}) == "dual-lite@t1"
+
+
+def test_model_cache_evicts_a_superseded_checkpoint(settings, monkeypatch) -> None:
+    from medheb_app.models import registry
+
+    loads: list[int] = []
+    stamp = {"value": 1}
+
+    def resolve(spec, settings):
+        key = ("dual-lite", "/models/x", stamp["value"])
+        return key, lambda: loads.append(stamp["value"]) or object()
+
+    monkeypatch.setattr(registry, "_resolve", resolve)
+    monkeypatch.setattr(registry, "_CACHE", {("open_clip:a",): object()})
+    first = registry.load_embedder("dual-lite@x", settings)
+    assert registry.load_embedder("dual-lite@x", settings) is first and loads == [1]
+    stamp["value"] = 2  # the weights file was rewritten
+    second = registry.load_embedder("dual-lite@x", settings)
+    assert second is not first and loads == [1, 2]
+    assert set(registry._CACHE) == {("open_clip:a",), ("dual-lite", "/models/x", 2)}
