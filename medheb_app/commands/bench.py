@@ -69,12 +69,8 @@ def _suite(name: str, args: argparse.Namespace | None = None):
         if args is None:
             raise UserError("bench list covers MedHEB suites; cxr-retrieve has 145 fixed queries.")
         try:
-            return CxrRetrieveSuite(
-                data=args.data,
-                split=None if args.split == "all" else args.split,
-                setting=args.setting,
-                paraphrase=args.paraphrase,
-                probe_views=args.probe_views,
+            return CxrRetrieveSuite.from_options(
+                args.data, args.split, args.setting, args.paraphrase, args.probe_views
             )
         except ValueError as error:
             raise UserError(str(error)) from None

@@ -59,12 +59,8 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
     try:
-        suite = CxrRetrieveSuite(
-            data=args.data,
-            split=None if args.split == "all" else args.split,
-            setting=args.setting,
-            paraphrase=args.paraphrase,
-            probe_views=args.probe_views,
+        suite = CxrRetrieveSuite.from_options(
+            args.data, args.split, args.setting, args.paraphrase, args.probe_views
         )
     except ValueError as error:
         raise UserError(str(error)) from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,23 @@ class RunRecord:
             run_table.finish_run(self.store, self.run_id, status, error=str(error))
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What every suite's run loop needs besides the suite and the models."""
+
+    specs: list[str]
+    out_dir: Path
+    settings: Settings
+    report: Progress
+    note: Callable[[str], None]
+    stop: threading.Event | None
+    only: Sequence[str] | None
+    record: bool
+
+    def unpack(self) -> tuple:
+        return self.out_dir, self.settings, self.report, self.note, self.stop, self.record
+
+
 def _check_models(models: Sequence[str | Ranker]) -> list[str]:
     if not models:
         raise ValueError("Give at least one model spec (e.g. --model random).")
@@ -271,8 +289,9 @@ def run_suite(
     report = progress or (lambda fraction, message: None)
     note = log or (lambda line: None)
     report(0.0, "building tasks")
+    ctx = RunContext(specs, out_dir, settings, report, note, stop, only, record)
     runner = _run_cxr_retrieve if isinstance(suite, CxrRetrieveSuite) else _run_medheb
-    summary = runner(suite, models, specs, out_dir, settings, report, note, stop, only, record)
+    summary = runner(suite, models, ctx)
     summary.to_disk(out_dir)
     (out_dir / "report.md").write_text(render_report(summary))
     report(1.0, f"done: {len(summary.tasks)} tasks x {len(models)} models")
@@ -280,22 +299,14 @@ def run_suite(
 
 
 def _run_medheb(
-    suite: Suite | Sequence[Task],
-    models: Sequence[str | Ranker],
-    specs: list[str],
-    out_dir: Path,
-    settings: Settings,
-    report: Progress,
-    note: Callable[[str], None],
-    stop: threading.Event | None,
-    only: Sequence[str] | None,
-    record: bool,
+    suite: Suite | Sequence[Task], models: Sequence[str | Ranker], ctx: RunContext
 ) -> Summary:
+    out_dir, settings, report, note, stop, record = ctx.unpack()
     started_iso = now_iso()
     started = time.perf_counter()
     if isinstance(suite, Suite):
         suite_name = suite.name
-        tasks, skipped = suite.build(settings, only=only)
+        tasks, skipped = suite.build(settings, only=ctx.only)
     else:
         suite_name, tasks, skipped = "custom", list(suite), {}
     for name, why in skipped.items():
@@ -305,7 +316,7 @@ def _run_medheb(
     build_s = time.perf_counter() - started
     settings_record = run_settings(settings)
     recorder = RunRecord(settings, record)
-    recorder.start(suite_name, specs, out_dir, settings_record)
+    recorder.start(suite_name, ctx.specs, out_dir, settings_record)
     summaries: dict[str, ModelSummary] = {}
     model_timing: dict[str, float] = {}
     weights = [task_work(task) for task in tasks]
@@ -361,22 +372,35 @@ def _run_medheb(
     except BaseException as error:
         recorder.finish(error)
         raise
-    summary = Summary(
+    return _close_run(
+        recorder,
+        started,
+        build_s,
+        model_timing,
         suite=suite_name,
         models=summaries,
         tasks=[{**task.metadata.model_dump(), **task.counts()} for task in tasks],
         skipped=skipped,
         out_dir=str(out_dir),
         started=started_iso,
-        finished=now_iso(),
         settings=settings_record,
-        timing={
-            "build_tasks_s": round(build_s, 2),
-            **{f"{k}_s": v for k, v in model_timing.items()},
-        },
-        run_id=recorder.run_id,
     )
-    summary.timing["total_s"] = round(time.perf_counter() - started, 2)
+
+
+def _close_run(
+    recorder: RunRecord,
+    clock: float,
+    build_s: float,
+    model_timing: dict[str, float],
+    **fields: Any,
+) -> Summary:
+    """The run's Summary with its timing and store id; the store row is marked finished."""
+    timing = {
+        "build_tasks_s": round(build_s, 2),
+        **{f"{k}_s": v for k, v in model_timing.items()},
+    }
+    summary = Summary(**fields, finished=now_iso(), timing=timing, run_id=recorder.run_id)
+    summary.timing["total_s"] = round(time.perf_counter() - clock, 2)
     recorder.finish()
     return summary
 
@@ -396,22 +420,14 @@ def run_settings(settings: Settings) -> dict[str, Any]:
 
 
 def _run_cxr_retrieve(
-    suite: CxrRetrieveSuite,
-    models: Sequence[str | Ranker],
-    specs: list[str],
-    out_dir: Path,
-    settings: Settings,
-    report: Progress,
-    note: Callable[[str], None],
-    stop: threading.Event | None,
-    only: Sequence[str] | None,
-    record: bool,
+    suite: CxrRetrieveSuite, models: Sequence[str | Ranker], ctx: RunContext
 ) -> Summary:
+    out_dir, settings, report, note, stop, record = ctx.unpack()
     from medheb_app.eval.cxr_retrieve import cxr_model_summary, evaluate
     from medheb_app.index.cache import EmbeddingCache
     from medheb_app.ranking.probes import ProbeConfig
 
-    if only:
+    if ctx.only:
         raise ValueError("The cxr-retrieve suite is one task; --task does not apply.")
     started_iso = now_iso()
     started = time.perf_counter()
@@ -421,7 +437,7 @@ def _run_cxr_retrieve(
     build_s = time.perf_counter() - started
     settings_record = {**run_settings(settings), **suite.describe()}
     recorder = RunRecord(settings, record)
-    recorder.start(suite.name, specs, out_dir, settings_record)
+    recorder.start(suite.name, ctx.specs, out_dir, settings_record)
     cache = EmbeddingCache(settings.cache_dir)
     summaries: dict[str, ModelSummary] = {}
     model_timing: dict[str, float] = {}
@@ -474,7 +490,11 @@ def _run_cxr_retrieve(
     except BaseException as error:
         recorder.finish(error)
         raise
-    summary = Summary(
+    return _close_run(
+        recorder,
+        started,
+        build_s,
+        model_timing,
         suite=suite.name,
         models=summaries,
         tasks=[
@@ -493,18 +513,9 @@ def _run_cxr_retrieve(
         skipped={},
         out_dir=str(out_dir),
         started=started_iso,
-        finished=now_iso(),
         settings=settings_record,
-        timing={
-            "build_tasks_s": round(build_s, 2),
-            **{f"{k}_s": v for k, v in model_timing.items()},
-        },
-        run_id=recorder.run_id,
         kind="cxr-retrieve",
     )
-    summary.timing["total_s"] = round(time.perf_counter() - started, 2)
-    recorder.finish()
-    return summary
 
 
 __all__ = [

@@ -247,6 +247,19 @@ class CxrRetrieveSuite:
         if self.setting not in ("main", "strict"):
             raise ValueError(f"Unknown setting {self.setting!r}; use 'main' or 'strict'.")
 
+    @classmethod
+    def from_options(
+        cls, data: str, split: str, setting: str, paraphrase: bool, probe_views: str
+    ) -> CxrRetrieveSuite:
+        """From the CLI's flags: split 'all' means every study."""
+        return cls(
+            data=data,
+            split=None if split == "all" else split,
+            setting=setting,  # type: ignore[arg-type]
+            paraphrase=paraphrase,
+            probe_views=probe_views,
+        )
+
     def build(self, settings: Settings) -> tuple[Gallery, list[Study]]:
         """(the gallery of `split`, the source's train studies for logic: probes)."""
         studies = load_studies(self.data, settings)
