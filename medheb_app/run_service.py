@@ -6,6 +6,7 @@ indexes them, their folders hold the full record (medheb_app.eval.results).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from medheb_app.eval.results import Summary
@@ -83,3 +84,27 @@ def shared_data_line(services: Any) -> str:
     folder = services.settings.shared_data_dir
     state = "found" if folder.is_dir() else "MISSING: real-data tasks will be skipped"
     return f"Real data folder (MEDHEB_SHARED_DATA): {folder} ({state})"
+
+
+def resolved_dir(path: str | Path) -> str:
+    """A run folder as one comparable string (resolved when possible)."""
+    try:
+        return str(Path(path).resolve())
+    except (OSError, RuntimeError):
+        return str(path)
+
+
+def open_study_sources(services: Any) -> set[str]:
+    """The resolved run folders of every reader study that is not closed: the runs whose
+    per-query results stay hidden from non-admins (ui/blinding.py)."""
+    from sqlalchemy import select
+
+    from medheb_app.store.study_tables import PreferenceStudy
+
+    with services.store.session() as session:
+        studies = session.scalars(select(PreferenceStudy)).all()
+        return {
+            resolved_dir(study.source)
+            for study in studies
+            if study.source and getattr(study, "closed_at", None) is None
+        }

@@ -164,8 +164,17 @@ def _real_models(names: list[str]) -> list[str]:
     return [name for name in names if name not in reports.BASELINES] or names
 
 
-def build_explorer_tab(services: Services) -> dict[str, Any]:
-    """Run picker, filters, leaderboard tables and charts, and the query drill-down."""
+BLINDED_NOTE = (
+    "This run is the source of an open reader study: its per-query ranked lists are shown to "
+    "admins only until the study closes."
+)
+
+
+def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
+    """Run picker, filters, leaderboard tables and charts, and the query drill-down.
+
+    `auth` (medheb_app.access.auth.Authenticator) decides who may drill into a blinded run;
+    without one, nobody may."""
     with gr.Row():
         run = gr.Dropdown(label="Run", choices=[], elem_id="explorer-run")
         refresh = gr.Button("Refresh runs", size="sm")
@@ -293,15 +302,26 @@ def build_explorer_tab(services: Services) -> dict[str, Any]:
             scatter_figure(frame, mx, my),
         )
 
-    def _queries(summary, name, chosen, failures_only):
+    def _blinded(summary, request: gr.Request) -> bool:
+        from medheb_app.ui.blinding import run_is_blinded
+
+        admin = auth is not None and auth.is_admin(request)
+        return not admin and run_is_blinded(services, getattr(summary, "out_dir", None))
+
+    def _queries(summary, name, chosen, failures_only, request: gr.Request):
         if summary is None:
             return gr.update(choices=[], value=None)
+        if _blinded(summary, request):  # per-model hit / miss marks would unblind the study
+            ids = query_ids(summary, name)
+            return gr.update(choices=ids, value=ids[0] if ids else None)
         choices = query_choices(summary, name, list(chosen or []), bool(failures_only))
         return gr.update(choices=choices, value=choices[0][1] if choices else None)
 
-    def _ranked(summary, name, qid, chosen):
+    def _ranked(summary, name, qid, chosen, request: gr.Request):
         if summary is None:
             return ""
+        if _blinded(summary, request):
+            return ui.notice_html("warning", BLINDED_NOTE)
         return ranked_lists_html(summary, name, qid, list(chosen or []))
 
     load_outputs = [
