@@ -7,18 +7,14 @@ constraint each wrong image violates ("VIOLATES: has Pneumonia"). All text is es
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from PIL import Image
-
 from medheb_app.eval.drilldown import HitView, QueryView, RankedView
 from medheb_app.ui import components as ui
+from medheb_app.ui import evidence_view
 
 log = logging.getLogger(__name__)
 THUMB_SIDE = 112
@@ -37,21 +33,15 @@ CSS = """
 
 
 def thumbnail_uri(path: str | Path, side: int = THUMB_SIDE) -> str | None:
-    """A small PNG of an image file as a data: URI (None, logged, when it cannot be read)."""
+    """A small PNG of any readable image or volume (a montage of its slices) as a data: URI,
+    through the shared evidence renderer's pixel helpers; None, logged, when unreadable."""
     try:
-        if str(path).endswith(".npy"):
-            volume = np.load(path, mmap_mode="r")
-            array = np.asarray(volume[volume.shape[0] // 2], dtype=np.float32)
-            image = Image.fromarray(ui.to_rgb_uint8(array))
-        else:
-            image = Image.open(path).convert("RGB")
-        image.thumbnail((side, side))
-    except (OSError, ValueError) as error:
+        pixels = evidence_view._read(path)
+        image = evidence_view.montage(pixels) if evidence_view._is_volume(pixels) else pixels
+        return evidence_view.png_data_uri(image, max_side=side)
+    except (evidence_view.Unrenderable, OSError, ValueError) as error:
         log.warning("thumbnail of %s failed: %s", path, error)
         return None
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def evidence_html(payload: dict[str, Any], alt: str) -> str:
