@@ -282,24 +282,29 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         if summary is None:
             blank = _empty_figure("No run selected.")
             return None, *[blank] * 7
-        if summary.kind == "cxr-retrieve":
-            other = _empty_figure("A MedHEB chart: this is a CXR-Retrieve run.")
+        if summary.kind == "cxr-retrieve":  # MedHEB's family / CV / difficulty charts hide
+            hidden = gr.update(value=None, visible=False)
             return (
                 cxr_leaderboard(summary),
                 figures.cxr_regimes(summary),
                 figures.cxr_regimes(summary, metric="HNRR@5", kinds=("negation",)),
-                *[other] * 5,
+                *[hidden] * 5,
             )
         frame = filter_frame(task_frame(summary), fam, frm, spl, mdl)
         return (
             leaderboard_with_ci(summary, frame),
             grouped_figure(frame, "family", "Hit@1 per family"),
             grouped_figure(frame, "split", "Hit@1: ID vs held-out source"),
-            figures.accuracy_vs_balance(summary),
-            figures.difficulty_buckets(summary),
-            figures.relation_gap(summary),
-            figures.graded_ndcg(summary),
-            scatter_figure(frame, mx, my),
+            *[
+                gr.update(value=figure, visible=True)
+                for figure in (
+                    figures.accuracy_vs_balance(summary),
+                    figures.difficulty_buckets(summary),
+                    figures.relation_gap(summary),
+                    figures.graded_ndcg(summary),
+                    scatter_figure(frame, mx, my),
+                )
+            ],
         )
 
     def _blinded(summary, request: gr.Request) -> bool:
