@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,13 +143,25 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
 
 
 def load_embedder(spec: str, settings: Settings) -> Embedder:
-    """The embedder for `spec`, loaded once per process (the same object on later calls)."""
+    """The embedder for `spec`, loaded once per process (the same object on later calls).
+
+    A checkpoint folder whose weights file changed (retrained in place) is reloaded, and the
+    superseded copy is evicted, so a long-running app holds one model per folder."""
     spec = spec.strip()
     key, loader = _resolve(spec, settings)
     with _LOCK:
         if key not in _CACHE:
+            for old in superseded(key, _CACHE):
+                del _CACHE[old]
             _CACHE[key] = loader()
         return _CACHE[key]
+
+
+def superseded(key: tuple, cached: Iterable[tuple]) -> list[tuple]:
+    """Cached keys of the same checkpoint folder with another weights stamp than `key`."""
+    if len(key) != 3:
+        return []
+    return [old for old in cached if len(old) == 3 and old[:2] == key[:2] and old != key]
 
 
 def valid_specs(settings: Settings) -> list[str]:
