@@ -4,7 +4,11 @@ As in the image: a non-root user (uid 1000), a read-only copy of the app folder,
 DATA_DIR outside it (the image's /data), HOST=0.0.0.0, PORT from the environment,
 PYTHONDONTWRITEBYTECODE. "Warm" means the data folder already holds the demo (a restart of a
 Space with persistent storage); the demo is built beforehand, as root, then handed to uid 1000.
-Needs root to switch user; skipped with the reason otherwise.
+Needs root to switch user; skipped with the reason otherwise. Where the interpreter lives
+under a folder uid 1000 cannot enter (a pyenv Python under /root, as on the project's
+machines), the app runs through `setpriv` as uid 1000 with only CAP_DAC_READ_SEARCH: it may
+read and traverse anything, as in the image where Python is world-readable, but every write is
+still checked as uid 1000, which is what this test is about.
 """
 
 from __future__ import annotations
@@ -43,6 +47,35 @@ def _runnable_by(uid: int) -> bool:
     """Whether every folder on the way to the real interpreter lets other users through."""
     real = Path(os.path.realpath(sys.executable))
     return all(os.stat(parent).st_mode & 0o001 for parent in real.parents)
+
+
+def _as_uid(uid: int) -> list[str] | None:
+    """The command prefix that runs a program as `uid`: empty when the interpreter is reachable
+    by that user, a `setpriv` call granting read/traverse only when it is not, None when
+    neither works here."""
+    if _runnable_by(uid):
+        return (
+            [
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--",
+            ]
+            if shutil.which("setpriv")
+            else []
+        )
+    if not shutil.which("setpriv"):
+        return None
+    return [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=+dac_read_search",
+        "--ambient-caps=+dac_read_search",
+        "--",
+    ]
 
 
 def _free_port() -> int:
@@ -90,20 +123,23 @@ def test_the_app_serves_as_uid_1000_from_a_read_only_folder_within_20_s_warm(
 ) -> None:
     from medheb_app.demo import bootstrap_app
 
+    prefix = _as_uid(UID)
     probe = (
         subprocess.run(
-            [sys.executable, "-c", "import gradio, medheb_app"],
-            user=UID,
+            [*prefix, sys.executable, "-c", "import os, gradio, medheb_app; print(os.geteuid())"],
+            user=None if prefix else UID,
             cwd="/",
             env={"PYTHONPATH": str(PROJECT_ROOT), "HOME": "/", "PATH": "/usr/bin:/bin"},
             capture_output=True,
+            text=True,
             check=False,
         )
-        if _runnable_by(UID)
+        if prefix is not None
         else None
     )
     if probe is None or probe.returncode != 0:
         pytest.skip(f"this Python ({os.path.realpath(sys.executable)}) is not usable by uid {UID}")
+    assert probe.stdout.strip() == str(UID)
     app = _read_only_copy(tmp_path / "app")
     data = tmp_path / "data"
     home = tmp_path / "home"
@@ -134,13 +170,12 @@ def test_the_app_serves_as_uid_1000_from_a_read_only_folder_within_20_s_warm(
         "MEDHEB_DEFAULT_MODEL": "oracle",
     }
     log = (tmp_path / "app.log").open("w")
+    switch: dict = {} if prefix else {"user": UID, "group": UID, "extra_groups": []}
     process = subprocess.Popen(
-        [sys.executable, "app.py"],
+        [*prefix, sys.executable, "app.py"],
         cwd=app,
         env=env,
-        user=UID,
-        group=UID,
-        extra_groups=[],
+        **switch,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
