@@ -65,12 +65,17 @@ def _safely(refresh: Callable[[], Any], n_outputs: int = 1) -> tuple[Any, ...]:
     return tuple(result) if n_outputs > 1 else (result,)
 
 
+CACHE_SWEEP = (600, 1800)  # (how often, how old) in seconds
+
+
 def build_app(services: Services, auth: Authenticator | None = None) -> gr.Blocks:
     """Compose the workbench tabs into one Blocks app (served at "/" by the server).
 
     Without `auth` nobody is admin: analysis, exports, blinded drill-downs and the admin panel
     refuse every call."""
-    with gr.Blocks(title=TITLE) as demo:
+    # Gradio keeps what it renders for a session (upload previews, galleries) in its cache
+    # folder under content-hashed names; drop files older than 30 minutes every 10 minutes.
+    with gr.Blocks(title=TITLE, delete_cache=CACHE_SWEEP) as demo:
         gr.Markdown(f"## {TITLE}\n{DESCRIPTION}", elem_id="app-description")
         with gr.Tabs():
             with gr.Tab("Search", id="search"):
