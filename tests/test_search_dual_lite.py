@@ -22,11 +22,20 @@ def test_dual_lite_demo_answers_text_and_image_queries(tmp_path) -> None:
     assets = ensure_demo(settings, models=["dual-lite"])
     assert assets.indices[0]["count"] == 12
 
-    text = search(query_text="pleural effusion and no cardiomegaly", k=5, settings=settings)
-    assert text.model == "dual-lite" and len(text.results) == 5
-    scores = [hit.score for hit in text.results]
-    assert scores == sorted(scores, reverse=True) and -1.0 <= scores[-1] <= scores[0] <= 1.0
-    assert all(isinstance(hit.satisfies, bool) for hit in text.results)
+    query = "pleural effusion and no cardiomegaly"
+    cosine = search(query_text=query, k=5, settings=settings, ranking="similarity")
+    assert cosine.model == "dual-lite" and cosine.ranking == "similarity"
+    scores = [hit.score for hit in cosine.results]
+    assert len(scores) == 5 and scores == sorted(scores, reverse=True)
+    assert -1.0 <= scores[-1] <= scores[0] <= 1.0
+    assert all(isinstance(hit.satisfies, bool) for hit in cosine.results)
+
+    # The default is the best ranking the index supports: logic-aware, since the demo
+    # bootstrap fit the index's probes; its scores are log-odds of meeting the query.
+    default = search(query_text=query, k=5, settings=settings)
+    assert default.ranking == "logic" and len(default.results) == 5
+    logits = [hit.score for hit in default.results]
+    assert logits == sorted(logits, reverse=True)
 
     study = load_corpus(assets.corpus_dir)[3]
     image = search(file=study.path, k=3, settings=settings)
