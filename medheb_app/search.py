@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import EvidenceError
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index
+from medheb_app.index.sources import Vocabulary
 from medheb_app.models.base import Embedder
 from medheb_app.query.parser import ParsedQuery, parse_query, satisfies, violations
 from medheb_app.settings import Settings
@@ -123,7 +125,49 @@ def _check_modality(embedder: Embedder, form: str, spec: str) -> None:
         raise SearchError(f"Model {spec!r} cannot embed {form} input; it reads: {readable}.")
 
 
-def _encode_text(text: str, embedder: Embedder, spec: str) -> tuple[np.ndarray, ParsedQuery]:
+def index_vocabulary(loaded: LoadedIndex) -> Vocabulary | None:
+    """The finding vocabulary the index's source labels (None for indices built before
+    indices recorded one: the demo, labelled with the CXR-Retrieve ten)."""
+    return Vocabulary.from_dict(loaded.info.get("vocabulary"))
+
+
+def query_vocabulary(loaded: LoadedIndex) -> tuple[str, ...]:
+    """Names a query is parsed against: the index's own labelled findings, else the ten."""
+    vocabulary = index_vocabulary(loaded)
+    return vocabulary.names if vocabulary is not None and vocabulary.labelled else CXR_RETRIEVE_10
+
+
+def vocabulary_warnings(
+    loaded: LoadedIndex, parsed: ParsedQuery | None, setting: str, ranking: str
+) -> list[str]:
+    """What the index's labels cannot do for this query, said plainly."""
+    vocabulary = index_vocabulary(loaded)
+    if vocabulary is None or parsed is None:
+        return []
+    if not vocabulary.labelled:
+        notes = [
+            f"Index {loaded.name!r} comes from a source without finding labels, so hits are "
+            "not checked against the query's findings."
+        ]
+        if ranking == "logic":
+            notes.append(
+                "Logic-aware ranking is unavailable for it (probes need labelled studies to "
+                "fit on); results are ranked by similarity."
+            )
+        return notes
+    if setting == "strict" and parsed.negative and not vocabulary.confirmed_negatives:
+        return [
+            f"Index {loaded.name!r} comes from {vocabulary.source}, whose labels are "
+            "positive-only: no study is a confirmed negative, so under the strict setting no "
+            "hit can satisfy an excluded finding. Use the main setting (not labelled positive "
+            "counts as absent)."
+        ]
+    return []
+
+
+def _encode_text(
+    text: str, embedder: Embedder, spec: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10
+) -> tuple[np.ndarray, ParsedQuery]:
     text = text.strip()
     if not text:
         raise SearchError(
@@ -131,7 +175,7 @@ def _encode_text(text: str, embedder: Embedder, spec: str) -> tuple[np.ndarray, 
             "cardiomegaly'."
         )
     _check_modality(embedder, "text", spec)
-    return embedder.encode([text]), parse_query(text)
+    return embedder.encode([text]), parse_query(text, vocabulary)
 
 
 def _encode_file(path: Path, embedder: Embedder, spec: str, settings: Settings) -> np.ndarray:
@@ -181,7 +225,7 @@ def search(
     started = time.perf_counter()
     parsed: ParsedQuery | None = None
     if query_text is not None:
-        vector, parsed = _encode_text(query_text, embedder, spec)
+        vector, parsed = _encode_text(query_text, embedder, spec, query_vocabulary(loaded))
         query = query_text.strip()
     else:
         path = Path(file)  # type: ignore[arg-type]
@@ -192,7 +236,10 @@ def search(
         query = path.name
     encoded = time.perf_counter()
     notes: list[str] = []
-    use_logic = ranking == "logic" and parsed is not None and parsed.has_constraints
+    vocabulary = index_vocabulary(loaded)
+    labelled = vocabulary is None or vocabulary.labelled
+    notes.extend(vocabulary_warnings(loaded, parsed, setting, ranking))
+    use_logic = ranking == "logic" and parsed is not None and parsed.has_constraints and labelled
     if ranking == "logic" and parsed is None:
         notes.append(FILE_LOGIC_WARNING)
     if use_logic:
@@ -238,7 +285,7 @@ def search(
         if not parsed.has_constraints:
             known = ", ".join(name.lower() for name in parsed.vocabulary)
             response.warnings.append(NO_FINDING_WARNING.format(known=known))
-    response.results = _hits(scores[0], ids[0], loaded, parsed, setting)
+    response.results = _hits(scores[0], ids[0], loaded, parsed if labelled else None, setting)
     return response
 
 

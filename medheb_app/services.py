@@ -175,7 +175,9 @@ def create_services(
 JobFn = Callable[
     [dict[str, Any], Callable[..., None], Callable[[str], None], threading.Event], dict
 ]
-INDEX_CORPORA = ("phantom-demo", "nih-1000")
+# Presets the admin panel offers; any source spec (medheb_app/index/sources.py) is accepted.
+INDEX_CORPORA = ("phantom", "nih:../shared/data/nih-cxr14-1000")
+_LEGACY_CORPORA = {"phantom-demo": "phantom"}
 
 
 def _stamp() -> str:
@@ -275,48 +277,45 @@ def train_job(settings: Settings) -> JobFn:
     return run
 
 
-def _index_studies(settings: Settings, corpus: str, progress) -> list:
-    if corpus == "phantom-demo":
-        from medheb_app.demo import ensure_chest_corpus
-        from medheb_app.evidence.phantoms import load_corpus
-
-        directory, _ = ensure_chest_corpus(
-            settings, settings.demo_size, settings.demo_seed, progress
-        )
-        return load_corpus(directory)
-    if corpus == "nih-1000":
-        from medheb_app.evidence.sources.nih import load_nih
-
-        return list(load_nih(settings.shared_data_dir / "nih-cxr14-1000"))
-    raise ValueError(f"Unknown corpus {corpus!r}; known: {', '.join(INDEX_CORPORA)}.")
+def index_source(settings: Settings, params: dict[str, Any]) -> str:
+    """The job's source spec: params["source"] (any spec `index build --source` takes), or
+    the older params["corpus"] ("phantom-demo", "nih-1000")."""
+    source = str(params.get("source") or params.get("corpus") or "").strip()
+    if source == "nih-1000":
+        return f"nih:{settings.shared_data_dir / 'nih-cxr14-1000'}"
+    return _LEGACY_CORPORA.get(source, source)
 
 
 def index_job(settings: Settings) -> JobFn:
-    """Embed a corpus with a model and write a named index; the search pickers then offer it."""
+    """Build a named index from any source spec (the same builder as `index build`), with
+    items/s and an ETA in the progress messages; the search pickers then offer it."""
 
     def run(params, progress, log, stop) -> dict:
-        from medheb_app.index.catalog import build_index, check_index_name
+        from medheb_app.index.build import build_from_source
+        from medheb_app.index.catalog import check_index_name
         from medheb_app.jobs import JobCancelled
-        from medheb_app.models.registry import load_embedder
 
-        name, spec, corpus = check_index_name(params["name"]), params["model"], params["corpus"]
-        log(f"index {name}: corpus {corpus}, model {spec}")
-        studies = _index_studies(settings, corpus, lambda f, m: progress(0.2 * f, m))
-        embedder = load_embedder(spec, settings)
+        name, spec = check_index_name(str(params["name"])), str(params["model"])
+        source = index_source(settings, params)
+        log(f"index {name}: source {source}, model {spec}")
         try:
-            loaded = build_index(
+            report = build_from_source(
+                source,
+                spec,
                 name,
-                studies,
-                embedder,
                 settings,
-                progress=lambda f, m: progress(0.2 + 0.8 * f, m),
+                kind=str(params.get("kind", "auto")),
+                batch_size=int(params.get("batch_size", 32)),
+                progress=progress,
                 stop=stop,
-                corpus={"kind": corpus},
             )
         except InterruptedError as error:
             raise JobCancelled(str(error)) from error
-        log(f"built {name}: {loaded.index.count} items")
-        return {"index": name, "model": spec, "count": loaded.index.count}
+        log(
+            f"built {name}: {report.n_items} items, {report.embedded} embedded, "
+            f"{report.reused} reused, {report.failed} failed in {report.seconds:.1f} s"
+        )
+        return {"index": name, "model": spec, "count": report.n_items, **report.to_json()}
 
     return run
 

@@ -142,14 +142,18 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
     )
 
 
-def load_embedder(spec: str, settings: Settings) -> Embedder:
-    """The embedder for `spec`, loaded once per process (the same object on later calls)."""
+def load_embedder(spec: str, settings: Settings, device: str | None = None) -> Embedder:
+    """The embedder for `spec` on `device` (default settings.device; "auto" picks CUDA when
+    present), loaded once per process and device (the same object on later calls)."""
+    from medheb_app.models.device import place, resolve_device
+
     spec = spec.strip()
+    resolved = resolve_device(device or settings.device)
     key, loader = _resolve(spec, settings)
     with _LOCK:
-        if key not in _CACHE:
-            _CACHE[key] = loader()
-        return _CACHE[key]
+        if (*key, resolved) not in _CACHE:
+            _CACHE[(*key, resolved)] = place(loader(), resolved)
+        return _CACHE[(*key, resolved)]
 
 
 def valid_specs(settings: Settings) -> list[str]:
