@@ -383,7 +383,12 @@ def run_suite(
     if not tasks:
         raise ValueError(f"No task of suite {suite_name} could be built: {skipped}")
     build_s = time.perf_counter() - started
-    settings_record = {"data_dir": str(settings.data_dir), "device": settings.device}
+    from medheb_app.models.device import resolve_device
+
+    settings_record = {
+        "data_dir": str(settings.data_dir),
+        "device": resolve_device(settings.device),
+    }
     store = _open_store(settings) if record else None
     run_id = (
         run_table.start_run(store, suite_name, specs, str(out_dir), settings_record)

@@ -363,10 +363,10 @@ def build_from_source(
     if shard_size < 1:
         raise ValueError(f"shard size must be at least 1; got {shard_size}.")
     spec = parse_source(source) if isinstance(source, str) else source
+    resolved_device = resolve_device(device or settings.device)
     say = progress or (lambda fraction, message: None)
     say(0.0, f"reading source {spec.text}")
     loaded = loaded_source or load_source(spec, settings)
-    resolved_device = resolve_device(device or settings.device)
     embedder = load_embedder(model_spec, settings, device=resolved_device)
     fingerprint = embedder.card.fingerprint
     studies = _unique(loaded.studies)

@@ -66,3 +66,45 @@ def module_device(module: Any) -> str:
     for parameter in module.parameters():
         return str(parameter.device)
     return "cpu"
+
+
+_COPIES: dict[tuple[int, str], Any] = {}
+_ORIGINS: dict[int, Any] = {}
+
+
+def shared_on(module: Any, device: str) -> Any:
+    """A module shared by several embedders, on `device`: itself on CPU, else one cached copy
+    per device, so moving one embedder to a GPU never moves another's weights under it."""
+    module = shared_origin(module)
+    if device == "cpu":
+        return module
+    key = (id(module), device)
+    if key not in _COPIES:
+        import copy
+
+        _COPIES[key] = copy.deepcopy(module).to(device)
+        _ORIGINS[id(_COPIES[key])] = module
+    return _COPIES[key]
+
+
+def shared_origin(module: Any) -> Any:
+    """The shared CPU module a per-device copy was made from (the module itself otherwise)."""
+    return _ORIGINS.get(id(module), module)
+
+
+def is_shared(module: Any, shared: Any) -> bool:
+    """Whether `module` is `shared` or one of its per-device copies."""
+    return shared_origin(module) is shared
+
+
+def autocast(device: str) -> Any:
+    """Mixed precision on CUDA (bf16 where supported, else fp16); a no-op on CPU or when
+    MEDHEB_PRECISION=fp32."""
+    import contextlib
+    import os
+
+    import torch
+
+    if not device.startswith("cuda") or os.environ.get("MEDHEB_PRECISION", "auto") == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast("cuda", dtype=inference_dtype(device))

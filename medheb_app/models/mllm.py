@@ -37,6 +37,7 @@ import torch
 from medheb_app.evidence.readers import K_FRAMES, sample_frames
 from medheb_app.evidence.study import EmbedItem, Evidence, EvidenceError, as_evidence
 from medheb_app.models.base import ModelCard, file_sha256
+from medheb_app.models.device import module_device
 
 PREFIX = "mllm:"
 DEFAULT_INSTRUCTION = "Represent the user's input."  # Qwen3-VL-Embedding's default system text
@@ -132,6 +133,17 @@ class MLLMEmbedder:
         self.card = card
         self.config = config
 
+    @property
+    def device(self) -> str:
+        return module_device(self.backbone)
+
+    def to_device(self, device: str) -> MLLMEmbedder:
+        """The backbone to `device`, in bf16 (fp16 without bf16 support) on CUDA."""
+        from medheb_app.models.device import inference_dtype
+
+        self.backbone = self.backbone.to(device=device, dtype=inference_dtype(device))
+        return self
+
     @classmethod
     def from_folder(cls, folder: Path, config: MLLMConfig | None = None) -> MLLMEmbedder:
         """Load model and processor offline; a LoRA adapter folder loads its base first."""
@@ -186,7 +198,13 @@ class MLLMEmbedder:
                 "do_sample_frames": False,  # frames are already sampled (K = 64)
                 "cap_pixels_per_frame": True,
             }
-        return dict(self.processor(**kwargs))
+        device, dtype = self.backbone.device, self.backbone.dtype
+        return {
+            key: value.to(device=device, dtype=dtype if value.is_floating_point() else None)
+            if hasattr(value, "to")
+            else value
+            for key, value in dict(self.processor(**kwargs)).items()
+        }
 
     def embed(self, items: Sequence[Evidence], instructions: Sequence[str | None]) -> torch.Tensor:
         """(n, d) L2-normalised final-token states; carries gradients when enabled."""
@@ -208,7 +226,7 @@ class MLLMEmbedder:
         with torch.inference_mode():
             for start in range(0, len(evidence), step):
                 batch = evidence[start : start + step]
-                chunks.append(self.embed(batch, [instruction] * len(batch)).numpy())
+                chunks.append(self.embed(batch, [instruction] * len(batch)).float().cpu().numpy())
         return np.concatenate(chunks).astype(np.float32)
 
 
