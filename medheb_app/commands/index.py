@@ -34,6 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--ray-address", default=None, help="join a Ray cluster ('auto' or host:port)"
     )
     build.add_argument(
+        "--ray-actors", type=int, default=None,
+        help="embedding actors (default: one per GPU, else one per two CPUs of the cluster)",
+    )  # fmt: skip
+    build.add_argument(
         "--device", default=None, help="auto, cpu, cuda or cuda:N (default: MEDHEB_DEVICE)"
     )
     build.add_argument("--batch-size", type=int, default=32, help="items per model call")
@@ -93,6 +97,7 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
         kind=args.kind,
         shard_size=args.shard_size,
         progress=_Progress(),
+        ray_actors=args.ray_actors,
     )
     payload = report.to_json()
     vocabulary = Vocabulary.from_dict(report.vocabulary) or Vocabulary()

@@ -349,6 +349,7 @@ def build_from_source(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     loaded_source: LoadedSource | None = None,
+    ray_actors: int | None = None,
 ) -> BuildReport:
     """Index every readable item of `source` with `model_spec` as the index `name`."""
     from medheb_app.models.device import resolve_device
@@ -389,8 +390,9 @@ def build_from_source(
         from medheb_app.index.ray_engine import ray_engine
 
         results = ray_engine(
-            pending, model_spec, settings, batch_size, resolved_device, ray_address, stop
-        )
+            pending, model_spec, settings, batch_size, resolved_device, ray_address, stop,
+            ray_actors,
+        )  # fmt: skip
     else:
         results = local_engine(pending, embedder, settings, batch_size, stop)
     digests = {s.number: s.digest for s in shards}
