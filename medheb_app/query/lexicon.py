@@ -55,6 +55,7 @@ _add(
     "consolidation",
     "consolidations",
     "consolidated",
+    "consolidative",
     "airspace consolidation",
     "air space consolidation",
     "lobar consolidation",
@@ -63,6 +64,7 @@ _add(
     "Edema",
     "edema",
     "oedema",
+    "edematous",
     "pulmonary edema",
     "pulmonary oedema",
     "interstitial edema",
@@ -97,21 +99,37 @@ _add(
     "fxs",
 )
 _add(
+    "Nodule",
+    "nodule",
+    "nodules",
+    "nodular opacity",
+    "nodular opacities",
+    "nodular density",
+    "pulmonary nodule",
+    "pulmonary nodules",
+    "lung nodule",
+    "lung nodules",
+    "spn",
+    "coin lesion",
+    "granuloma",
+    "granulomas",
+)
+_add(
+    "Mass",
+    "mass",
+    "masses",
+    "lung mass",
+    "pulmonary mass",
+    "hilar mass",
+    "mediastinal mass",
+)
+_add(
     "Lung Lesion",
     "lung lesion",
     "lung lesions",
     "lesion",
     "lesions",
-    "nodule",
-    "nodules",
-    "nodular opacity",
-    "nodular density",
-    "pulmonary nodule",
-    "lung nodule",
-    "mass",
-    "masses",
-    "lung mass",
-    "pulmonary mass",
+    "pulmonary lesion",
     "tumor",
     "tumour",
     "neoplasm",
@@ -119,8 +137,9 @@ _add(
     "lung cancer",
     "cancer",
     "malignancy",
-    "spn",
-    "coin lesion",
+    "metastasis",
+    "metastases",
+    "mets",
 )
 _add(
     "Lung Opacity",
@@ -129,9 +148,6 @@ _add(
     "opacity",
     "opacities",
     "opacification",
-    "infiltrate",
-    "infiltrates",
-    "infiltration",
     "airspace opacity",
     "air space opacity",
     "airspace disease",
@@ -145,6 +161,7 @@ _add(
     "density",
     "densities",
 )
+_add("Infiltration", "infiltrate", "infiltrates", "infiltration", "infiltrations", "infiltrative")
 _add(
     "Pleural Effusion",
     "pleural effusion",
@@ -158,6 +175,7 @@ _add(
     "blunting of the costophrenic angle",
     "costophrenic angle blunting",
     "layering fluid",
+    "fluid layering",
 )
 _add(
     "Pneumonia",
@@ -186,26 +204,204 @@ _add(
     "Support Devices",
     "support device",
     "support devices",
+    "lines and tubes",
+    "tubes and lines",
+    "lines tubes",
     "tube",
     "tubes",
     "line",
     "lines",
     "catheter",
+    "catheters",
     "pacemaker",
+    "pacer",
+    "aicd",
+    "icd",
+    "defibrillator",
     "device",
     "devices",
+    "ett",
+    "et tube",
+    "endotracheal tube",
+    "tracheostomy",
+    "tracheostomy tube",
+    "ng tube",
+    "ngt",
+    "og tube",
+    "nasogastric tube",
+    "feeding tube",
+    "dobhoff",
+    "chest tube",
+    "chest tubes",
+    "picc",
+    "picc line",
+    "central line",
+    "central venous catheter",
+    "cvc",
+    "swan ganz",
+    "port",
+    "port a cath",
+    "sternotomy wires",
+    "surgical clips",
+    "hardware",
 )
 _add(
     "Enlarged Cardiomediastinum",
     "enlarged cardiomediastinum",
+    "enlarged cardiomediastinal silhouette",
+    "cardiomediastinal enlargement",
     "widened mediastinum",
     "mediastinal widening",
+    "enlarged mediastinum",
+    "mediastinal enlargement",
 )
-_add("Pleural Other", "pleural thickening", "pleural plaque", "pleural plaques", "pleural other")
+_add(
+    "Pleural Thickening",
+    "pleural thickening",
+    "thickened pleura",
+    "pleural scarring",
+    "apical pleural thickening",
+    "apical capping",
+)
+_add("Pleural Plaque", "pleural plaque", "pleural plaques", "calcified pleural plaques")
+_add("Pleural Other", "pleural other", "fibrothorax")
+# NIH ChestX-ray14 findings outside CheXpert.
+_add("Emphysema", "emphysema", "emphysematous", "copd", "bullae", "bullous disease")
+_add("Fibrosis", "fibrosis", "fibrotic", "pulmonary fibrosis", "interstitial fibrosis", "ipf")
+_add(
+    "Hernia",
+    "hernia",
+    "hiatal hernia",
+    "hiatus hernia",
+    "diaphragmatic hernia",
+    "hernias",
+)
+
+# Concept -> the vocabulary names that express it, tried in order; the first one the
+# vocabulary has wins. So "effusion" is "Pleural Effusion" over CheXpert and "Effusion" over
+# NIH, and "mass" is "Mass" over NIH but "Lung Lesion" over CheXpert.
+CONCEPT_TARGETS: dict[str, tuple[str, ...]] = {
+    "Pleural Effusion": ("Pleural Effusion", "Effusion"),
+    "Mass": ("Mass", "Lung Lesion"),
+    "Nodule": ("Nodule", "Lung Lesion"),
+    "Infiltration": ("Infiltration", "Lung Opacity"),
+    "Lung Opacity": ("Lung Opacity", "Infiltration"),
+    "Pleural Thickening": ("Pleural Thickening", "Pleural Other"),
+    "Pleural Plaque": ("Pleural Plaque", "Pleural Other"),
+}
+# Concept -> names that together cover it where the vocabulary lacks the concept itself
+# ("lesion" over NIH is Mass OR Nodule): excluding it excludes all of them, requiring it is
+# not expressible as a conjunction, so it is only reported.
+ANY_OF: dict[str, tuple[str, ...]] = {"Lung Lesion": ("Mass", "Nodule")}
+
+# Anatomical structures a radiologist declares normal ("heart size is normal", "lungs are
+# clear"): structure phrase -> the concepts that statement excludes.
+_HEART = ("Cardiomegaly",)
+_MEDIASTINUM = ("Enlarged Cardiomediastinum",)
+_LUNGS = ("Lung Opacity", "Infiltration", "Consolidation", "Pneumonia", "Edema", "Atelectasis")
+_PLEURA = ("Pleural Effusion", "Pneumothorax", "Pleural Thickening", "Pleural Other")
+STRUCTURES: dict[str, tuple[str, ...]] = {}
+for _phrase in (
+    "heart",
+    "heart size",
+    "cardiac size",
+    "size of the heart",
+    "cardiac silhouette",
+    "cardiac contour",
+    "cardiac contours",
+    "cardiac shadow",
+    "heart shadow",
+):
+    STRUCTURES[_phrase] = _HEART
+for _phrase in (
+    "cardiomediastinal silhouette",
+    "cardiomediastinal contour",
+    "cardiomediastinal contours",
+    "cardiomediastinal",
+    "heart and mediastinum",
+    "cardiac and mediastinal contours",
+    "mediastinal and cardiac contours",
+):
+    STRUCTURES[_phrase] = _HEART + _MEDIASTINUM
+for _phrase in (
+    "mediastinum",
+    "mediastinal contour",
+    "mediastinal contours",
+    "mediastinal silhouette",
+    "mediastinal width",
+    "superior mediastinum",
+):
+    STRUCTURES[_phrase] = _MEDIASTINUM
+for _phrase in ("lungs", "lung", "lung fields", "lung parenchyma", "lung zones", "both lungs"):
+    STRUCTURES[_phrase] = _LUNGS
+for _phrase in ("pleura", "pleural space", "pleural spaces", "pleural surfaces"):
+    STRUCTURES[_phrase] = _PLEURA
+for _phrase in (
+    "costophrenic angle",
+    "costophrenic angles",
+    "cp angle",
+    "cp angles",
+    "costophrenic sulci",
+    "costophrenic recesses",
+):
+    STRUCTURES[_phrase] = ("Pleural Effusion",)
+for _phrase in (
+    "bones",
+    "osseous structures",
+    "bony structures",
+    "visualized osseous structures",
+    "bony thorax",
+    "ribs",
+    "skeleton",
+    "osseous structures are intact",
+):
+    STRUCTURES[_phrase] = ("Fracture",)
+del STRUCTURES["osseous structures are intact"]
+for _phrase in ("hila", "hilum", "hilar contours", "pulmonary vasculature", "diaphragm"):
+    STRUCTURES[_phrase] = ()
+# What "enlarged" / "widened" after a structure asserts ("heart size is enlarged").
+STRUCTURE_ENLARGED: dict[tuple[str, ...], tuple[str, ...]] = {
+    _HEART: ("Cardiomegaly",),
+    _HEART + _MEDIASTINUM: ("Cardiomegaly",),
+    _MEDIASTINUM: ("Enlarged Cardiomediastinum",),
+}
+
+# Phrases naming a group of findings, meaningful only when negated ("no acute
+# cardiopulmonary process"): phrase -> the concepts the negation excludes. Deliberately
+# narrow: cardiomegaly, lesions and fractures are not "acute cardiopulmonary" findings
+# ("Stable cardiomegaly. No acute cardiopulmonary process." keeps Cardiomegaly required).
+ACUTE_CARDIOPULMONARY = (*_LUNGS, "Pleural Effusion", "Pneumothorax")
+GROUPS: dict[str, tuple[str, ...]] = {}
+for _head in ("cardiopulmonary", "intrathoracic", "cardiopulmonary intrathoracic"):
+    for _tail in (
+        "process",
+        "processes",
+        "abnormality",
+        "abnormalities",
+        "disease",
+        "pathology",
+        "finding",
+        "findings",
+    ):
+        GROUPS[f"{_head} {_tail}"] = ACUTE_CARDIOPULMONARY
+for _head in ("osseous", "bony", "skeletal"):
+    for _tail in ("abnormality", "abnormalities", "injury", "process", "lesion", "findings"):
+        GROUPS[f"{_head} {_tail}"] = ("Fracture",)
+for _tail in ("abnormality", "abnormalities", "process", "disease"):
+    GROUPS[f"pleural {_tail}"] = _PLEURA
+    GROUPS[f"lung {_tail}"] = _LUNGS
+    GROUPS[f"pulmonary {_tail}"] = _LUNGS
+    GROUPS[f"parenchymal {_tail}"] = _LUNGS
+GROUPS["focal airspace disease"] = _LUNGS
 
 NORMAL_PHRASES = (
     "normal",
     "unremarkable",
+    "within normal limits",
+    "wnl",
+    "normal in size",
+    "normal size",
+    "normal in appearance",
     "no finding",
     "no findings",
     "no abnormality",
@@ -216,6 +412,7 @@ NORMAL_PHRASES = (
 
 Cue = Literal[
     "neg",
+    "weakneg",
     "negpost",
     "pospost",
     "unc",
@@ -227,18 +424,27 @@ Cue = Literal[
     "list",
     "or",
     "normal",
+    "clear",
+    "enlarged",
+    "colon",
 ]
 CUES: dict[str, Cue] = {}
+# "no" and "not" are determiners whose reach over "and" is ambiguous ("no effusion and
+# pneumothorax"); the prepositional cues take a whole coordinated list ("negative for A and B").
+for _phrase in ("no", "not", "but no", "but not", "and not", "nor any"):
+    CUES[_phrase] = "weakneg"
 for _phrase in (
-    "no",
-    "not",
     "without",
     "without any",
     "w o",
-    "but not",
-    "but no",
     "but without",
-    "and not",
+    "sans",
+    "devoid of",
+    "absent of",
+    "non existent",
+    "nonexistent",
+    "without evidence of",
+    "with no evidence of",
     "no evidence of",
     "no evidence for",
     "no sign of",
@@ -260,6 +466,14 @@ for _phrase in (
     "does not show",
     "doesn t show",
     "not showing",
+    "no longer",
+    "no longer seen",
+    "no radiographic signs of",
+    "no findings of",
+    "no findings to suggest",
+    "no features of",
+    "resolution of",
+    "interval resolution of",
 ):
     CUES[_phrase] = "neg"
 for _phrase in (
@@ -276,6 +490,20 @@ for _phrase in (
     "are absent",
     "negative",
     "resolved",
+    "has resolved",
+    "have resolved",
+    "no longer present",
+    "no longer visible",
+    "not appreciated",
+    "not demonstrated",
+    "not evident",
+    "not noted",
+    "not detected",
+    "is not seen",
+    "are not seen",
+    "is not present",
+    "are not present",
+    "none",
 ):
     CUES[_phrase] = "negpost"
 for _phrase in (
@@ -294,6 +522,23 @@ for _phrase in (
     "may represent",
     "concerning for",
     "borderline",
+    "likely",
+    "unlikely",
+    "maybe",
+    "perhaps",
+    "presumed",
+    "equivocal",
+    "indeterminate",
+    "may be",
+    "could be",
+    "might be",
+    "differential includes",
+    "versus",
+    "vs",
+    "top normal",
+    "upper limits of normal",
+    "upper limit of normal",
+    "at the upper limits of normal",
 ):
     CUES[_phrase] = "unc"
 for _phrase in ("cannot be excluded", "not excluded", "not ruled out", "cannot be ruled out"):
@@ -312,19 +557,45 @@ for _phrase in (
     CUES[_phrase] = "question"
 for _phrase in ("but", "with", "plus", "yet", "however", "although", "while", "whereas", "also"):
     CUES[_phrase] = "boundary"
-for _phrase in (".", ";", ":"):
+for _phrase in (".", ";"):
     CUES[_phrase] = "boundary"
+CUES[":"] = "colon"  # ends the clause but keeps its finding for "Effusion: none"
 CUES["and"] = "and"
 CUES["as well as"] = "and"
 for _phrase in ("nor", "/"):
     CUES[_phrase] = "list"
 CUES[","] = "comma"
-for _phrase in ("present", "is present", "are present", "seen", "is seen", "are seen"):
+for _phrase in (
+    "present",
+    "is present",
+    "are present",
+    "seen",
+    "is seen",
+    "are seen",
+    "noted",
+    "is noted",
+    "are noted",
+    "observed",
+    "demonstrated",
+    "redemonstrated",
+    "again seen",
+    "again noted",
+    "persists",
+    "identified",
+    "is identified",
+    "are identified",
+):
     CUES[_phrase] = "pospost"
 CUES["or"] = "or"
 CUES["and or"] = "or"
 for _phrase in NORMAL_PHRASES:
     CUES[_phrase] = "normal"
+# Predicates that only mean "normal" about a structure ("lungs are clear", "costophrenic
+# angles are sharp"); without one they are words not understood.
+for _phrase in ("clear", "sharp", "intact", "not enlarged", "not widened", "well expanded"):
+    CUES[_phrase] = "clear"
+for _phrase in ("enlarged", "widened", "increased in size"):
+    CUES[_phrase] = "enlarged"
 
 _STOP_TEXT = """a an the image images picture pictures radiograph radiographs film films x ray
     rays xray xrays cxr cxrs chest chests study studies scan scans exam exams case cases patient
@@ -338,8 +609,23 @@ _STOP_TEXT = """a an the image images picture pictures radiograph radiographs fi
     mild mildly moderate moderately severe severely small large larger tiny trace minimal
     significant definite obvious new acute chronic old stable small moderate massive focal
     diffuse multifocal patchy subtle bibasilar retrocardiac perihilar hilar lateral frontal ap
-    pa view views please can you do does cm mm"""
+    pa view views please can you do does cm mm otherwise
+    loculated layering residual persistent worsening worsened increasing increased improving
+    improved decreasing decreased enlarging developing evolving interval associated underlying
+    dependent subpulmonic streaky linear hazy spiculated calcified cavitary multiple several
+    numerous scattered segmental subsegmental lobar unchanged stable again slight slightly
+    extensive volume suspicious known prior previous previously
+    rul rml rll lul lll lingula lingular hemithorax hemithoraces region regions area areas
+    aspect portion portions recess field fields costophrenic angle angles both each either
+    within along into over under above below posterior anterior medial distal proximal
+    there it its this these those their they as by very quite place
+    basilar bibasal infrahilar suprahilar paratracheal peripheral central dense densely
+    confluent reticular reticulonodular increase decrease exacerbation progression improvement
+    change changes development displaced nondisplaced healed healing first second third fourth
+    fifth sixth seventh eighth ninth tenth eleventh twelfth rib clavicle clavicular scapula
+    scapular humerus humeral vertebra vertebral vertebrae spine spinal thoracic lumbar body
+    bodies adjacent amount component overall size mildly markedly marked"""
 STOP_WORDS: frozenset[str] = frozenset(_STOP_TEXT.split())
 
 UNIT_AFTER_NUMBER = frozenset({"cm", "mm"})
-MAX_PHRASE = max(len(p.split()) for p in [*FINDING_PHRASES, *CUES])
+MAX_PHRASE = max(len(p.split()) for p in [*FINDING_PHRASES, *CUES, *STRUCTURES, *GROUPS])

@@ -1,68 +1,152 @@
 """Typed compositional queries: free text -> required, excluded and hedged findings.
 
 CXR-Retrieve (section 3.2) treats a query as constraints over labelled findings: "A and no B"
-requires A positive and B not positive. This module turns what a clinician types into those
-constraints, with the synonyms and abbreviations radiologists use, and evaluates a study's
-labels against them (`satisfies`, section 3.2 main and strict settings).
+requires A positive and B not positive. This module turns what a clinician types (a query or
+a report sentence) into those constraints over the vocabulary the caller passes in (the
+CXR-Retrieve ten, CheXpert 14, NIH ChestX-ray14 or an index's own label columns), and
+evaluates a study's labels against them (`satisfies`, section 3.2 main and strict settings).
+
+The one rule above all others: the parser never asserts what the user may have excluded. When
+a reading is uncertain, the finding goes to `uncertain` (neither required nor excluded) with a
+warning; `positive` and `negative` never share a finding.
 
 Decisions, so that behaviour is predictable:
-- Negation cues open a scope: prefix cues ("no", "without", "but not", "no evidence of",
-  "free of", "negative for", "absence of", "neither", "excluding", ...) negate the findings that
-  follow, across list separators ("," "or" "nor" "/"), so "no effusion or pneumothorax" negates
-  both. "and", "but", "with", "plus" and sentence punctuation close the scope: "no effusion and
-  pneumothorax" excludes effusion and requires pneumothorax (write "no effusion and no
-  pneumothorax" to exclude both). Postfix cues ("absent", "ruled out", "excluded", "not seen",
-  "negative") negate the finding just before them and the ones joined to it by "or" ("A,
-  B absent" keeps A required).
+- Length: a query longer than MAX_QUERY_CHARS (1,000) characters raises QueryTooLong (a
+  ValueError) whose message gives the length and the limit and never echoes the text.
+- Vocabulary: phrases name concepts (lexicon.py) and each concept maps to the first name the
+  vocabulary has (lexicon.CONCEPT_TARGETS): "effusion" is "Pleural Effusion" over CheXpert and
+  CXR-Retrieve but "Effusion" over NIH; "mass" / "nodule" are "Mass" / "Nodule" over NIH but
+  "Lung Lesion" over CheXpert; "infiltrate" is NIH "Infiltration" or CheXpert "Lung Opacity".
+  Every vocabulary name is also matched by its own spelling (case, "_" and spaces ignored,
+  plural tolerant), so a custom label column ("Tuberculosis", "pleural_plaque") is reachable.
+  "lesion" over NIH means Mass or Nodule: "no lesion" excludes both, "lesion" alone cannot be
+  required (a query is a conjunction) and is reported. A finding the vocabulary lacks is
+  reported in `unknown` with a warning, never silently dropped.
+- Negation cues open a scope over the findings that follow, across list separators (","
+  "or" "nor" "/"): "no effusion, pneumothorax or edema" excludes all three. Over "and":
+  prepositional cues ("without", "negative for", "no evidence of", "free of", "absence of",
+  ...) and lists ("no A, B and C") carry the negation through: "negative for effusion and
+  pneumothorax" excludes both. After a bare "no" / "not", "no A and B" is ambiguous (neither,
+  or B present?): B goes to `uncertain` with a warning that says how to write either reading
+  ("no A and no B" / "B and no A"); it is never required. "but", "with", "plus", "yet" and
+  sentence punctuation (". ; :") close the scope: "no pneumothorax but effusion", "no
+  effusion; edema present" and "effusion and no pneumothorax" keep the effusion / edema
+  required.
+- Postfix cues ("absent", "ruled out", "excluded", "not seen", "negative", "resolved") negate
+  the finding just before them and those joined to it by "or"; findings joined to it by "and"
+  or "," in the same clause ("effusion and pneumothorax absent") might be meant too, so they go
+  to `uncertain` with a warning. Not after a finding ("absent of edema", "resolved
+  effusion", "negative effusion") they act as prefix cues.
+- A word the parser does not know, next to a finding (only stop words between, no
+  punctuation or joiner), may be a negation it cannot read ("sans effusion", "negligible
+  effusion", "effusion nil"): the word is reported in `unknown` and the finding goes to
+  `uncertain` with a warning, never asserted. Known cues cover "sans", "w/o", "devoid of",
+  "absent of", "non-existent", "lack of".
+- Radiology sentences that declare a structure normal exclude that structure's findings:
+  "heart size is normal", "normal heart size", "cardiac silhouette within normal limits",
+  "heart is not enlarged" -> Cardiomegaly; "cardiomediastinal silhouette is normal" -> also
+  Enlarged Cardiomediastinum; "mediastinum unremarkable" -> Enlarged Cardiomediastinum only;
+  "lungs are clear" -> the airspace findings (Lung Opacity / Infiltration, Consolidation,
+  Pneumonia, Edema, Atelectasis; not lesions); "costophrenic angles are sharp" -> Pleural
+  Effusion; "pleural spaces are clear" -> the pleural findings; "bones are intact" ->
+  Fracture. "heart size is enlarged" / "mediastinum is widened" require Cardiomegaly /
+  Enlarged Cardiomediastinum. "no acute cardiopulmonary process" (also "abnormality",
+  "disease") excludes the acute chest findings (the airspace ones, Pleural Effusion,
+  Pneumothorax) but not Cardiomegaly, lesions or fractures ("Stable cardiomegaly. No acute
+  cardiopulmonary process." keeps Cardiomegaly required); "no osseous abnormality" excludes
+  Fracture. If one of these findings is also required explicitly, the query contradicts
+  itself about it and it goes to `uncertain`.
+- "normal" / "unremarkable" / "no finding(s)" about no structure exclude every finding of the
+  vocabulary (or require "No Finding" when the vocabulary has it and nothing is required), with
+  a warning; findings required explicitly are kept ("effusion, otherwise normal").
 - "rule out X", "r/o X", "evaluate for X", "query X" and "?X" are clinical QUESTIONS, not
-  negations: X goes to `uncertain`, is neither required nor excluded, and a warning says so.
-  "X ruled out" (past tense) is a negation. "possible / probable / suspected / cannot exclude X"
+  negations: X goes to `uncertain`, with a warning. "X ruled out" (past tense) is a negation.
+  "possible / probable / likely / suspected / cannot exclude X" and "X cannot be excluded"
   also go to `uncertain`. Uncertain findings never constrain `satisfies`.
+- A finding stated both ways ("effusion and no effusion", or two readings of a repeated
+  text) is never in both lists: it goes to `uncertain` with a warning that the query
+  contradicts itself.
+- Misspellings: a word not understood is compared (difflib ratio) with every word of the
+  lexicon's finding phrases and the vocabulary's names. When one finding is clearly best
+  (ratio >= 0.85, word of 4+ letters, no other finding within 0.1) the word is read as that
+  one, recorded in `corrections` ({typed: read as}) with a warning "read 'efusion' as
+  'effusion'"; otherwise close candidates (ratio >= 0.75, findings and cue words) are only
+  offered in `suggestions` ({typed: (candidates...)}) and the word stays not understood.
 - Shorthand follows the CheXpert labeler's phrase lists where it has one: CHF, heart failure,
-  vascular congestion and fluid overload -> Edema; infection -> Pneumonia; infiltrate and
-  airspace opacity -> Lung Opacity; nodule and mass -> Lung Lesion; collapse and volume loss ->
-  Atelectasis; but "collapsed lung" (the lay term) -> Pneumothorax; "CM" -> Cardiomegaly unless
-  it follows a number (a centimetre); hydropneumothorax -> Pleural Effusion and Pneumothorax.
-- "normal", "unremarkable", "no finding(s)" exclude every finding of the vocabulary (or require
-  "No Finding" when the vocabulary has it), with a warning that says so.
-- A negation is never dropped silently: words inside a negation scope that are not understood
-  are reported in `unknown` and in `warnings`. Laterality and severity words ("left", "small",
-  "moderate") are read and ignored; the ten findings carry no side or size.
-- "present" / "seen" after a finding that follows a comma inside a negation scope ends the
-  scope and keeps that finding required: "no edema, nodule present" excludes edema and requires
-  the nodule; after the scope's only finding they end the scope ("no effusion seen, edema"
-  excludes effusion and requires edema).
+  vascular congestion and fluid overload -> Edema; infection -> Pneumonia; airspace opacity ->
+  Lung Opacity; collapse and volume loss -> Atelectasis; but "collapsed lung" (the lay term)
+  -> Pneumothorax; "CM" -> Cardiomegaly unless it follows a number (a centimetre);
+  hydropneumothorax -> Pleural Effusion and Pneumothorax; ETT, NG tube, PICC, pacemaker,
+  "lines and tubes" -> Support Devices; COPD -> Emphysema; hiatal hernia -> Hernia.
+- Laterality, severity and course words ("left", "small", "moderate", "loculated",
+  "unchanged") are read and ignored; the findings carry no side or size.
+- "present" / "seen" / "noted" after a finding that follows a comma inside a negation scope
+  ends the scope and keeps that finding required: "no edema, nodule present" excludes edema
+  and requires the nodule; after the scope's only finding they end the scope ("no effusion
+  seen, edema" excludes effusion and requires edema).
 - "A or B" between required findings is read as "A and B" (queries are conjunctions), with a
   warning.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from medheb_app.evidence.findings import CHEXPERT_14, CXR_RETRIEVE_10
 from medheb_app.query.lexicon import (
+    ANY_OF,
+    CONCEPT_TARGETS,
     CUES,
     FINDING_PHRASES,
+    GROUPS,
     MAX_PHRASE,
     STOP_WORDS,
+    STRUCTURE_ENLARGED,
+    STRUCTURES,
     UNIT_AFTER_NUMBER,
 )
 
 Setting = Literal["main", "strict"]
+MAX_QUERY_CHARS = 1000
+NO_FINDING = "No Finding"
+CORRECT_AT = 0.85  # difflib ratio from which a misspelling is corrected (if unambiguous)
+SUGGEST_AT = 0.75  # ratio from which a candidate is offered as "did you mean"
+CLEAR_MARGIN = 0.1  # how far ahead of any other finding the best candidate must be
+
+
+class QueryTooLong(ValueError):
+    """A query over MAX_QUERY_CHARS characters; the message never echoes the text."""
+
+    def __init__(self, length: int, limit: int = MAX_QUERY_CHARS) -> None:
+        self.length = length
+        self.limit = limit
+        super().__init__(
+            f"The query is {length:,} characters long; the limit is {limit:,}. Shorten it to "
+            "the findings you want, e.g. 'pleural effusion and no cardiomegaly'."
+        )
+
+
+def check_query_length(text: str, limit: int = MAX_QUERY_CHARS) -> None:
+    """Raise QueryTooLong when `text` is over `limit` characters (before any heavy work)."""
+    if len(text) > limit:
+        raise QueryTooLong(len(text), limit)
 
 
 @dataclass(frozen=True)
 class ParsedQuery:
     """A query's constraints over the vocabulary's findings, in order of first mention.
 
-    positive: findings the image must show. negative: findings it must not show.
-    uncertain: hedged or questioned findings ("possible X", "rule out X"), never constraints.
+    positive: findings the image must show. negative: findings it must not show (never
+    overlapping positive). uncertain: findings the query names but does not constrain
+    (hedged, questioned, next to a word not understood, ambiguous or contradictory).
     unknown: words that were not understood (stop words excluded). warnings: what the parser
-    could not do faithfully (e.g. a negation whose target it did not understand).
+    could not do faithfully. corrections: (typed, read as) misspellings it corrected.
+    suggestions: (typed, candidates) for words it did not correct.
     """
 
     text: str
@@ -72,15 +156,27 @@ class ParsedQuery:
     uncertain: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     vocabulary: tuple[str, ...] = field(default=CXR_RETRIEVE_10, repr=False, compare=False)
+    corrections: tuple[tuple[str, str], ...] = ()
+    suggestions: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def has_constraints(self) -> bool:
         return bool(self.positive or self.negative)
 
     def describe(self) -> str:
-        """The constraints in plain logic, e.g. 'Pleural Effusion AND NOT Cardiomegaly'."""
+        """The constraints in plain logic, e.g. 'Pleural Effusion AND NOT Cardiomegaly'.
+
+        Corrections and suggestions follow in brackets when there are any, e.g.
+        "Pleural Effusion (read 'efusion' as 'effusion')".
+        """
         parts = [*self.positive, *(f"NOT {name}" for name in self.negative)]
-        return " AND ".join(parts) if parts else "(no constraints)"
+        logic = " AND ".join(parts) if parts else "(no constraints)"
+        notes = [f"read '{typed}' as '{read}'" for typed, read in self.corrections]
+        notes += [
+            f"did you mean {_or_list(candidates)} for '{typed}'?"
+            for typed, candidates in self.suggestions
+        ]
+        return f"{logic} ({'; '.join(notes)})" if notes else logic
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -90,59 +186,217 @@ class ParsedQuery:
             "uncertain": list(self.uncertain),
             "unknown": list(self.unknown),
             "warnings": list(self.warnings),
+            "corrections": dict(self.corrections),
+            "suggestions": {typed: list(found) for typed, found in self.suggestions},
         }
+
+
+def _or_list(words: Iterable[str]) -> str:
+    quoted = [f"'{word}'" for word in words]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+# ----------------------------------------------------------------------------- vocabulary
+
+
+def _key(name: str) -> str:
+    """A name as the tokeniser sees it: 'Pleural_Thickening' -> 'pleural thickening'."""
+    return " ".join(_tokenise(name))
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What one concept of a phrase means in this vocabulary."""
+
+    concept: str
+    names: tuple[str, ...]  # empty: not in the vocabulary
+    any_of: bool = False  # names together cover the concept (Mass or Nodule for "lesion")
+
+
+def _resolve(concept: str, vocabulary: tuple[str, ...]) -> _Target:
+    by_key = {_key(name): name for name in vocabulary}
+    for candidate in CONCEPT_TARGETS.get(concept, (concept,)):
+        if _key(candidate) in by_key:
+            return _Target(concept, (by_key[_key(candidate)],))
+    parts = [by_key[_key(part)] for part in ANY_OF.get(concept, ()) if _key(part) in by_key]
+    if parts:
+        return _Target(concept, tuple(parts), any_of=True)
+    return _Target(concept, ())
+
+
+def _names(concepts: Iterable[str], vocabulary: tuple[str, ...]) -> list[str]:
+    """Every vocabulary name the concepts cover (for exclusions: "any of" expands fully)."""
+    return list(dict.fromkeys(n for c in concepts for n in _resolve(c, vocabulary).names))
+
+
+@dataclass(frozen=True)
+class _Table:
+    """The phrase tables for one vocabulary (own names take precedence over the lexicon)."""
+
+    findings: dict[str, tuple[_Target, ...]]
+    words: dict[str, str]  # spelling candidate word -> the key that competes (a concept set)
+    known_words: frozenset[str]
+    max_phrase: int
+
+
+@lru_cache(maxsize=32)
+def _table(vocabulary: tuple[str, ...]) -> _Table:
+    findings = {
+        phrase: tuple(_resolve(concept, vocabulary) for concept in concepts)
+        for phrase, concepts in FINDING_PHRASES.items()
+    }
+    for name in vocabulary:
+        if name == NO_FINDING:  # "no finding" is the normal cue, not a finding to negate
+            continue
+        key = _key(name)
+        if not key:
+            continue
+        own = (_Target(name, (name,)),)
+        singular = key[:-1] if key.endswith("s") and not key.endswith("ss") else key
+        for phrase in {key, singular, f"{singular}s", f"{singular}es"}:
+            findings[phrase] = own
+    words: dict[str, str] = {}  # a one-word phrase competes as its concepts, others as words
+    for phrase, targets in sorted(findings.items(), key=lambda kv: " " in kv[0]):
+        key = "|".join(sorted(t.concept for t in targets))
+        for word in phrase.split():
+            if len(word) >= 4 and word not in STOP_WORDS:
+                words.setdefault(word, key if " " not in phrase else f"word:{word}")
+    phrases = [*findings, *CUES, *STRUCTURES, *GROUPS]
+    known = {word for phrase in phrases for word in phrase.split()} | STOP_WORDS
+    longest = max([MAX_PHRASE, *(len(p.split()) for p in findings)])
+    return _Table(findings, words, frozenset(known), longest)
+
+
+# ----------------------------------------------------------------------------- tokens
 
 
 def _tokenise(text: str) -> list[str]:
     lowered = text.lower().replace("’", "'")
+    lowered = re.sub(r"[\r\n]+", " . ", lowered)  # a line break ends a report sentence
     lowered = re.sub(r"\bw/o\b", " without ", lowered)
     lowered = re.sub(r"\br/o\b", " rule out ", lowered)
     lowered = re.sub(r"\bcan't\b|\bcan not\b", "cannot", lowered)
     return re.findall(r"[a-z]+|\d+(?:\.\d+)?|[?,;.:/]", lowered)
 
 
-def _match(tokens: list[str], start: int) -> tuple[int, str, object] | None:
-    """Longest phrase (cue or finding) starting at `start`: (length, kind, payload)."""
-    for length in range(min(MAX_PHRASE, len(tokens) - start), 0, -1):
+@dataclass(frozen=True)
+class _Item:
+    """One unit of the query: a finding, cue, structure, group phrase or unknown word."""
+
+    kind: Literal["finding", "cue", "structure", "group", "word"]
+    phrase: str
+    payload: object = None
+
+
+def _match(tokens: list[str], start: int, table: _Table) -> _Item | None:
+    """Longest phrase (finding, cue, structure or group) starting at `start`."""
+    for length in range(min(table.max_phrase, len(tokens) - start), 0, -1):
         phrase = " ".join(tokens[start : start + length])
-        if phrase in CUES:
-            return length, "cue", CUES[phrase]
-        if phrase in FINDING_PHRASES:
+        if phrase in table.findings:
             if phrase in UNIT_AFTER_NUMBER and start > 0 and tokens[start - 1][0].isdigit():
                 return None
-            return length, "finding", FINDING_PHRASES[phrase]
+            return _Item("finding", phrase, table.findings[phrase])
+        if phrase in CUES:
+            return _Item("cue", phrase, CUES[phrase])
+        if phrase in STRUCTURES:
+            return _Item("structure", phrase, STRUCTURES[phrase])
+        if phrase in GROUPS:
+            return _Item("group", phrase, GROUPS[phrase])
     return None
 
 
-def _in_vocabulary(concept: str, vocabulary: tuple[str, ...]) -> str | None:
-    wanted = concept.lower()
-    for name in vocabulary:
-        if name.replace("_", " ").lower() == wanted:
-            return name
-    return None
+def _items(tokens: list[str], table: _Table) -> list[_Item]:
+    items: list[_Item] = []
+    i = 0
+    while i < len(tokens):
+        item = _match(tokens, i, table)
+        if item is None:
+            word = tokens[i]
+            i += 1
+            if word not in STOP_WORDS and not word[0].isdigit():
+                items.append(_Item("word", word))
+            continue
+        items.append(item)
+        i += len(item.phrase.split())
+    return items
+
+
+def _spell(
+    tokens: list[str], table: _Table
+) -> tuple[list[str], dict[str, str], dict[str, tuple[str, ...]]]:
+    """Correct unambiguous misspellings of finding words; suggest the rest."""
+    corrected = list(tokens)
+    corrections: dict[str, str] = {}
+    suggestions: dict[str, tuple[str, ...]] = {}
+    cue_words = sorted({w for phrase in CUES for w in phrase.split() if len(w) >= 4})
+    for position, word in enumerate(tokens):
+        if len(word) < 4 or not word.isalpha() or word in table.known_words:
+            continue
+        scored = sorted(
+            ((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in _close(word, table)),
+            reverse=True,
+        )
+        if scored:
+            best_ratio, best = scored[0]
+            rivals = [r for r, c in scored[1:] if table.words[c] != table.words[best]]
+            if best_ratio >= CORRECT_AT and all(r < best_ratio - CLEAR_MARGIN for r in rivals):
+                corrected[position] = best
+                corrections[word] = best
+                continue
+        found = []  # the best word of each finding, then cue words ("withuot" -> "without")
+        for _, candidate in scored:
+            if table.words[candidate] not in {table.words[f] for f in found}:
+                found.append(candidate)
+        found = found[:3]
+        found += difflib.get_close_matches(word, cue_words, n=2, cutoff=SUGGEST_AT)
+        if found:
+            suggestions[word] = tuple(dict.fromkeys(found))
+    return corrected, corrections, suggestions
+
+
+def _close(word: str, table: _Table) -> list[str]:
+    """Finding words like `word`, and those it begins ("pneumo": pneumonia, pneumothorax)."""
+    close = difflib.get_close_matches(word, list(table.words), n=6, cutoff=SUGGEST_AT)
+    longer = [w for w in table.words if len(word) >= 5 and w.startswith(word) and w != word]
+    return list(dict.fromkeys([*close, *sorted(longer, key=len)[:6]]))
+
+
+# ----------------------------------------------------------------------------- grammar
+
+_NEG_MODES = ("neg", "weakneg")
 
 
 class _State:
-    """Mutable parse state; kept out of the public dataclass."""
+    """Mutable parse state; kept out of the public dataclass.
+
+    events records, in order, what each mention of a finding said about it: "pos", "neg",
+    "unc" (hedged or questioned), "block" (next to a word not understood, or an ambiguous
+    coordination: must never end up required). implied holds exclusions from normality
+    statements, which lose to nothing but make an explicit requirement uncertain.
+    """
 
     def __init__(self, vocabulary: tuple[str, ...]) -> None:
         self.vocabulary = vocabulary
-        self.positive: list[str] = []
-        self.negative: list[str] = []
-        self.uncertain: list[str] = []
+        self.events: list[tuple[str, str]] = []
+        self.implied: list[tuple[str, str]] = []  # (name, the statement that excluded it)
+        self.normal_all: list[str] = []
         self.unknown: list[str] = []
         self.warnings: list[str] = []
-        self.mode: str = "pos"  # "pos" | "neg" | "unc" | "question"
+        self.mode: str = "pos"  # "pos" | "neg" | "weakneg" | "amb" | "unc" | "question"
         self.cue_text = ""
         self.scope_findings = 0
         self.scope_unknown: list[str] = []
-        self.group: list[str] = []  # positive findings joined by "or" / "," (postfix target)
+        self.scope_list = False  # the scope already joined two findings with "," / "or"
+        self.group: list[str] = []  # positive findings joined by "or" (postfix target)
+        self.clause: list[str] = []  # other positive findings of this clause
+        self.structures: list[_Item] = []
         self.last_joiner = ""
-        self.last_added: list[str] = []  # findings of the latest finding phrase
+        self.last_added: list[str] = []
         self.last_after_comma = False
 
+    # -- scopes
     def close_scope(self) -> None:
-        if self.mode == "neg" and self.scope_unknown:
+        if self.mode in _NEG_MODES and self.scope_unknown:
             words = " ".join(self.scope_unknown)
             if self.scope_findings == 0:
                 self.warnings.append(
@@ -154,7 +408,7 @@ class _State:
                     f"Inside the negation '{self.cue_text}', '{words}' was not understood "
                     "and is not excluded."
                 )
-        elif self.mode == "neg" and self.scope_findings == 0:
+        elif self.mode in _NEG_MODES and self.scope_findings == 0:
             self.warnings.append(
                 f"The negation '{self.cue_text}' is not followed by a known finding; "
                 "nothing was excluded."
@@ -163,145 +417,441 @@ class _State:
         self.cue_text = ""
         self.scope_findings = 0
         self.scope_unknown = []
+        self.scope_list = False
 
     def open_scope(self, mode: str, cue_text: str) -> None:
         self.close_scope()
         self.mode = mode
         self.cue_text = cue_text
         self.group = []
+        self.clause = []
+        self.last_joiner = ""
 
-    def add_finding(self, concepts: tuple[str, ...], phrase: str) -> None:
+    def boundary(self) -> None:
+        self.close_scope()
+        self.group = []
+        self.clause = []
+        self.structures = []
+        self.last_joiner = ""
+
+    # -- findings
+    def add_finding(self, item: _Item, governed_by: list[str]) -> None:
+        targets: tuple[_Target, ...] = item.payload  # type: ignore[assignment]
+        phrase = item.phrase
         self.last_after_comma = self.last_joiner == ","
         self.last_added = []
-        for concept in concepts:
-            name = _in_vocabulary(concept, self.vocabulary)
-            if name is None:
+        if self.mode in _NEG_MODES and self.last_joiner in (",", "or", "list"):
+            self.scope_list = True
+        if self.mode == "pos" and self.last_joiner not in ("or", "list"):
+            self.clause.extend(self.group)
+            self.group = []
+        self.structures = []
+        for target in targets:
+            if not target.names:
                 self.unknown.append(phrase)
+                known = ", ".join(self.vocabulary)
+                meant = " / ".join(CONCEPT_TARGETS.get(target.concept, (target.concept,)))
                 self.warnings.append(
-                    f"'{phrase}' ({concept}) is not one of the findings this search knows "
-                    f"({', '.join(self.vocabulary)}); it was ignored."
+                    f"'{phrase}' ({meant}) is not one of the findings this search knows "
+                    f"({known}); it was ignored."
                 )
-                if self.mode == "neg":
+                if self.mode in _NEG_MODES:
                     self.scope_findings += 1
                 continue
-            self.last_added.append(name)
-            if self.mode == "neg":
-                self.negative.append(name)
-                self.scope_findings += 1
-            elif self.mode in ("unc", "question"):
-                self.uncertain.append(name)
-                if self.mode == "question":
-                    self.warnings.append(
-                        f"'{self.cue_text} {phrase}' is read as a question: {name} is neither "
-                        "required nor excluded."
-                    )
-            else:
-                if self.last_joiner == "or" and self.group:
-                    self.warnings.append(
-                        f"'{self.group[-1]} or {name}' is read as '{self.group[-1]} and {name}': "
-                        "queries are conjunctions."
-                    )
-                self.positive.append(name)
-                self.group.append(name)
+            if governed_by:
+                self.block(target.names, phrase)
+                self.warnings.append(
+                    f"'{' '.join(governed_by)}' next to '{phrase}' was not understood (it may "
+                    f"be a negation), so {' and '.join(target.names)} is neither required nor "
+                    "excluded."
+                )
+                if self.mode in _NEG_MODES:
+                    self.scope_findings += 1
+                continue
+            if target.any_of and self.mode not in _NEG_MODES:
+                self.block(target.names, phrase)
+                self.warnings.append(
+                    f"'{phrase}' means {' or '.join(target.names)} here; a query can only "
+                    "require findings together, so name the one you want."
+                )
+                continue
+            for name in target.names:
+                self._add_name(name, phrase)
         self.last_joiner = ""
+
+    def _add_name(self, name: str, phrase: str) -> None:
+        self.last_added.append(name)
+        if self.mode in _NEG_MODES:
+            self.events.append((name, "neg"))
+            self.scope_findings += 1
+        elif self.mode == "amb":
+            self.block((name,), phrase)
+            self.warnings.append(
+                f"'{self.cue_text} ... and {phrase}' is ambiguous: {name} is neither required "
+                f"nor excluded. Write 'no ... and no {phrase}' to exclude it, or "
+                f"'{phrase} and no ...' to require it."
+            )
+        elif self.mode in ("unc", "question"):
+            self.events.append((name, "unc"))
+            if self.mode == "question":
+                self.warnings.append(
+                    f"'{self.cue_text} {phrase}' is read as a question: {name} is neither "
+                    "required nor excluded."
+                )
+        else:
+            if self.last_joiner == "or" and self.group:
+                self.warnings.append(
+                    f"'{self.group[-1]} or {name}' is read as '{self.group[-1]} and {name}': "
+                    "queries are conjunctions."
+                )
+            self.events.append((name, "pos"))
+            self.group.append(name)
+
+    def block(self, names: Iterable[str], phrase: str) -> None:
+        self.events.extend((name, "block") for name in names)
+
+    # -- joiners
+    def conjoin(self) -> None:
+        """'and': inside a negation, carry it over a list or after a prepositional cue."""
+        if self.mode == "neg" or (self.mode == "weakneg" and self.scope_list):
+            self.last_joiner = "and"
+            return
+        if self.mode == "weakneg" and self.scope_findings > 0:
+            cue = self.cue_text
+            self.close_scope()
+            self.mode, self.cue_text = "amb", cue
+            self.last_joiner = "and"
+            return
+        if self.mode in ("amb", "question"):  # "rule out pneumonia and effusion": both asked
+            self.last_joiner = "and"
+            return
+        self.close_scope()
+        self.clause.extend(self.group)
+        self.group = []
+        self.last_joiner = "and"
 
     def affirm_last(self) -> None:
         """'present' after "no A, B": B leaves the negation scope and becomes required."""
-        if self.mode != "neg" or not self.last_added:
+        if self.mode == "pos":
+            self.group, self.clause = [], []  # explicitly asserted: no later postfix reaches it
+            return
+        if self.mode not in _NEG_MODES or not self.last_added:
+            self.close_scope()
             return
         if not self.last_after_comma or self.scope_findings < 2:
             self.close_scope()  # "no effusion present, edema": the clause ends here
             return
         for name in self.last_added:
-            if name in self.negative:
-                self.negative.remove(name)
-                self.positive.append(name)
+            if (name, "neg") in self.events:
+                self.events.remove((name, "neg"))
+                self.events.append((name, "pos"))
         self.scope_findings -= 1
         self.close_scope()
-        self.group = list(self.last_added)
+        self.group, self.clause = list(self.last_added), []
 
-    def negate_group(self, cue_text: str, uncertain: bool) -> None:
-        """A postfix cue turns the preceding positive group negative (or uncertain)."""
-        if not self.group:
-            self.warnings.append(f"'{cue_text}' does not follow a known finding; it was ignored.")
-            return
+    def postfix(self, cue_text: str, uncertain: bool) -> None:
+        """A postfix cue turns the preceding "or" group negative (or uncertain)."""
         for name in self.group:
-            if name in self.positive:
-                self.positive.remove(name)
-            (self.uncertain if uncertain else self.negative).append(name)
+            self._retract(name)
+            self.events.append((name, "unc" if uncertain else "neg"))
+        if not uncertain:
+            for name in self.clause:
+                self._retract(name)
+                self.block((name,), cue_text)
+                self.warnings.append(
+                    f"'{cue_text}' may also apply to {name}, named before it in the same "
+                    f"sentence; {name} is neither required nor excluded. Write 'no {name}' "
+                    "to exclude it, or put it in its own sentence to require it."
+                )
+            self.clause = []
         self.group = []
 
-    def normal(self, phrase: str) -> None:
-        if "No Finding" in self.vocabulary:
-            self.add_finding(("No Finding",), phrase)
+    def _retract(self, name: str) -> None:
+        if (name, "pos") in self.events:
+            index = len(self.events) - 1 - self.events[::-1].index((name, "pos"))
+            del self.events[index]
+
+    # -- normality
+    def structure_normal(self, structure: _Item, predicate: str, negated: bool) -> None:
+        concepts: tuple[str, ...] = structure.payload  # type: ignore[assignment]
+        names = _names(concepts, self.vocabulary)
+        statement = f"{structure.phrase} {predicate}"
+        if negated:
+            self.events.extend((name, "unc") for name in names)
+            self.warnings.append(
+                f"'not {predicate}' about the {structure.phrase} is read as neither normal nor "
+                "abnormal; name the finding you mean."
+            )
             return
-        self.negative.extend(self.vocabulary)
-        self.warnings.append(
-            f"'{phrase}' is read as 'none of the findings' ({', '.join(self.vocabulary)})."
+        if not names:
+            self.warnings.append(
+                f"'{statement}' is about no finding this search knows; it was not used."
+            )
+            return
+        self.implied.extend((name, statement) for name in names)
+
+    def structure_enlarged(self, structure: _Item, predicate: str) -> None:
+        concepts: tuple[str, ...] = structure.payload  # type: ignore[assignment]
+        meant = STRUCTURE_ENLARGED.get(concepts, ())
+        names = _names(meant, self.vocabulary)
+        if not names:
+            self.unknown.append(predicate)
+            self.warnings.append(
+                f"'{structure.phrase} {predicate}' names no finding this search knows; it was "
+                "ignored."
+            )
+            return
+        for name in names:
+            self.events.append((name, "pos"))
+        self.group = list(names)
+
+    def structure_uncertain(self, cue_text: str) -> None:
+        """'heart size is borderline / top normal': the structure's finding is hedged."""
+        for structure in self.structures:
+            meant = STRUCTURE_ENLARGED.get(structure.payload, ())  # type: ignore[call-overload]
+            for name in _names(meant, self.vocabulary):
+                self.events.append((name, "unc"))
+        self.structures = []
+
+    def group_phrase(self, item: _Item) -> None:
+        if self.mode not in _NEG_MODES:
+            self.unknown.append(item.phrase)
+            self.warnings.append(
+                f"'{item.phrase}' names no single finding; it is not a constraint (name the "
+                "findings you want)."
+            )
+            return
+        concepts: tuple[str, ...] = item.payload  # type: ignore[assignment]
+        self.implied.extend(
+            (name, f"{self.cue_text} {item.phrase}") for name in _names(concepts, self.vocabulary)
         )
+        self.scope_findings += 1
 
 
 def parse_query(text: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10) -> ParsedQuery:
-    """Parse a free-text clinical query into required, excluded and hedged findings."""
-    state = _State(tuple(vocabulary))
-    tokens = _tokenise(text)
-    i = 0
-    while i < len(tokens):
-        matched = _match(tokens, i)
-        if matched is None:
-            word = tokens[i]
-            i += 1
-            if word in STOP_WORDS or word[0].isdigit():
-                continue
-            state.unknown.append(word)
-            if state.mode == "neg":
-                state.scope_unknown.append(word)
+    """Parse a free-text clinical query into required, excluded and hedged findings.
+
+    Raises QueryTooLong (a ValueError) above MAX_QUERY_CHARS characters.
+    """
+    check_query_length(text)
+    vocabulary = tuple(vocabulary)
+    table = _table(vocabulary)
+    tokens, corrections, suggestions = _spell(_tokenise(text), table)
+    items = _items(tokens, table)
+    state = _State(vocabulary)
+    for typed, read in corrections.items():
+        state.warnings.append(f"Read '{typed}' as '{read}'.")
+    for typed, found in suggestions.items():
+        state.warnings.append(f"'{typed}' was not understood; did you mean {_or_list(found)}?")
+    skip: set[int] = set()
+    for j, item in enumerate(items):
+        if j in skip:
             continue
-        length, kind, payload = matched
-        phrase = " ".join(tokens[i : i + length])
-        i += length
-        if kind == "finding":
-            state.add_finding(payload, phrase)  # type: ignore[arg-type]
-            continue
-        if payload in ("neg", "unc", "question"):
-            state.open_scope(str(payload), phrase)
-        elif payload in ("negpost", "uncpost"):
-            state.negate_group(phrase, uncertain=payload == "uncpost")
-        elif payload in ("boundary", "and"):
-            state.close_scope()
-            state.group = []
-        elif payload == "or":
-            state.last_joiner = "or"
-        elif payload == "comma":
-            state.last_joiner = ","
-            if state.mode == "pos":
-                state.group = []
-        elif payload == "pospost":
-            state.affirm_last()
-        elif payload == "normal":
-            state.close_scope()
-            state.normal(phrase)
+        if item.kind == "word":
+            state.unknown.append(item.phrase)
+            if state.mode in _NEG_MODES:
+                state.scope_unknown.append(item.phrase)
+        elif item.kind == "finding":
+            state.add_finding(item, _governing_words(items, j))
+        elif item.kind == "structure":
+            state.structures.append(item)
+        elif item.kind == "group":
+            state.group_phrase(item)
+        else:
+            _cue(state, items, j, skip)
     state.close_scope()
-    positive = _unique(state.positive)
-    negative = _unique(state.negative)
-    both = [name for name in positive if name in negative]
-    if both:
+    return _finish(text, state, corrections, suggestions)
+
+
+def _governing_words(items: list[_Item], j: int) -> list[str]:
+    """Unknown words right before or after a finding (only stop words between).
+
+    A structure predicate with no structure beside it ("clear effusion") counts as unknown.
+    """
+    return [items[k].phrase for k in (j - 1, j + 1) if _is_unknown(items, k)]
+
+
+def _is_unknown(items: list[_Item], k: int) -> bool:
+    if not 0 <= k < len(items):
+        return False
+    item = items[k]
+    if item.kind == "word":
+        return True
+    if item.kind != "cue" or item.payload not in ("clear", "enlarged"):
+        return False
+    return not any(0 <= n < len(items) and items[n].kind == "structure" for n in (k - 1, k + 1))
+
+
+def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
+    item = items[j]
+    kind = str(item.payload)
+    before = items[j - 1] if j > 0 else None
+    after = items[j + 1] if j + 1 < len(items) else None
+    after_finding = (
+        before is not None
+        and (before.kind == "finding" or before.payload == "colon")
+        and state.mode == "pos"
+    )
+    if kind in ("neg", "weakneg", "question"):
+        state.open_scope(kind, item.phrase)
+    elif kind == "unc":
+        if before is not None and before.kind == "structure" and state.structures:
+            state.structure_uncertain(item.phrase)
+        elif after_finding and (after is None or after.kind != "finding") and state.group:
+            state.postfix(item.phrase, uncertain=True)  # "pneumothorax unlikely"
+        else:
+            state.open_scope("unc", item.phrase)
+    elif kind in ("negpost", "uncpost"):
+        if after_finding and state.group:
+            state.postfix(item.phrase, uncertain=kind == "uncpost")
+        elif before is not None and before.kind == "finding" and state.mode != "pos":
+            if state.mode == "amb":  # "no effusion and pneumothorax absent": now it is clear
+                state.events.extend((name, "neg") for name in state.last_added)
+            state.close_scope()  # "no effusion absent": already negated
+        else:  # "absent of edema", "resolved effusion": not after a finding -> prefix
+            state.open_scope("neg" if kind == "negpost" else "unc", item.phrase)
+    elif kind == "boundary":
+        state.boundary()
+    elif kind == "colon":
+        group = state.group if state.mode == "pos" else []
+        state.boundary()
+        state.group = group  # "Effusion: none" / "Effusion: absent"
+    elif kind == "and":
+        state.conjoin()
+    elif kind in ("or", "list"):
+        state.last_joiner = kind
+    elif kind == "comma":
+        state.last_joiner = ","
+        state.structures = []
+        if state.mode == "pos":
+            state.clause.extend(state.group)
+            state.group = []
+    elif kind == "pospost":
+        state.affirm_last()
+    elif kind in ("normal", "clear", "enlarged"):
+        _predicate(state, items, j, skip)
+
+
+def _predicate(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
+    """'normal' / 'clear' / 'enlarged': about the structure before it, or the one after it."""
+    item = items[j]
+    kind = str(item.payload)
+    before = items[j - 1] if j > 0 else None
+    negated = (
+        before is not None
+        and before.kind == "cue"
+        and state.mode in _NEG_MODES
+        and state.scope_findings == 0
+    )
+    structures = list(state.structures)
+    if not structures and j + 1 < len(items) and items[j + 1].kind == "structure":
+        structures = [items[j + 1]]  # "normal heart size", "clear lungs"
+        skip.add(j + 1)
+    if negated:
+        state.mode = "pos"  # the negation was about the predicate, not a finding
+        state.cue_text = ""
+    else:
+        state.close_scope()
+    state.structures = []
+    if structures:
+        for structure in structures:
+            if kind == "enlarged":
+                state.structure_enlarged(structure, item.phrase)
+            else:
+                state.structure_normal(structure, item.phrase, negated)
+        return
+    if kind == "normal" and not negated:
+        state.normal_all.append(item.phrase)
+        return
+    state.unknown.append(item.phrase)
+    if negated:
         state.warnings.append(
-            f"{', '.join(both)} is both required and excluded; no image can satisfy this query."
+            f"'not {item.phrase}' is not understood as a finding; nothing was excluded."
         )
+
+
+def _finish(
+    text: str,
+    state: _State,
+    corrections: dict[str, str],
+    suggestions: dict[str, tuple[str, ...]],
+) -> ParsedQuery:
+    """Resolve every mention into disjoint positive / negative / uncertain lists."""
+    said: dict[str, set[str]] = {}
+    for name, event in state.events:
+        said.setdefault(name, set()).add(event)
+    order = list(dict.fromkeys([name for name, _ in state.events] + [n for n, _ in state.implied]))
+    positive = [n for n in order if "pos" in said.get(n, ())]
+    negative = [n for n in order if "neg" in said.get(n, ())]
+    uncertain = [n for n in order if said.get(n, set()) & {"unc", "block"}]
+    contradicted = [n for n in positive if n in negative]
+    for name in contradicted:
+        state.warnings.append(
+            f"The query contradicts itself about {name} (required and excluded); {name} is "
+            "neither required nor excluded."
+        )
+        positive.remove(name)
+        negative.remove(name)
+        uncertain.append(name)
+    for name in [n for n in positive if "block" in said[n]]:
+        positive.remove(name)
+        state.warnings.append(
+            f"{name} is required in one place but may be negated in another; it is neither "
+            "required nor excluded."
+        )
+    for name, statement in state.implied:
+        if name in positive:
+            positive.remove(name)
+            uncertain.append(name)
+            state.warnings.append(
+                f"The query contradicts itself about {name} ('{statement}' excludes it, yet it "
+                f"is required); {name} is neither required nor excluded."
+            )
+        elif name in negative or name in contradicted or "block" in said.get(name, ()):
+            continue  # already excluded, or kept uncertain on purpose
+        else:
+            negative.append(name)
+    if state.normal_all:
+        _normal(state, positive, negative, uncertain)
+    negative = [n for n in negative if n not in positive]
+    uncertain = [n for n in uncertain if n not in positive and n not in negative]
     return ParsedQuery(
         text=text,
-        positive=positive,
-        negative=negative,
+        positive=_unique(positive),
+        negative=_unique(negative),
         unknown=_unique(state.unknown),
-        uncertain=_unique(n for n in state.uncertain if n not in positive and n not in negative),
+        uncertain=_unique(uncertain),
         warnings=_unique(state.warnings),
         vocabulary=state.vocabulary,
+        corrections=tuple(corrections.items()),
+        suggestions=tuple(suggestions.items()),
     )
 
 
-def _unique(values: object) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(values))  # type: ignore[arg-type]
+def _normal(state: _State, positive: list[str], negative: list[str], uncertain: list[str]) -> None:
+    """'normal' about no structure: No Finding, or none of the findings not named."""
+    phrase = state.normal_all[0]
+    if NO_FINDING in state.vocabulary and not positive:
+        positive.append(NO_FINDING)
+        return
+    rest = [
+        n for n in state.vocabulary if n != NO_FINDING and n not in positive and n not in uncertain
+    ]
+    negative.extend(n for n in rest if n not in negative)
+    kept = [n for n in positive if n != NO_FINDING]
+    if kept:
+        state.warnings.append(
+            f"'{phrase}' is read as 'none of the other findings' ({', '.join(rest)}); "
+            f"{', '.join(kept)} stays required."
+        )
+    else:
+        state.warnings.append(
+            f"'{phrase}' is read as 'none of the findings' ({', '.join(state.vocabulary)})."
+        )
+
+
+def _unique(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(values))
 
 
 def satisfies(
@@ -355,7 +905,10 @@ def _label(findings: Mapping[str, object], name: str) -> object:
 __all__ = [
     "CHEXPERT_14",
     "CXR_RETRIEVE_10",
+    "MAX_QUERY_CHARS",
     "ParsedQuery",
+    "QueryTooLong",
+    "check_query_length",
     "is_hard_negative",
     "parse_query",
     "satisfies",
