@@ -98,6 +98,11 @@ def test_nih_sample_builds_with_its_own_vocabulary_and_resumes(settings, capsys)
     loaded = load_index("nih", "8edde42cb6a477b6", settings)
     emphysema = [r for r in loaded.items.values() if r["findings"].get("Emphysema") == 1]
     assert emphysema and all(set(r["findings"]) == set(NIH_14) for r in loaded.items.values())
+    parsed = search(
+        query_text="emphysema and no effusion", model_spec="random", index="nih", settings=settings
+    )
+    assert parsed.positive == ["Emphysema"] and parsed.negative == ["Effusion"]
+    assert parsed.unknown_terms == []
     response = search(
         query_text="cardiomegaly and no atelectasis", model_spec="random", index="nih",
         settings=settings, setting="strict",
