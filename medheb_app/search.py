@@ -195,6 +195,8 @@ def search(
     settings: Settings | None = None,
     setting: str = "main",
     ranking: str = "similarity",
+    nprobe: int | None = None,
+    ef_search: int | None = None,
 ) -> SearchResponse:
     """Rank the index's studies for a text query or an image/volume file (exactly one).
 
@@ -202,7 +204,8 @@ def search(
     is the CXR-Retrieve relevance setting used for `satisfies`: "main" ("no B" holds when B is
     not positive) or "strict" (only when B is confirmed negative). `ranking` is "similarity"
     (cosine) or "logic" (a text query's constraints over per-finding probes; a score is then
-    log p(the study satisfies the query)).
+    log p(the study satisfies the query)). `nprobe` (IVF, IVF-PQ) and `ef_search` (HNSW)
+    override the index's recorded search parameters for this search.
     """
     from medheb_app.models.registry import load_embedder
 
@@ -254,7 +257,12 @@ def search(
         notes.extend(probe_warnings)
         scores, ids = top_scores[None], top_ids[None]
     else:
-        scores, ids = loaded.search(np.asarray(vector, dtype=np.float32), int(k))
+        try:
+            scores, ids = loaded.search(
+                np.asarray(vector, dtype=np.float32), int(k), nprobe=nprobe, ef_search=ef_search
+            )
+        except ValueError as error:
+            raise SearchError(str(error)) from error
     searched = time.perf_counter()
 
     response = SearchResponse(

@@ -40,7 +40,7 @@ from medheb_app.index.catalog import (
     study_metadata,
     write_index,
 )
-from medheb_app.index.faiss_index import VectorIndex
+from medheb_app.index.faiss_index import VectorIndex, resolve_kind
 from medheb_app.index.sources import LoadedSource, SourceSpec, load_source, parse_source
 from medheb_app.models.base import Embedder
 from medheb_app.settings import Settings
@@ -350,6 +350,7 @@ def build_from_source(
     stop: threading.Event | None = None,
     loaded_source: LoadedSource | None = None,
     ray_actors: int | None = None,
+    index_params: dict[str, Any] | None = None,
 ) -> BuildReport:
     """Index every readable item of `source` with `model_spec` as the index `name`."""
     from medheb_app.models.device import resolve_device
@@ -403,7 +404,9 @@ def build_from_source(
         reused += result.reused
         done += len(result.ids) + len(result.failed)
         say(0.05 + 0.85 * done / max(rate.total, 1), f"embedded {rate.message(done)}")
-    report = _finish(name, loaded, studies, shards, directory, manifest, embedder, kind, settings)
+    report = _finish(
+        name, loaded, studies, shards, directory, manifest, embedder, kind, settings, index_params
+    )
     report.embedded, report.reused = embedded, reused
     report.seconds = round(time.perf_counter() - started, 3)
     report.engine, report.device = engine, resolved_device
@@ -452,17 +455,19 @@ def _finish(
     embedder: Embedder,
     kind: str,
     settings: Settings,
+    params: dict[str, Any] | None = None,
 ) -> BuildReport:
     """Read the shards in order and write the index, its metadata and failed.jsonl."""
     ids: list[str] = []
-    blocks: list[np.ndarray] = []
     failures = list(loaded.failed)
-    for shard in shards:
-        shard_ids, _keys, vectors = read_shard(directory, shard.number)
-        failures.extend(manifest["shards"][str(shard.number)]["failed"])
-        if shard_ids:
-            ids.extend(shard_ids)
-            blocks.append(vectors)
+    for shard in shards:  # ids first; vectors are streamed from the shards below
+        entry = manifest["shards"][str(shard.number)]
+        failures.extend(entry["failed"])
+        if entry["n"]:
+            import pyarrow.parquet as pq
+
+            ids.extend(pq.read_table(_shard_file(directory, shard.number), columns=["id"])
+                       .column("id").to_pylist())  # fmt: skip
     if not ids:
         first = failures[0]["reason"] if failures else "no items"
         raise BuildError(
@@ -470,9 +475,26 @@ def _finish(
             f"failed (first: {first})."
         )
     by_id = {s.id: s for s in studies}
-    vectors = np.concatenate(blocks)
     fingerprint = embedder.card.fingerprint
-    index = VectorIndex.build(vectors, ids, kind=kind, fingerprint=fingerprint)
+
+    def chunks() -> Iterator[np.ndarray]:
+        for shard in shards:
+            if manifest["shards"][str(shard.number)]["n"]:
+                yield read_shard(directory, shard.number)[2]
+
+    dims = next(chunks()).shape[1]
+    params = dict(params or {})
+    if resolve_kind(kind, len(ids)) == "ivfpq":  # filled shard by shard, never all in RAM
+        if "MEDHEB_INDEX_MEMORY_MB" in os.environ:
+            params.setdefault("memory_budget_mb", float(os.environ["MEDHEB_INDEX_MEMORY_MB"]))
+        index = VectorIndex.build_ivfpq(
+            chunks, ids, dims, fingerprint, work_dir=directory / "ivfpq", **params
+        )
+    else:
+        vectors = np.concatenate(list(chunks()))
+        index = VectorIndex.build(
+            vectors, ids, kind=kind, fingerprint=fingerprint, **(params or {})
+        )
     info = {
         "name": name,
         "model": embedder.card.to_dict(),

@@ -113,8 +113,14 @@ class LoadedIndex:
     def item(self, item_id: str) -> dict[str, Any]:
         return self.items[item_id]
 
-    def search(self, queries: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        return self.index.search(queries, k)
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int = 10,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(queries, k, nprobe=nprobe, ef_search=ef_search)
 
 
 def index_path(settings: Settings, name: str, fingerprint: str) -> Path:
