@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,12 +65,33 @@ class MLLMConfig:
             raise ValueError("frames and batch_size must be at least 1")
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hub_snapshot(repo_id: str) -> Path:
+    """The folder of a Hugging Face hub model already in the local cache (HF_HUB_CACHE), as
+    on a Space or an air-gapped lab mirror; never downloads. A clear error when it is absent."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        raise FileNotFoundError(
+            f"MLLM {repo_id!r} is neither a folder nor in the local Hugging Face cache; "
+            "download it on a connected machine with "
+            f"`huggingface-cli download {repo_id}` and copy the cache over."
+        ) from None
+
+
 def parse_spec(spec: str) -> tuple[Path, MLLMConfig]:
     """'mllm:/dir?key=value&...' -> (folder, config); bad keys or values are one clear error."""
     if not spec.startswith(PREFIX):
         raise ValueError(f"Not an mllm spec: {spec!r} (expected {PREFIX}/path/to/model).")
     path, _, query = spec[len(PREFIX) :].partition("?")
     folder = Path(path).expanduser()
+    if path and not folder.is_dir() and _HUB_ID.match(path.removeprefix("hf-hub:")):
+        folder = hub_snapshot(path.removeprefix("hf-hub:"))
     if not path or not folder.is_dir():
         raise FileNotFoundError(f"MLLM folder not found: {path!r} (spec {spec!r}).")
     fields = {f.name: f.type for f in dataclasses.fields(MLLMConfig)}

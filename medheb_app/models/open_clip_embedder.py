@@ -5,8 +5,10 @@ Specs (the part after "open_clip:"):
   /path/config.json@/path/weights.pt   a user's own architecture JSON (registered with
                                        open_clip.add_model_config under the file's stem)
   local-dir:/path/to/folder            open_clip's own folder format (open_clip_config.json)
-  hf-hub:org/name                      downloads from the hub: needs network (and fails with
-                                       a clear message when offline, as on the project machines)
+  hf-hub:org/name                      from the local Hugging Face cache when the model is
+                                       there (works with HF_HUB_OFFLINE=1, as on a Space or an
+                                       air-gapped mirror); otherwise downloads, or fails with a
+                                       clear message when offline
 
 Preprocessing is the model's own validation transform (its mean/std/size travel with the
 config). Text: open_clip tokenizers backed by hub files cannot load offline, so models whose

@@ -138,7 +138,7 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
     raise UnknownModelError(
         f"Unknown model spec {spec!r}. Valid specs: {', '.join(valid_specs(settings))}, "
         "open_clip:<ARCH>@/path/weights.pt, open_clip:/path/config.json@/path/weights.pt, "
-        "open_clip:hf-hub:org/name, mllm:/path/to/model"
+        "open_clip:hf-hub:org/name, mllm:/path/to/model, mllm:org/name (local HF cache)"
     )
 
 
