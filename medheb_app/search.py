@@ -22,7 +22,14 @@ from medheb_app.evidence.study import EvidenceError
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index
 from medheb_app.index.sources import Vocabulary
 from medheb_app.models.base import Embedder
-from medheb_app.query.parser import ParsedQuery, parse_query, satisfies, violations
+from medheb_app.query.parser import (
+    ParsedQuery,
+    QueryTooLong,
+    check_query_length,
+    parse_query,
+    satisfies,
+    violations,
+)
 from medheb_app.settings import Settings
 
 MAX_K = 1000
@@ -72,6 +79,8 @@ class SearchResponse:
     negative: list[str] = field(default_factory=list)
     uncertain: list[str] = field(default_factory=list)
     unknown_terms: list[str] = field(default_factory=list)
+    corrections: dict[str, str] = field(default_factory=dict)  # misspelling -> read as
+    suggestions: dict[str, list[str]] = field(default_factory=dict)  # "did you mean"
     warnings: list[str] = field(default_factory=list)
     results: list[SearchHit] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
@@ -92,6 +101,8 @@ class SearchResponse:
             "ranking": self.ranking,
             "constraints": {**self.constraints, "uncertain": self.uncertain},
             "unknown_terms": self.unknown_terms,
+            "corrections": self.corrections,
+            "suggestions": self.suggestions,
             "warnings": self.warnings,
             "results": [asdict(hit) for hit in self.results],
             "timings_ms": self.timings_ms,
@@ -220,6 +231,11 @@ def search(
         raise SearchError(f"Unknown relevance setting {setting!r}; use 'main' or 'strict'.")
     if ranking not in RANKINGS:
         raise SearchError(f"Unknown ranking {ranking!r}; use one of: {', '.join(RANKINGS)}.")
+    if query_text is not None:
+        try:  # before any model or index is loaded: a 1 MB query costs nothing
+            check_query_length(query_text)
+        except QueryTooLong as error:
+            raise SearchError(str(error)) from error
     embedder = load_embedder(spec, settings)
     build_started = time.perf_counter()
     loaded, just_built = resolve_index(index_name, spec, embedder, settings)
@@ -289,6 +305,8 @@ def search(
         response.negative = list(parsed.negative)
         response.uncertain = list(parsed.uncertain)
         response.unknown_terms = list(parsed.unknown)
+        response.corrections = dict(parsed.corrections)
+        response.suggestions = {typed: list(found) for typed, found in parsed.suggestions}
         response.warnings.extend(parsed.warnings)
         if not parsed.has_constraints:
             known = ", ".join(name.lower() for name in parsed.vocabulary)

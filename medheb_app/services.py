@@ -21,6 +21,7 @@ from medheb_app.store.db import Store
 if TYPE_CHECKING:
     from medheb_app.jobs import JobRunner
     from medheb_app.models.base import Embedder
+    from medheb_app.study.payloads import Renderer
 
 log = logging.getLogger(__name__)
 Progress = Callable[[float, str], None]
@@ -327,14 +328,16 @@ JOB_FACTORIES: dict[str, Callable[[Settings], JobFn]] = {
 }
 
 
-def describe_for_run(settings: Settings, suite: str) -> Callable[[str, str], Any] | None:
+def describe_for_run(settings: Settings, suite: str) -> Renderer:
     """What raters are shown for a run's items: the suite's tasks rebuilt and rendered by
-    medheb_app.study.payloads (salted file names, so no path names a task or an item).
-    None for a run of a suite this checkout cannot rebuild (items then show their ids)."""
-    from medheb_app.study.payloads import describe_with_tasks
+    medheb_app.study.payloads (salted file names, so no path names a task or an item). For a
+    run of a suite this checkout cannot rebuild, the run files' own payloads are rendered;
+    items that cannot be shown are withheld from the study."""
+    from medheb_app.study.payloads import Renderer, describe_with_tasks
     from medheb_app.tasks.medheb import SUITES
 
+    media_dir = settings.data_dir / "study-media" / _stamp()
     if suite not in SUITES:
-        return None
+        return Renderer(media_dir)
     tasks, _skipped = SUITES[suite]().build(settings)
-    return describe_with_tasks(tasks, settings.data_dir / "study-media" / _stamp())
+    return describe_with_tasks(tasks, media_dir)

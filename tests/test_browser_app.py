@@ -132,8 +132,9 @@ def app(tmp_path_factory) -> Iterator[dict]:
     services = create_services(settings, start_bootstrap=False)
     write_run(root / "run", with_images=True)
     study_id = create_study(
-        services.store, "Reader study 1", list(MODELS), root / "run", n_items=3, seed=3
-    )
+        services.store, "Reader study 1", list(MODELS), root / "run", n_items=3, seed=3,
+        open_enrolment=True,
+    ).id  # fmt: skip
     _store_run(root / "bench", settings)
     services.jobs.shutdown(wait=False)
     log = open(root / "app.log", "w")  # noqa: SIM115 - closed in teardown
@@ -297,7 +298,7 @@ def test_rater_page_is_blind_until_the_vote_and_votes_are_stored(app, page):
     page.on("response", keep)
     page.add_init_script(RECORD_FETCH_BODIES)
     _open(page, f"{app['url']}/rate")
-    _choose(page, "rater-study", f"Study {app['study_id']}")
+    _choose(page, "rater-study", f"(study {app['study_id']})")
     page.locator("#rater-name textarea").fill("Browser Rater")
     page.locator("#rater-sign-in").click()
     page.locator("#rater-query").get_by_text("query text").wait_for()
@@ -325,7 +326,7 @@ def test_rater_page_is_blind_until_the_vote_and_votes_are_stored(app, page):
     from medheb_app.study.export import votes_frame
 
     votes = votes_frame(Store.open(app["settings"].database_url), app["study_id"])
-    mine = votes[votes["rater"] == "Browser Rater"]
+    mine = votes[votes["rater_name"] == "Browser Rater"]
     assert sorted(mine["choice"]) == ["A", "B", "tie"]
     assert mine["item"].nunique() == 3
 

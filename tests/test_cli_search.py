@@ -76,6 +76,27 @@ def test_errors_are_one_line_on_stderr(env: Path, capsys: pytest.CaptureFixture)
     assert both.value.code == 2
 
 
+def test_a_query_over_the_limit_exits_non_zero_with_one_line(
+    env: Path, capsys: pytest.CaptureFixture
+) -> None:
+    text = "effusion and no edema " * 50  # 1,100 characters
+    assert main(["search", "--model", "oracle", "--text", text]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("error: The query is 1,100 characters long; the limit is 1,000")
+    assert len(captured.err.strip().splitlines()) == 1
+    assert "no edema effusion" not in captured.err
+
+
+def test_table_shows_corrections_and_suggestions(env: Path, capsys: pytest.CaptureFixture) -> None:
+    main(["demo", "build", "--n", "120", "--model", "oracle"])
+    capsys.readouterr()
+    assert main(["search", "--model", "oracle", "--text", "efusion and no pneumo", "--k", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "Read: 'efusion' as 'effusion'" in table
+    assert "Did you mean: pneumonia / pneumothorax" in table
+
+
 def test_json_contract_through_a_real_process(env: Path) -> None:
     """Exactly the documented command, defaults included (default model set by env)."""
     main(["demo", "build", "--n", "120", "--model", "oracle"])

@@ -454,9 +454,19 @@ def test_an_unknown_word_next_to_a_finding_is_reported_and_the_finding_left_open
     assert parsed.positive == (ED,)
     assert parsed.uncertain == (PE,) and parsed.negative == ()
     assert "zorbless" in parsed.unknown
-    assert any("'zorbless' next to 'effusion'" in warning for warning in parsed.warnings)
+    assert any("'zorbless' before 'effusion'" in warning for warning in parsed.warnings)
     after = parse_query("pneumothorax zorbless, edema")
     assert after.uncertain == (PTX,) and after.positive == (ED,)
+    assert any("'zorbless' after 'pneumothorax'" in warning for warning in after.warnings)
+
+
+def test_an_unknown_word_before_a_list_leaves_the_whole_list_open() -> None:
+    # It may be a negation the parser does not know ("sans A and B" excludes both).
+    parsed = parse_query("zorbless effusion, pneumothorax and edema. Cardiomegaly")
+    assert parsed.positive == (CM,)
+    assert set(parsed.uncertain) == {PE, PTX, ED}
+    before = parse_query("effusion and pneumothorax zorbless")
+    assert before.positive == () and set(before.uncertain) == {PE, PTX}
 
 
 def test_a_mention_next_to_an_unknown_word_blocks_the_finding_elsewhere() -> None:

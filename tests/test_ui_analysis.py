@@ -31,7 +31,8 @@ def study_id(services, tmp_path):
         n_items=4,
         raters_per_item=2,
         seed=2,
-    )
+        open_enrolment=True,
+    ).id
     for rater_name, choices in (("R1", "AABt"), ("R2", "ABBp")):
         rater, _ = compare_tab.sign_in(services, study, rater_name)
         for code in choices:
@@ -58,7 +59,7 @@ def test_csv_download_has_one_row_per_vote(services, study_id):
     path = analysis_tab.export(services, study_id)
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 8 and {row["rater"] for row in rows} == {"R1", "R2"}
+    assert len(rows) == 8 and {row["rater_name"] for row in rows} == {"R1", "R2"}
 
 
 def test_empty_and_missing_studies_give_messages(services):

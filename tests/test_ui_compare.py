@@ -26,7 +26,8 @@ def study_id(services, tmp_path):
         n_items=3,
         reveal_after_vote=True,
         seed=1,
-    )
+        open_enrolment=True,
+    ).id
 
 
 def _shown_text(item: compare_tab.ItemRender) -> str:
@@ -38,13 +39,13 @@ def _shown_text(item: compare_tab.ItemRender) -> str:
 
 def test_study_picker_redacts_model_names(services, study_id):
     labels = [label for label, _ in compare_tab.study_choices(services)]
-    assert len(labels) == 1 and f"Study {study_id}" in labels[0]
+    assert len(labels) == 1 and f"(study {study_id})" in labels[0]
     assert not any(model in labels[0] for model in MODELS)
 
 
 def test_rater_sees_no_secrets_until_vote_then_reveal(services, study_id):
     rater, note = compare_tab.sign_in(services, study_id, "Dr Rater")
-    assert rater is not None and rater.token in note
+    assert rater is not None and rater.token not in note  # no credential on the page
     item = compare_tab.next_item(services, rater)
     shown = _shown_text(item)
     assert item.token and "query text" in item.query_html
@@ -56,11 +57,24 @@ def test_rater_sees_no_secrets_until_vote_then_reveal(services, study_id):
     assert all(model in message for model in MODELS)
     locked_again, again = compare_tab.vote(services, rater, item.token, "B")
     assert not locked_again and "already voted" in again
+    undone, refused = compare_tab.undo(services, rater)  # names seen: the vote is final
+    assert not undone and "final" in refused
 
 
-def test_three_votes_complete_the_study_and_undo_reopens(services, study_id):
+def test_three_votes_complete_the_study_and_undo_reopens(services, tmp_path):
     from medheb_app.study.session import progress
 
+    write_run(tmp_path / "run")
+    study_id = create_study(
+        services.store,
+        "no reveal",
+        list(MODELS),
+        tmp_path / "run",
+        n_items=3,
+        reveal_after_vote=False,
+        seed=1,
+        open_enrolment=True,
+    ).id  # fmt: skip  (a revealed vote is final, so undo is shown without a reveal)
     rater, _ = compare_tab.sign_in(services, study_id, "Second Rater")
     tokens = []
     for choice in ("A", "tie", "both_poor"):
@@ -81,7 +95,7 @@ def test_three_votes_complete_the_study_and_undo_reopens(services, study_id):
 def test_bad_requests_give_messages(services, study_id):
     assert compare_tab.sign_in(services, None, "x")[0] is None
     rater, note = compare_tab.sign_in(services, study_id, "   ")
-    assert rater is None and "name" in note
+    assert rater is None and "invitation code" in note
     assert "Sign in" in compare_tab.next_item(services, None).message
     assert not compare_tab.vote(services, None, "", "A")[0]
     assert not compare_tab.undo(services, None)[0]

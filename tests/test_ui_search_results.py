@@ -70,6 +70,31 @@ def test_query_without_known_finding_warns_and_unknown_model_errors(services):
     assert "does not exist" in missing.notice
 
 
+def test_a_query_over_the_limit_gets_the_message_and_no_search(services, monkeypatch):
+    import medheb_app.search
+
+    def no_search(**_):
+        raise AssertionError("a refused query must not reach the search service")
+
+    monkeypatch.setattr(medheb_app.search, "search", no_search)
+    text = ("effusion and no edema " * 60).strip()  # 1,319 characters
+    outcome = search_tab.run_search(services, text, None, "oracle", "demo-cxr", 3)
+    assert "1,319 characters long; the limit is 1,000" in outcome.notice
+    assert "Not read:</b> The query is 1,319" in outcome.parsed_html
+    assert "no edema effusion" not in outcome.notice + outcome.parsed_html
+    assert not outcome.gallery
+
+
+def test_a_misspelt_query_shows_how_it_was_read(services):
+    outcome = search_tab.run_search(
+        services, "efusion and no pneumo, zorbless edema", None, "oracle", "demo-cxr", 3
+    )
+    assert "Must show:</b> Pleural Effusion" in outcome.parsed_html
+    assert "<b>Read:</b> 'efusion' as 'effusion'" in outcome.parsed_html
+    assert "Neither (hedged or unclear):</b> Edema" in outcome.parsed_html
+    assert "<b>Did you mean</b> 'pneumonia' or 'pneumothorax'" in outcome.parsed_html
+
+
 def test_uploaded_image_searches_the_index(services, tmp_path):
     from PIL import Image
 

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--index", default=None, help="index name (default: MEDHEB_DEFAULT_INDEX, else demo-cxr)"
     )
     query = parser.add_mutually_exclusive_group(required=True)
-    query.add_argument("--text", help="a text query")
+    query.add_argument("--text", help="a text query (at most 1,000 characters)")
     query.add_argument("--file", help="an image, DICOM file/series folder/zip or NIfTI volume")
     parser.add_argument("--k", type=int, default=10, help="number of results (default 10)")
     parser.add_argument(
@@ -100,9 +100,16 @@ def format_response(payload: dict[str, Any]) -> str:
     if payload["query_kind"] == "text":
         lines.append(f"Wanted: {wanted}    Excluded: {excluded}")
     if constraints.get("uncertain"):
-        lines.append(f"Hedged (not a constraint): {', '.join(constraints['uncertain'])}")
+        named = ", ".join(constraints["uncertain"])
+        lines.append(f"Neither required nor excluded (hedged or unclear): {named}")
     if payload["unknown_terms"]:
         lines.append(f"Not understood: {', '.join(payload['unknown_terms'])}")
+    corrections = payload.get("corrections") or {}
+    if corrections:
+        read = ", ".join(f"'{typed}' as '{as_}'" for typed, as_ in corrections.items())
+        lines.append(f"Read: {read}")
+    for typed, found in (payload.get("suggestions") or {}).items():
+        lines.append(f"Did you mean: {' / '.join(found)} (for '{typed}')?")
     lines.extend(f"Warning: {warning}" for warning in payload["warnings"])
     lines.append("")
     id_width = max([len(hit["id"]) for hit in payload["results"]] + [2])

@@ -1,5 +1,6 @@
-"""`python -m medheb_app study ...`: create, list, export and analyse blinded preference studies
-(MedHEB section 5.6). Raters vote in the web app; these commands are the admin's side."""
+"""`python -m medheb_app study ...`: create, invite raters to, list, close, export and analyse
+blinded preference studies (MedHEB section 5.6). Raters vote in the web app (/rate) with the
+invitation link or code these commands print; these commands are the admin's side."""
 
 from __future__ import annotations
 
@@ -23,7 +24,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--n", type=int, required=True, help="queries to sample, stratified across tasks"
     )
     create.add_argument("--raters", type=int, default=1, help="raters per item (default 1)")
-    create.add_argument("--name", required=True, help="a unique study name")
+    create.add_argument("--name", required=True, help="a unique internal study name (admin only)")
+    create.add_argument(
+        "--public-title",
+        default="",
+        help="the title raters see (never the internal name; must not name the models)",
+    )
+    create.add_argument(
+        "--open-enrolment",
+        action="store_true",
+        help="anyone may join with a display name (a fresh rater per sign-in); default: "
+        "invitation only (`study invite`)",
+    )
+    create.add_argument(
+        "--gold-share",
+        type=float,
+        default=0.0,
+        help="share of quality-control items, e.g. 0.1 (reference vs random list; 0-0.5)",
+    )
+    create.add_argument(
+        "--claim-timeout",
+        type=float,
+        default=600.0,
+        help="seconds an unvoted item stays held for its rater (default 600)",
+    )
     create.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     create.add_argument(
         "--no-reveal", action="store_true", help="never show model names after a vote"
@@ -32,9 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--payloads",
         choices=("auto", "tasks", "none"),
         default="auto",
-        help="what raters see for each id: 'tasks' rebuilds the run's suite tasks and shows "
-        "their texts and images (PNGs in DATA_DIR/study-media), 'none' the bare ids, 'auto' "
-        "(default) tasks when the run folder has a summary.json",
+        help="what raters see for each id: 'tasks' rebuilds the run's suite tasks and renders "
+        "their texts, images, volumes and regions (files in DATA_DIR/study-media), 'none' "
+        "only the payloads in the run files, 'auto' (default) tasks when the run folder has "
+        "a summary.json; queries that cannot be rendered are withheld",
     )
     add_json_flag(create)
     create.set_defaults(handler=run_create)
@@ -42,6 +67,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing = actions.add_parser("list", help="studies with their item and vote counts")
     add_json_flag(listing)
     listing.set_defaults(handler=run_list)
+
+    invite = actions.add_parser(
+        "invite", help="issue rater invitations (links and codes are printed once)"
+    )
+    invite.add_argument("--study", required=True, help="study name or id")
+    invite.add_argument("--n", type=int, required=True, help="how many invitations")
+    invite.add_argument("--label", default="", help="a note to tell them apart later")
+    add_json_flag(invite)
+    invite.set_defaults(handler=run_invite)
+
+    invitations = actions.add_parser(
+        "invitations", help="a study's invitations: used, revoked (no secrets)"
+    )
+    invitations.add_argument("--study", required=True, help="study name or id")
+    add_json_flag(invitations)
+    invitations.set_defaults(handler=run_invitations)
+
+    revoke = actions.add_parser(
+        "revoke", help="revoke an invitation: its rater stops, their votes are kept"
+    )
+    revoke.add_argument("--invitation", type=int, required=True, help="invitation id")
+    add_json_flag(revoke)
+    revoke.set_defaults(handler=run_revoke)
+
+    close = actions.add_parser("close", help="close a study to raters (or --reopen it)")
+    close.add_argument("--study", required=True, help="study name or id")
+    close.add_argument("--reopen", action="store_true", help="open a closed study again")
+    add_json_flag(close)
+    close.set_defaults(handler=run_close)
 
     export = actions.add_parser("export", help="write the votes in force to a CSV file")
     export.add_argument("--out", required=True, help="CSV file to write")
@@ -55,6 +109,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     analyse.add_argument("--study", default=None, help="study name or id (default: all)")
     analyse.add_argument("--boot", type=int, default=200, help="bootstrap resamples (200)")
     analyse.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    analyse.add_argument(
+        "--min-gold-accuracy",
+        type=float,
+        default=None,
+        help="exclude raters below this accuracy on gold items (e.g. 0.8)",
+    )
     add_json_flag(analyse)
     analyse.set_defaults(handler=run_analyse)
 
@@ -72,7 +132,7 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         raise UserError(f"--n must be at least 1; got {args.n}.")
     store = _store(settings)
     describe = _describer(args.payloads, args.run, settings)
-    study_id = create_study(
+    created = create_study(
         store,
         args.name,
         args.model,
@@ -82,32 +142,58 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         reveal_after_vote=not args.no_reveal,
         seed=args.seed,
         describe=describe,
+        public_title=args.public_title,
+        open_enrolment=args.open_enrolment,
+        gold_share=args.gold_share,
+        claim_timeout_s=args.claim_timeout,
     )
-    study = next(s for s in list_studies(store) if s["id"] == study_id)
+    study = next(s for s in list_studies(store) if s["id"] == created.id)
+    study["withheld"] = created.withheld
     human = (
-        f"Created study '{study['name']}' (id {study_id}): {study['n_items']} items comparing "
-        f"{', '.join(study['models'])}, {args.raters} rater(s) per item."
+        f"Created study '{study['name']}' (id {created.id}), shown to raters as "
+        f"'{study['public_title']}': {created.n_items} items comparing "
+        f"{', '.join(study['models'])} and {created.n_gold} gold items, {args.raters} "
+        f"rater(s) per item."
     )
+    if created.withheld:
+        human += f"\n{len(created.withheld)} query(ies) withheld (cannot be shown to raters):"
+        human += "".join(
+            f"\n  {w['task']} {w['query_id']}: {w['reason']}" for w in created.withheld[:20]
+        )
+    if args.open_enrolment:
+        human += "\nOpen enrolment: raters join on /rate with any display name."
+    else:
+        human += f"\nInvite raters with: study invite --study {created.id} --n <count>"
     return human, study
 
 
 def _describer(kind: str, run_dir: str, settings: Settings):
-    """The display-payload source for `study create --payloads`."""
+    """The payload renderer for `study create --payloads`: the run's suite tasks rebuilt
+    ('tasks'), or only the run files' own payloads ('none'); media go to a fresh folder under
+    DATA_DIR/study-media."""
     import json
+    from datetime import UTC, datetime
     from pathlib import Path
 
+    from medheb_app.study.payloads import Renderer, describe_with_tasks
+
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
+    media_dir = settings.data_dir / "study-media" / stamp
     summary_path = Path(run_dir) / "summary.json"
     if kind == "none" or (kind == "auto" and not summary_path.is_file()):
-        return None
+        return Renderer(media_dir)
     if not summary_path.is_file():
         raise UserError(f"{summary_path} not found; --payloads tasks needs a `bench run` folder.")
-    from medheb_app.study.payloads import describe_with_tasks
     from medheb_app.tasks.medheb import get_suite
 
     summary = json.loads(summary_path.read_text())
     names = [task["name"] for task in summary.get("tasks", [])]
-    tasks, _skipped = get_suite(summary["suite"]).build(settings, only=names or None)
-    return describe_with_tasks(tasks, settings.data_dir / "study-media")
+    try:
+        suite = get_suite(summary["suite"])
+    except KeyError as error:
+        raise UserError(str(error.args[0])) from None
+    tasks, _skipped = suite.build(settings, only=names or None)
+    return describe_with_tasks(tasks, media_dir)
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
@@ -115,8 +201,11 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
 
     studies = list_studies(_store(settings))
     lines = [
-        f"{s['id']:>3}  {s['name']}  items={s['n_items']}  votes={s['votes']}  "
-        f"raters/item={s['raters_per_item']}  models={', '.join(s['models'])}"
+        f"{s['id']:>3}  {s['name']}  '{s['public_title']}'  items={s['n_items']}"
+        f"+{s['n_gold']} gold  votes={s['votes']}  raters/item={s['raters_per_item']}  "
+        f"models={', '.join(s['models'])}"
+        + ("  open-enrolment" if s["open_enrolment"] else "")
+        + ("  CLOSED" if s["closed"] else "")
         for s in studies
     ]
     return "\n".join(lines) or "No studies yet (create one with `study create`).", {
@@ -131,13 +220,87 @@ def run_export(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
     return f"Wrote {rows} vote(s) to {args.out}.", {"out": str(args.out), "rows": rows}
 
 
+def run_invite(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.study import create_invitations, find_study
+
+    store = _store(settings)
+    study = find_study(store, args.study)
+    issued = create_invitations(store, study.id, args.n, args.label)
+    lines = [
+        f"{len(issued)} invitation(s) to study {study.id} ('{study.public_title}'). Each is shown "
+        "only now: give every rater one link or code, and keep them secret.",
+        "",
+        f"{'id':>5}  {'code':<10} link (append to the app's address)",
+    ]
+    lines += [f"{i.id:>5}  {i.code:<10} {i.link}" for i in issued]
+    data = {
+        "study": study.id,
+        "invitations": [
+            {"id": i.id, "code": i.code, "link": i.link, "secret": i.secret, "label": i.label}
+            for i in issued
+        ],
+    }
+    return "\n".join(lines), data
+
+
+def run_invitations(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.study import find_study, list_invitations
+
+    store = _store(settings)
+    study = find_study(store, args.study)
+    rows = list_invitations(store, study.id)
+    records = [
+        {
+            "id": i.id,
+            "label": i.label,
+            "created_at": i.created_at.isoformat(timespec="seconds"),
+            "used": i.used,
+            "revoked": i.revoked,
+            "rater_id": i.rater_id,
+            "display_name": i.display_name,
+        }
+        for i in rows
+    ]
+    lines = [
+        f"{r['id']:>5}  {'revoked' if r['revoked'] else 'used' if r['used'] else 'unused':<8} "
+        f"rater={r['rater_id'] or '-'} {r['display_name']}  {r['label']}  {r['created_at']}"
+        for r in records
+    ]
+    human = "\n".join(lines) or f"No invitations for study {study.id} yet (`study invite`)."
+    return human, {"study": study.id, "invitations": records}
+
+
+def run_revoke(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.study import revoke_invitation
+
+    info = revoke_invitation(_store(settings), args.invitation)
+    who = f" (rater {info.rater_id}, {info.display_name})" if info.rater_id else ""
+    human = f"Revoked invitation {info.id}{who}; their votes so far are kept."
+    return human, {"id": info.id, "revoked": True, "rater_id": info.rater_id}
+
+
+def run_close(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.study import close_study, find_study
+
+    store = _store(settings)
+    study = find_study(store, args.study)
+    close_study(store, study.id, closed=not args.reopen)
+    state = "reopened" if args.reopen else "closed"
+    return f"Study {study.id} {state}.", {"study": study.id, "closed": not args.reopen}
+
+
 def run_analyse(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     from medheb_app.study.analysis import summarise
     from medheb_app.study.export import votes_frame
 
     if args.boot < 0:
         raise UserError(f"--boot must be 0 or more; got {args.boot}.")
-    summary = summarise(votes_frame(_store(settings), args.study), args.boot, args.seed)
+    if args.min_gold_accuracy is not None and not 0 <= args.min_gold_accuracy <= 1:
+        raise UserError(
+            f"--min-gold-accuracy must be between 0 and 1; got {args.min_gold_accuracy}."
+        )
+    votes = votes_frame(_store(settings), args.study)
+    summary = summarise(votes, args.boot, args.seed, args.min_gold_accuracy)
     return format_summary(summary), summary
 
 
@@ -178,6 +341,26 @@ def format_summary(summary: dict[str, Any]) -> str:
         )
     else:
         lines.append("\nAgreement: no item was rated by two or more raters.")
+    if summary.get("excluded_raters"):
+        kept = summary["agreement_kept"]
+        kappa = "n/a" if kept["kappa"] is None else f"{kept['kappa']:.3f}"
+        lines.append(
+            f"Excluded {len(summary['excluded_raters'])} rater(s) below "
+            f"{summary['min_gold_accuracy']:.0%} gold accuracy (ids "
+            f"{', '.join(map(str, summary['excluded_raters']))}); agreement without them: "
+            f"{kept['method'] or 'none'} kappa {kappa}."
+        )
+    raters = summary.get("raters") or []
+    if raters:
+        lines += ["", f"Raters ({summary.get('n_gold_votes', 0)} gold votes):"]
+        for row in raters:
+            accuracy = "n/a" if row["gold_accuracy"] is None else f"{row['gold_accuracy']:.0%}"
+            seconds = "n/a" if row["median_seconds"] is None else f"{row['median_seconds']:.0f}s"
+            side = "n/a" if row["side_a_share"] is None else f"{row['side_a_share']:.0%}"
+            lines.append(
+                f"  rater {row['rater']}: {row['n_votes']} votes, gold {accuracy} of "
+                f"{row['n_gold']}, median {seconds} per item, side A {side}"
+            )
     bias = summary["position_bias"]
     if bias["n"]:
         lines.append(

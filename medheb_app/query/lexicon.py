@@ -1,4 +1,5 @@
-"""The query parser's lexicon: finding phrases, logic cues and stop words.
+"""The query parser's lexicon: finding phrases, concepts per vocabulary, logic cues, the
+structures a report calls normal, and stop words.
 
 Phrase lists follow the CheXpert labeler's mention lists where it has one (Irvin et al. 2019),
 plus the abbreviations radiologists type (PTX, PNA, CHF, CM, fx). Data only; the grammar that
@@ -353,10 +354,8 @@ for _phrase in (
     "bony thorax",
     "ribs",
     "skeleton",
-    "osseous structures are intact",
 ):
     STRUCTURES[_phrase] = ("Fracture",)
-del STRUCTURES["osseous structures are intact"]
 for _phrase in ("hila", "hilum", "hilar contours", "pulmonary vasculature", "diaphragm"):
     STRUCTURES[_phrase] = ()
 # What "enlarged" / "widened" after a structure asserts ("heart size is enlarged").

@@ -40,8 +40,13 @@ Decisions, so that behaviour is predictable:
 - A word the parser does not know, next to a finding (only stop words between, no
   punctuation or joiner), may be a negation it cannot read ("sans effusion", "negligible
   effusion", "effusion nil"): the word is reported in `unknown` and the finding goes to
-  `uncertain` with a warning, never asserted. Known cues cover "sans", "w/o", "devoid of",
-  "absent of", "non-existent", "lack of".
+  `uncertain` with a warning, never asserted. Before a finding, such a word opens a scope like
+  a negation would, so the whole list after it is left open ("zorbless effusion, pneumothorax
+  and edema"); after a finding, it leaves open the findings of its clause ("effusion and
+  pneumothorax zorbless"). Known cues cover "sans", "w/o", "devoid of", "absent of",
+  "non-existent", "lack of". A structure predicate with no structure beside it ("clear
+  effusion") counts as such a word. A postfix negation after a finding in a question, hedge or
+  ambiguous scope still negates that finding ("rule out A, B absent": B excluded, A open).
 - Radiology sentences that declare a structure normal exclude that structure's findings:
   "heart size is normal", "normal heart size", "cardiac silhouette within normal limits",
   "heart is not enlarged" -> Cardiomegaly; "cardiomediastinal silhouette is normal" -> also
@@ -80,6 +85,10 @@ Decisions, so that behaviour is predictable:
   "lines and tubes" -> Support Devices; COPD -> Emphysema; hiatal hernia -> Hernia.
 - Laterality, severity and course words ("left", "small", "moderate", "loculated",
   "unchanged") are read and ignored; the findings carry no side or size.
+- Sentences: ". ; :" and line breaks end a clause. "Effusion: none" / "Pneumothorax: absent"
+  (structured reports) negate the finding before the colon. "not enlarged" after a structure
+  is normality ("heart is not enlarged"); elsewhere it is "not" + a finding ("not enlarged
+  heart, effusion" excludes both). "not normal" about a structure leaves its findings open.
 - "present" / "seen" / "noted" after a finding that follows a comma inside a negation scope
   ends the scope and keeps that finding required: "no edema, nodule present" excludes edema
   and requires the nodule; after the scope's only finding they end the scope ("no effusion
@@ -316,9 +325,19 @@ def _items(tokens: list[str], table: _Table) -> list[_Item]:
             if word not in STOP_WORDS and not word[0].isdigit():
                 items.append(_Item("word", word))
             continue
+        if (
+            item.payload == "clear"
+            and item.phrase.startswith("not ")
+            and not _after_structure(items)
+        ):
+            item = _Item("cue", "not", CUES["not"])  # "not enlarged heart, effusion"
         items.append(item)
         i += len(item.phrase.split())
     return items
+
+
+def _after_structure(items: list[_Item]) -> bool:
+    return bool(items) and items[-1].kind == "structure"
 
 
 def _spell(
@@ -382,11 +401,14 @@ class _State:
         self.normal_all: list[str] = []
         self.unknown: list[str] = []
         self.warnings: list[str] = []
-        self.mode: str = "pos"  # "pos" | "neg" | "weakneg" | "amb" | "unc" | "question"
+        # "pos" | "neg" | "weakneg" | "amb" (after "no A and") | "unk" (after a word not
+        # understood) | "unc" | "question"
+        self.mode: str = "pos"
         self.cue_text = ""
         self.scope_findings = 0
         self.scope_unknown: list[str] = []
         self.scope_list = False  # the scope already joined two findings with "," / "or"
+        self.scope_names: list[str] = []  # findings named inside the current scope
         self.group: list[str] = []  # positive findings joined by "or" (postfix target)
         self.clause: list[str] = []  # other positive findings of this clause
         self.structures: list[_Item] = []
@@ -418,6 +440,7 @@ class _State:
         self.scope_findings = 0
         self.scope_unknown = []
         self.scope_list = False
+        self.scope_names = []
 
     def open_scope(self, mode: str, cue_text: str) -> None:
         self.close_scope()
@@ -435,7 +458,7 @@ class _State:
         self.last_joiner = ""
 
     # -- findings
-    def add_finding(self, item: _Item, governed_by: list[str]) -> None:
+    def add_finding(self, item: _Item) -> None:
         targets: tuple[_Target, ...] = item.payload  # type: ignore[assignment]
         phrase = item.phrase
         self.last_after_comma = self.last_joiner == ","
@@ -458,15 +481,13 @@ class _State:
                 if self.mode in _NEG_MODES:
                     self.scope_findings += 1
                 continue
-            if governed_by:
+            if self.mode == "unk":
                 self.block(target.names, phrase)
                 self.warnings.append(
-                    f"'{' '.join(governed_by)}' next to '{phrase}' was not understood (it may "
-                    f"be a negation), so {' and '.join(target.names)} is neither required nor "
+                    f"'{self.cue_text}' before '{phrase}' was not understood (it may be a "
+                    f"negation), so {' and '.join(target.names)} is neither required nor "
                     "excluded."
                 )
-                if self.mode in _NEG_MODES:
-                    self.scope_findings += 1
                 continue
             if target.any_of and self.mode not in _NEG_MODES:
                 self.block(target.names, phrase)
@@ -481,6 +502,7 @@ class _State:
 
     def _add_name(self, name: str, phrase: str) -> None:
         self.last_added.append(name)
+        self.scope_names.append(name)
         if self.mode in _NEG_MODES:
             self.events.append((name, "neg"))
             self.scope_findings += 1
@@ -522,7 +544,7 @@ class _State:
             self.mode, self.cue_text = "amb", cue
             self.last_joiner = "and"
             return
-        if self.mode in ("amb", "question"):  # "rule out pneumonia and effusion": both asked
+        if self.mode in ("amb", "unk", "question"):  # "rule out pneumonia and effusion"
             self.last_joiner = "and"
             return
         self.close_scope()
@@ -565,6 +587,19 @@ class _State:
                 )
             self.clause = []
         self.group = []
+
+    def unknown_after(self, word: str, phrase: str) -> None:
+        """'effusion nil': a word not understood after a finding may negate its clause."""
+        reached = list(dict.fromkeys([*self.clause, *self.group, *self.last_added]))
+        for name in reached:
+            self._retract(name)
+            self.block((name,), word)
+        if reached:
+            self.warnings.append(
+                f"'{word}' after '{phrase}' was not understood (it may be a negation), so "
+                f"{' and '.join(reached)} is neither required nor excluded."
+            )
+        self.group, self.clause = [], []
 
     def _retract(self, name: str) -> None:
         if (name, "pos") in self.events:
@@ -652,7 +687,11 @@ def parse_query(text: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10) -> Par
             if state.mode in _NEG_MODES:
                 state.scope_unknown.append(item.phrase)
         elif item.kind == "finding":
-            state.add_finding(item, _governing_words(items, j))
+            if _is_unknown(items, j - 1) and state.mode != "unk":
+                state.open_scope("unk", items[j - 1].phrase)  # "sans"-like word: a scope
+            state.add_finding(item)
+            if _is_unknown(items, j + 1):
+                state.unknown_after(items[j + 1].phrase, item.phrase)
         elif item.kind == "structure":
             state.structures.append(item)
         elif item.kind == "group":
@@ -663,15 +702,11 @@ def parse_query(text: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10) -> Par
     return _finish(text, state, corrections, suggestions)
 
 
-def _governing_words(items: list[_Item], j: int) -> list[str]:
-    """Unknown words right before or after a finding (only stop words between).
-
-    A structure predicate with no structure beside it ("clear effusion") counts as unknown.
-    """
-    return [items[k].phrase for k in (j - 1, j + 1) if _is_unknown(items, k)]
-
-
 def _is_unknown(items: list[_Item], k: int) -> bool:
+    """Whether items[k] is a word not understood (only stop words between it and a finding).
+
+    A structure predicate with no structure beside it ("clear effusion") counts as one.
+    """
     if not 0 <= k < len(items):
         return False
     item = items[k]
@@ -705,8 +740,11 @@ def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
         if after_finding and state.group:
             state.postfix(item.phrase, uncertain=kind == "uncpost")
         elif before is not None and before.kind == "finding" and state.mode != "pos":
-            if state.mode == "amb":  # "no effusion and pneumothorax absent": now it is clear
+            if state.mode not in _NEG_MODES and kind == "negpost":
+                # "no effusion and pneumothorax absent", "rule out A, B absent": the last is
+                # negated, the others of the scope may be
                 state.events.extend((name, "neg") for name in state.last_added)
+                state.block([n for n in state.scope_names if n not in state.last_added], "")
             state.close_scope()  # "no effusion absent": already negated
         else:  # "absent of edema", "resolved effusion": not after a finding -> prefix
             state.open_scope("neg" if kind == "negpost" else "unc", item.phrase)

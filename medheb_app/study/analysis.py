@@ -10,6 +10,13 @@ both_poor}, stratum, item, rater, choice).
 - rater_agreement: Cohen's kappa when exactly two raters share items, Fleiss' kappa otherwise,
   over the canonical outcome (not the on-screen side, which differs per rater).
 - position_bias: how often the left list (on-screen "A") wins among A/B votes, vs 50%.
+- rater_quality: per rater, accuracy on gold (quality-control) items (choosing the reference
+  list; a tie or "both poor" counts as wrong), median seconds from claim to vote, and side
+  bias (share of on-screen A among that rater's A/B votes).
+- exclude_raters: drop raters whose gold accuracy is below a threshold.
+
+Gold items (column `gold`) never enter the model comparison (rates, Bradley-Terry, agreement,
+position bias); `summarise` reports agreement with and without the excluded raters.
 """
 
 from __future__ import annotations
@@ -183,21 +190,100 @@ def position_bias(votes: pd.DataFrame) -> dict[str, Any]:
     return {"n": n, "left": left, "left_rate": rate, "lo": lo, "hi": hi, "p_value": p_value}
 
 
-def summarise(votes: pd.DataFrame, n_boot: int = 200, seed: int = 0) -> dict[str, Any]:
-    """Everything the analysis view and `study analyse --json` show, as plain data."""
-    models = set(votes["model_a"]) | set(votes["model_b"])
+def is_gold(votes: pd.DataFrame) -> pd.Series:
+    """Which rows are gold (quality-control) votes; all False for a table without the column."""
+    if "gold" not in votes.columns:
+        return pd.Series(False, index=votes.index)
+    return votes["gold"].fillna(False).astype(bool)
+
+
+def model_votes(votes: pd.DataFrame) -> pd.DataFrame:
+    """The votes that compare models: gold items removed."""
+    return votes[~is_gold(votes)]
+
+
+QUALITY_COLUMNS = [
+    "rater",
+    "n_votes",
+    "n_gold",
+    "gold_correct",
+    "gold_accuracy",
+    "median_seconds",
+    "n_ab",
+    "side_a_share",
+]
+
+
+def rater_quality(votes: pd.DataFrame) -> pd.DataFrame:
+    """One row per rater: gold accuracy (NaN without gold votes), median seconds per item
+    (NaN without a `seconds` column), side bias = share of on-screen A among A/B votes."""
+    gold = is_gold(votes)
+    rows = []
+    for rater, own in votes.groupby("rater", sort=True):
+        own_gold = own[gold.loc[own.index]]
+        correct = int((own_gold["outcome"] == "a").sum())
+        decided = own[own["choice"].isin(["A", "B"])]
+        seconds = own["seconds"].median() if "seconds" in own.columns else float("nan")
+        rows.append(
+            {
+                "rater": rater,
+                "n_votes": len(own),
+                "n_gold": len(own_gold),
+                "gold_correct": correct,
+                "gold_accuracy": correct / len(own_gold) if len(own_gold) else float("nan"),
+                "median_seconds": float(seconds),
+                "n_ab": len(decided),
+                "side_a_share": (
+                    float((decided["choice"] == "A").mean()) if len(decided) else float("nan")
+                ),
+            }
+        )
+    return pd.DataFrame(rows, columns=QUALITY_COLUMNS)
+
+
+def exclude_raters(votes: pd.DataFrame, min_gold_accuracy: float) -> tuple[pd.DataFrame, list[Any]]:
+    """The votes of raters whose gold accuracy is at least `min_gold_accuracy`, and the
+    excluded raters. A rater who has not rated a gold item yet is kept (nothing to judge)."""
+    quality = rater_quality(votes)
+    low = quality[quality["gold_accuracy"] < min_gold_accuracy]["rater"].tolist()
+    return votes[~votes["rater"].isin(low)], low
+
+
+def summarise(
+    votes: pd.DataFrame,
+    n_boot: int = 200,
+    seed: int = 0,
+    min_gold_accuracy: float | None = None,
+) -> dict[str, Any]:
+    """Everything the analysis view and `study analyse --json` show, as plain data.
+
+    Gold items are left out of the model comparison. With `min_gold_accuracy`, raters below
+    it are excluded from rates, Bradley-Terry and position bias; agreement is reported with
+    all raters ("agreement") and without the excluded ones ("agreement_kept")."""
+    quality = rater_quality(votes) if len(votes) else pd.DataFrame(columns=QUALITY_COLUMNS)
+    excluded: list[Any] = []
+    kept = votes
+    if min_gold_accuracy is not None and len(votes):
+        kept, excluded = exclude_raters(votes, min_gold_accuracy)
+    compared = model_votes(kept)
+    models = set(compared["model_a"]) | set(compared["model_b"])
     summary: dict[str, Any] = {
-        "n_votes": len(votes),
-        "n_items": int(votes["item"].nunique()) if len(votes) else 0,
-        "n_raters": int(votes["rater"].nunique()) if len(votes) else 0,
+        "n_votes": len(compared),
+        "n_gold_votes": int(is_gold(votes).sum()),
+        "n_items": int(compared["item"].nunique()) if len(compared) else 0,
+        "n_raters": int(compared["rater"].nunique()) if len(compared) else 0,
         "ties": "tie and both_poor count as half a win for each side in Bradley-Terry",
-        "rates": _records(preference_rates(votes)),
-        "agreement": rater_agreement(votes),
-        "position_bias": position_bias(votes),
+        "rates": _records(preference_rates(compared)),
+        "agreement": rater_agreement(model_votes(votes)),
+        "agreement_kept": rater_agreement(compared),
+        "min_gold_accuracy": min_gold_accuracy,
+        "excluded_raters": excluded,
+        "raters": _records(quality),
+        "position_bias": position_bias(compared),
         "bradley_terry": [],
     }
-    if len(models) >= 2 and len(votes):
-        summary["bradley_terry"] = _records(bradley_terry(votes, n_boot=n_boot, seed=seed))
+    if len(models) >= 2 and len(compared):
+        summary["bradley_terry"] = _records(bradley_terry(compared, n_boot=n_boot, seed=seed))
     return _no_nan(summary)
 
 

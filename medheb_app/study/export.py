@@ -3,7 +3,14 @@
 This is the admin's view (and the CSV the `study export` command writes): it joins the
 append-only vote log with the items' secrets, turns the on-screen choice (A = left, B = right)
 into the outcome for the canonical pair (a = model_a, b = model_b), and drops votes that an
-"undo" row retracted unless asked to keep them.
+"undo" row retracted unless asked to keep them. `rater` is the rater's id (unique: display
+names are only labels and may repeat), `rater_name` the label; `gold` marks quality-control
+items (outcome "a" = the rater chose the reference list); `seconds` runs from the claim of the
+item to the vote; `revealed` says the model names were shown after it.
+
+The CSV is written for spreadsheets: every cell that starts with =, +, -, @, a tab or a
+carriage return is prefixed with a single quote, so a rater name such as =HYPERLINK(...) is
+shown as text, never run as a formula (OWASP "CSV injection").
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import pandas as pd
 from sqlalchemy import select
 
 from medheb_app.store.db import Store
-from medheb_app.store.study_tables import PreferenceStudy, Rater, StudyItem, Vote
+from medheb_app.store.study_tables import Assignment, PreferenceStudy, Rater, StudyItem, Vote
 from medheb_app.study.errors import StudyError
 from medheb_app.study.items import find_study
 
@@ -23,6 +30,8 @@ COLUMNS = [
     "vote_id",
     "item",
     "rater",
+    "rater_name",
+    "gold",
     "task",
     "family",
     "split",
@@ -38,8 +47,11 @@ COLUMNS = [
     "hit_b",
     "stratum",
     "voted_at",
+    "seconds",
+    "revealed",
     "retracted",
 ]
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 
 def stratum(hit_a: bool, hit_b: bool) -> str:
@@ -67,20 +79,24 @@ def votes_frame(
     """Every vote (of one study, or all) joined with its item; columns as in COLUMNS."""
     study_id = find_study(store, study).id if study is not None else None
     query = (
-        select(Vote, StudyItem, Rater.name, PreferenceStudy.name)
+        select(Vote, StudyItem, Rater, PreferenceStudy.name, Assignment.created_at)
         .join(StudyItem, StudyItem.id == Vote.item_id)
         .join(Rater, Rater.id == Vote.rater_id)
+        .join(Assignment, Assignment.id == Vote.assignment_id)
         .join(PreferenceStudy, PreferenceStudy.id == Vote.study_id)
         .order_by(Vote.id)
     )
     undo_query = select(Vote.retracts).where(Vote.kind == "undo")
+    reveal_query = select(Vote.retracts).where(Vote.kind == "reveal")
     if study_id is not None:
         query = query.where(Vote.study_id == study_id)
         undo_query = undo_query.where(Vote.study_id == study_id)
+        reveal_query = reveal_query.where(Vote.study_id == study_id)
     with store.session() as session:
         retracted = set(session.scalars(undo_query).all())
+        revealed = set(session.scalars(reveal_query).all())
         rows = []
-        for vote, item, rater, study_name in session.execute(query).all():
+        for vote, item, rater, study_name, claimed_at in session.execute(query).all():
             if vote.kind != "vote" or (vote.id in retracted and not include_retracted):
                 continue
             result = outcome(vote.choice, vote.model_left, item.model_a)
@@ -90,7 +106,9 @@ def votes_frame(
                     "study": study_name,
                     "vote_id": vote.id,
                     "item": item.id,
-                    "rater": rater,
+                    "rater": rater.id,
+                    "rater_name": rater.display_name or rater.name,
+                    "gold": bool(item.is_gold),
                     "task": item.task,
                     "family": item.family,
                     "split": item.split,
@@ -106,6 +124,8 @@ def votes_frame(
                     "hit_b": item.hit_b,
                     "stratum": stratum(item.hit_a, item.hit_b),
                     "voted_at": vote.created_at.isoformat(timespec="seconds"),
+                    "seconds": round((vote.created_at - claimed_at).total_seconds(), 3),
+                    "revealed": vote.id in revealed,
                     "retracted": vote.id in retracted,
                 }
             )
@@ -117,7 +137,25 @@ def export_csv(store: Store, out: str | Path, study: int | str | None = None) ->
     out = Path(out)
     if out.is_dir():
         raise StudyError(f"{out} is a folder; give a file name such as {out / 'votes.csv'}.")
-    frame = votes_frame(store, study)
+    frame = neutralise_formulas(votes_frame(store, study))
     out.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out, index=False)
+    # RFC 4180 line ends, so a cell holding a carriage return is quoted, not a row break
+    frame.to_csv(out, index=False, lineterminator="\r\n")
     return len(frame)
+
+
+def neutralise_cell(value: object) -> object:
+    """A text cell a spreadsheet would run as a formula, quoted with a leading apostrophe."""
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
+
+
+def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of `frame` with every formula-like text cell (and column name) neutralised."""
+    safe = frame.copy()
+    for column in safe.columns:
+        if not pd.api.types.is_numeric_dtype(safe[column]):  # text of any dtype; bools skip
+            safe[column] = safe[column].astype(object).map(neutralise_cell)
+    safe.columns = [neutralise_cell(str(column)) for column in safe.columns]
+    return safe

@@ -1,13 +1,26 @@
-"""The rater's flow: sign in, get the next blinded item, vote, undo.
+"""The rater's flow once signed in (see `identity` for who a rater is): get the next blinded
+item, vote, reveal the models, undo.
 
 `record_vote` is the only function that writes a vote (FastChat's single vote writer). Blinding
 lives here on the server: the left/right order is drawn per (item, rater) and stored on the
 assignment, and the `ItemView` handed to the UI carries only an opaque random token, the query
-and the two top-3 payload lists, never model names, gold ids, the task or the top-1 stratum.
+and the two top-3 payload lists, never model names, gold ids, the task, the stratum or whether
+the item is a quality-control (gold) item. Model names come only from `reveal`, after a vote,
+and revealing makes that vote final: it can no longer be undone.
 
-Concurrency: slots are claimed with a conditional UPDATE (n_assigned < raters_per_item) and a
-vote takes effect with a conditional UPDATE (vote_id IS NULL), so two raters or two browser
-tabs racing cannot over-fill an item or vote twice; SQLite WAL serialises the writers.
+Claims: a rater holds at most one open claim per study; an unvoted claim idle for the study's
+`claim_timeout_s` (default 10 minutes) gives its slot back. When no free slot is left, a rater
+is handed an item someone else holds but has not voted on (held by a rater who never voted in
+the study, or idle for a minute; never-voters first, then the longest idle), and the first vote
+wins: the item row is locked while votes in
+force are counted, so an item never gets more than `raters_per_item` votes, and the loser is
+told to load the next item (their claim is released; nothing they voted is silently dropped).
+Throwaway sign-ins therefore cannot drain a study.
+
+Concurrency: slots are claimed with a conditional UPDATE (n_assigned < raters_per_item), a vote
+takes effect with a conditional UPDATE (vote_id IS NULL) under a lock of the item row (SELECT
+... FOR UPDATE on PostgreSQL; SQLite serialises writers), so raters or browser tabs racing
+cannot over-fill an item or vote twice.
 """
 
 from __future__ import annotations
@@ -15,12 +28,11 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session, aliased
 
 from medheb_app.store.db import Store
 from medheb_app.store.study_tables import (
@@ -32,22 +44,19 @@ from medheb_app.store.study_tables import (
     utcnow,
 )
 from medheb_app.study.errors import ItemGoneError, StudyError
+from medheb_app.study.identity import active_rater
 
 CHOICES = ("A", "B", "tie", "both_poor")
 UNDO_WINDOW_SECONDS = 30.0
-CLAIM_TIMEOUT_SECONDS = 30 * 60.0
-
-
-@dataclass(frozen=True)
-class RaterInfo:
-    id: int
-    name: str
-    token: str
+DEFAULT_CLAIM_TIMEOUT_SECONDS = 10 * 60.0
+SHARE_AFTER_SECONDS = 60.0  # a rater who has voted keeps a claim to themselves this long
+GOLD_SIDES = ("reference (relevant studies first)", "random candidates")
 
 
 @dataclass(frozen=True)
 class ItemView:
-    """What a rater is shown: nothing in it names a model, the gold, the task or the stratum."""
+    """What a rater is shown: nothing in it names a model, the gold, the task or the stratum,
+    and a quality-control item looks exactly like any other."""
 
     token: str
     query: dict[str, Any]
@@ -62,52 +71,37 @@ class ItemView:
 
 @dataclass(frozen=True)
 class VoteReceipt:
-    """The outcome of a vote; `revealed` maps "A"/"B" to model names when the study allows."""
+    """The outcome of a vote. `can_reveal`: the study lets the rater see the model names now
+    (through `reveal`, which makes the vote final)."""
 
     vote_id: int
     choice: str
-    revealed: dict[str, str] | None
+    can_reveal: bool
     done: int
     total: int
 
 
-def sign_in(store: Store, study_id: int, name_or_token: str) -> RaterInfo:
-    """The rater with this token, else the one with this name (created on first sign-in)."""
-    value = (name_or_token or "").strip()
-    if not value:
-        raise StudyError("Enter your name or rater token to sign in.")
-    if len(value) > 200:
-        raise StudyError("A rater name can be at most 200 characters.")
-    with store.session() as session:
-        _study(session, study_id)
-        rater = session.scalar(select(Rater).where(Rater.token == value))
-        rater = rater or session.scalar(select(Rater).where(Rater.name == value))
-        if rater is None:
-            rater = Rater(name=value, token=secrets.token_urlsafe(12))
-            session.add(rater)
-            try:
-                session.flush()
-            except IntegrityError:  # the same name signed in at the same moment elsewhere
-                session.rollback()
-                rater = session.scalar(select(Rater).where(Rater.name == value))
-        return RaterInfo(rater.id, rater.name, rater.token)
-
-
 def next_item(
-    store: Store, study_id: int, rater_id: int, claim_timeout_s: float = CLAIM_TIMEOUT_SECONDS
+    store: Store, study_id: int, rater_id: int, claim_timeout_s: float | None = None
 ) -> ItemView | None:
     """The rater's open item (same token and sides as before), else a newly claimed one, else
-    None when nothing is left for this rater. Other raters' claims left unvoted for longer
-    than `claim_timeout_s` (and never voted on) give their slot back first, so a rater who
-    walks away does not hold items forever."""
-    release_idle_claims(store, study_id, claim_timeout_s, keep_rater=rater_id)
+    None when nothing is left for this rater right now (`progress` tells whether the study is
+    complete or its remaining items are being rated by others). Idle claims of other raters
+    (older than `claim_timeout_s`, by default the study's) give their slot back first."""
+    with store.session() as session:
+        study = _open_study(session, study_id)
+        active_rater(session, study_id, rater_id)
+        timeout = study.claim_timeout_s if claim_timeout_s is None else claim_timeout_s
+    release_idle_claims(store, study_id, timeout, keep_rater=rater_id)
     with store.session() as session:
         study = _study(session, study_id)
+        _lock(session, Rater, rater_id)  # two tabs of one rater cannot claim two items
         assignment = _open_assignment(session, study_id, rater_id)
         if assignment is None:
-            assignment = _claim(session, study, rater_id)
+            assignment = _claim(session, study, rater_id) or _share(session, study, rater_id)
         if assignment is None:
             return None
+        assignment.served_at = utcnow()
         item = session.get(StudyItem, assignment.item_id)
         left, right = _sides(item, assignment)
         done, total = _progress(session, study_id, rater_id)
@@ -122,64 +116,117 @@ def next_item(
 
 
 def record_vote(store: Store, item_token: str, rater_id: int, choice: str) -> VoteReceipt:
-    """Append the rater's vote on the item shown under `item_token`; locks it for them."""
+    """Append the rater's vote on the item shown under `item_token`; locks it for them.
+
+    When another rater completed a shared item first, this vote is not recorded: the rater's
+    claim is released and an ItemGoneError tells them to load the next item."""
     if choice not in CHOICES:
         raise StudyError(f"A vote must be one of {', '.join(CHOICES)}; got '{choice}'.")
+    lost = False
     with store.session() as session:
-        assignment = session.scalar(select(Assignment).where(Assignment.token == item_token))
-        if assignment is None:
-            raise ItemGoneError(
-                "This item is no longer part of the study; your earlier votes are kept. "
-                "Load the next item."
-            )
-        if assignment.rater_id != rater_id:
-            raise StudyError("This item was given to another rater; load your next item.")
+        assignment = _rater_assignment(session, item_token, rater_id)
+        study = _open_study(session, assignment.study_id)
+        active_rater(session, assignment.study_id, rater_id)
         if assignment.released_at is not None:
-            raise ItemGoneError(
-                "This item was idle too long and went back to the pool; your earlier votes "
-                "are kept. Load the next item."
-            )
+            raise ItemGoneError(_released_message(assignment.released_reason))
         item = session.get(StudyItem, assignment.item_id)
         if item is None or item.withdrawn_at is not None:
             raise ItemGoneError(
                 "This item was withdrawn from the study; your earlier votes are kept. "
                 "Load the next item."
             )
-        vote = Vote(
-            kind="vote",
-            study_id=assignment.study_id,
-            assignment_id=assignment.id,
-            item_id=assignment.item_id,
-            rater_id=rater_id,
-            choice=choice,
-            model_left=assignment.model_left,
-            model_right=assignment.model_right,
-        )
-        session.add(vote)
-        session.flush()
-        locked = session.execute(
-            update(Assignment)
-            .where(Assignment.id == assignment.id, Assignment.vote_id.is_(None))
-            .values(vote_id=vote.id)
-        ).rowcount
-        if locked != 1:
+        if assignment.vote_id is not None:
             raise StudyError("You already voted on this item; its vote is locked.")
-        study = session.get(PreferenceStudy, assignment.study_id)
-        revealed = None
-        if study.reveal_after_vote:
-            revealed = {"A": assignment.model_left, "B": assignment.model_right}
-        done, total = _progress(session, assignment.study_id, rater_id)
-        return VoteReceipt(vote.id, choice, revealed, done, total)
+        _lock(session, StudyItem, item.id)
+        in_force = session.scalar(
+            select(func.count())
+            .select_from(Assignment)
+            .where(Assignment.item_id == item.id, Assignment.vote_id.is_not(None))
+        )
+        if in_force >= study.raters_per_item:
+            _release(session, assignment, "taken")
+            lost = True
+        else:
+            vote = Vote(
+                kind="vote",
+                study_id=assignment.study_id,
+                assignment_id=assignment.id,
+                item_id=assignment.item_id,
+                rater_id=rater_id,
+                choice=choice,
+                model_left=assignment.model_left,
+                model_right=assignment.model_right,
+            )
+            session.add(vote)
+            session.flush()
+            locked = session.execute(
+                update(Assignment)
+                .where(Assignment.id == assignment.id, Assignment.vote_id.is_(None))
+                .values(vote_id=vote.id)
+            ).rowcount
+            if locked != 1:
+                raise StudyError("You already voted on this item; its vote is locked.")
+            if in_force + 1 >= study.raters_per_item:
+                _release_others(session, item.id, assignment.id)
+            done, total = _progress(session, assignment.study_id, rater_id)
+            receipt = VoteReceipt(vote.id, choice, bool(study.reveal_after_vote), done, total)
+    if lost:
+        raise ItemGoneError(_released_message("taken"))
+    return receipt
 
 
-def undo_last_vote(store: Store, rater_id: int, window_seconds: float = UNDO_WINDOW_SECONDS) -> str:
-    """Retract the rater's latest vote if it is younger than the window (an "undo" row is
-    appended; nothing is deleted). Returns the token of the re-opened item."""
+def reveal(store: Store, item_token: str, rater_id: int) -> dict[str, str]:
+    """The models behind sides A and B of an item the rater has voted on (when the study
+    allows it). Appends a "reveal" event; from then on that vote is final (no undo)."""
     with store.session() as session:
+        assignment = _rater_assignment(session, item_token, rater_id)
+        study = _study(session, assignment.study_id)
+        active_rater(session, assignment.study_id, rater_id)
+        if not study.reveal_after_vote:
+            raise StudyError("This study keeps the systems anonymous, even after a vote.")
+        if assignment.vote_id is None:
+            raise StudyError("Vote on this item first; the systems are shown only after a vote.")
+        session.execute(
+            update(Assignment)
+            .where(Assignment.id == assignment.id, Assignment.vote_id.is_not(None))
+            .where(Assignment.revealed_at.is_(None))
+            .values(revealed_at=utcnow())
+        )
+        session.refresh(assignment)
+        if assignment.vote_id is None:  # undone at the same moment in another tab
+            raise StudyError("Vote on this item first; the systems are shown only after a vote.")
+        session.add(
+            Vote(
+                kind="reveal",
+                study_id=assignment.study_id,
+                assignment_id=assignment.id,
+                item_id=assignment.item_id,
+                rater_id=rater_id,
+                model_left=assignment.model_left,
+                model_right=assignment.model_right,
+                retracts=assignment.vote_id,
+            )
+        )
+        item = session.get(StudyItem, assignment.item_id)
+        if item.is_gold:  # a quality-control item: say so, it has no models to name
+            a_left = assignment.model_left == item.model_a
+            return {"A": GOLD_SIDES[0 if a_left else 1], "B": GOLD_SIDES[1 if a_left else 0]}
+        return {"A": assignment.model_left, "B": assignment.model_right}
+
+
+def undo_last_vote(
+    store: Store, study_id: int, rater_id: int, window_seconds: float = UNDO_WINDOW_SECONDS
+) -> str:
+    """Retract the rater's latest vote in this study if it is younger than the window and the
+    models were not revealed for it (an "undo" row is appended; nothing is deleted). Returns
+    the token of the re-opened item."""
+    with store.session() as session:
+        _study(session, study_id)
+        active_rater(session, study_id, rater_id)
         vote = session.scalar(
             select(Vote)
             .join(Assignment, Assignment.vote_id == Vote.id)
-            .where(Vote.rater_id == rater_id, Vote.kind == "vote")
+            .where(Vote.rater_id == rater_id, Vote.study_id == study_id, Vote.kind == "vote")
             .order_by(Vote.created_at.desc(), Vote.id.desc())
             .limit(1)
         )
@@ -187,13 +234,20 @@ def undo_last_vote(store: Store, rater_id: int, window_seconds: float = UNDO_WIN
             raise StudyError("There is no vote to undo.")
         if utcnow() - vote.created_at > timedelta(seconds=window_seconds):
             raise StudyError(f"Votes can only be undone within {window_seconds:g} seconds.")
+        assignment = session.get(Assignment, vote.assignment_id)
+        if assignment.revealed_at is not None:
+            raise StudyError(
+                "You have seen which systems these were, so this vote is final and cannot be "
+                "undone."
+            )
         reopened = session.execute(
             update(Assignment)
             .where(Assignment.id == vote.assignment_id, Assignment.vote_id == vote.id)
+            .where(Assignment.revealed_at.is_(None))
             .values(vote_id=None)
         ).rowcount
         if reopened != 1:
-            raise StudyError("That vote was already undone.")
+            raise StudyError("That vote was already undone or is final.")
         session.add(
             Vote(
                 kind="undo",
@@ -206,44 +260,30 @@ def undo_last_vote(store: Store, rater_id: int, window_seconds: float = UNDO_WIN
                 retracts=vote.id,
             )
         )
-        return session.get(Assignment, vote.assignment_id).token
+        return assignment.token
 
 
 def release_idle_claims(
     store: Store, study_id: int, older_than_s: float, keep_rater: int | None = None
 ) -> int:
-    """Give back the slots of claims never voted on (not even a later-undone vote) that are
-    older than `older_than_s`, except `keep_rater`'s own; returns how many were released.
-    Nothing is deleted: the claim keeps its row, marked released."""
+    """Give back the slots of claims never voted on (not even a later-undone vote) that were
+    last served more than `older_than_s` ago, except `keep_rater`'s own; returns how many were
+    released. Nothing is deleted: the claim keeps its row, marked released."""
     cutoff = utcnow() - timedelta(seconds=older_than_s)
-    ever_voted = select(Vote.assignment_id).where(Vote.study_id == study_id)
+    ever_voted = select(Vote.assignment_id).where(Vote.study_id == study_id, Vote.kind == "vote")
+    last_seen = func.coalesce(Assignment.served_at, Assignment.created_at)
     with store.session() as session:
         idle = session.scalars(
             select(Assignment).where(
                 Assignment.study_id == study_id,
                 Assignment.vote_id.is_(None),
                 Assignment.released_at.is_(None),
-                Assignment.created_at < cutoff,
+                last_seen < cutoff,
                 Assignment.id.not_in(ever_voted),
                 Assignment.rater_id != (keep_rater if keep_rater is not None else -1),
             )
         ).all()
-        released = 0
-        for assignment in idle:
-            done = session.execute(
-                update(Assignment)
-                .where(Assignment.id == assignment.id, Assignment.released_at.is_(None))
-                .where(Assignment.vote_id.is_(None))
-                .values(released_at=utcnow())
-            ).rowcount
-            if done:
-                session.execute(
-                    update(StudyItem)
-                    .where(StudyItem.id == assignment.item_id)
-                    .values(n_assigned=StudyItem.n_assigned - 1)
-                )
-                released += 1
-        return released
+        return sum(_release(session, assignment, "idle") for assignment in idle)
 
 
 def progress(store: Store, study_id: int, rater_id: int | None = None) -> dict[str, int]:
@@ -254,7 +294,12 @@ def progress(store: Store, study_id: int, rater_id: int | None = None) -> dict[s
         study_done = session.scalar(
             select(func.count())
             .select_from(Assignment)
-            .where(Assignment.study_id == study_id, Assignment.vote_id.is_not(None))
+            .join(StudyItem, StudyItem.id == Assignment.item_id)
+            .where(
+                Assignment.study_id == study_id,
+                Assignment.vote_id.is_not(None),
+                StudyItem.withdrawn_at.is_(None),
+            )
         )
         result = {"study_done": study_done, "study_total": n_items * study.raters_per_item}
         if rater_id is not None:
@@ -269,6 +314,78 @@ def _study(session: Session, study_id: int) -> PreferenceStudy:
     return study
 
 
+def _open_study(session: Session, study_id: int) -> PreferenceStudy:
+    study = _study(session, study_id)
+    if study.closed_at is not None:
+        raise StudyError("This study is closed; thank you for taking part.")
+    return study
+
+
+def _rater_assignment(session: Session, item_token: str, rater_id: int) -> Assignment:
+    assignment = session.scalar(select(Assignment).where(Assignment.token == item_token))
+    if assignment is None:
+        raise ItemGoneError(
+            "This item is no longer part of the study; your earlier votes are kept. "
+            "Load the next item."
+        )
+    if assignment.rater_id != rater_id:
+        raise StudyError("This item was given to another rater; load your next item.")
+    return assignment
+
+
+def _released_message(reason: str | None) -> str:
+    if reason == "taken":
+        return (
+            "Another rater completed this item first, so this vote was not counted; your "
+            "earlier votes are kept. Load the next item."
+        )
+    if reason == "revoked":
+        return "Your invitation to this study was revoked; your earlier votes are kept."
+    return (
+        "This item was idle too long and went back to the pool; your earlier votes are kept. "
+        "Load the next item."
+    )
+
+
+def _lock(session: Session, table: type[Rater] | type[StudyItem], row_id: int) -> None:
+    """Lock one row until the transaction ends, portably: a no-op UPDATE takes the row lock on
+    PostgreSQL and the database write lock on SQLite, so what is read next is current. It
+    rewrites a non-key column, so rows referencing this one are not blocked."""
+    column = Rater.display_name if table is Rater else StudyItem.n_assigned
+    session.execute(update(table).where(table.id == row_id).values({column: column}))
+
+
+def _release(session: Session, assignment: Assignment, reason: str) -> bool:
+    """Release an unvoted claim (conditionally: a racing vote wins); True when released."""
+    done = session.execute(
+        update(Assignment)
+        .where(Assignment.id == assignment.id, Assignment.released_at.is_(None))
+        .where(Assignment.vote_id.is_(None))
+        .values(released_at=utcnow(), released_reason=reason)
+    ).rowcount
+    if done:
+        session.execute(
+            update(StudyItem)
+            .where(StudyItem.id == assignment.item_id)
+            .values(n_assigned=StudyItem.n_assigned - 1)
+        )
+    return bool(done)
+
+
+def _release_others(session: Session, item_id: int, keep_assignment: int) -> None:
+    """The item is complete: other raters' unvoted claims on it go, so they move on."""
+    others = session.scalars(
+        select(Assignment).where(
+            Assignment.item_id == item_id,
+            Assignment.id != keep_assignment,
+            Assignment.vote_id.is_(None),
+            Assignment.released_at.is_(None),
+        )
+    ).all()
+    for other in others:
+        _release(session, other, "taken")
+
+
 def _n_items(session: Session, study_id: int) -> int:
     return session.scalar(
         select(func.count())
@@ -281,10 +398,12 @@ def _progress(session: Session, study_id: int, rater_id: int) -> tuple[int, int]
     done = session.scalar(
         select(func.count())
         .select_from(Assignment)
+        .join(StudyItem, StudyItem.id == Assignment.item_id)
         .where(
             Assignment.study_id == study_id,
             Assignment.rater_id == rater_id,
             Assignment.vote_id.is_not(None),
+            StudyItem.withdrawn_at.is_(None),
         )
     )
     return done, _n_items(session, study_id)
@@ -326,22 +445,66 @@ def _claim(session: Session, study: PreferenceStudy, rater_id: int) -> Assignmen
             .where(StudyItem.id == item_id, StudyItem.n_assigned < study.raters_per_item)
             .values(n_assigned=StudyItem.n_assigned + 1)
         ).rowcount
-        if claimed != 1:
-            continue
-        item = session.get(StudyItem, item_id)
-        a_left = _a_on_left(study.seed, item_id, rater_id)
-        assignment = Assignment(
-            token=secrets.token_urlsafe(16),
-            study_id=study.id,
-            item_id=item_id,
-            rater_id=rater_id,
-            model_left=item.model_a if a_left else item.model_b,
-            model_right=item.model_b if a_left else item.model_a,
-        )
-        session.add(assignment)
-        session.flush()
-        return assignment
+        if claimed == 1:
+            return _assign(session, study, session.get(StudyItem, item_id), rater_id)
     return None
+
+
+def _share(session: Session, study: PreferenceStudy, rater_id: int) -> Assignment | None:
+    """No free slot: join an item another rater holds without having voted on it, so idle or
+    throwaway claims cannot lock a rater out. A claim is shared when its holder never voted
+    in the study (a throwaway sign-in) or it was idle for SHARE_AFTER_SECONDS; never-voters
+    first, then the longest idle; an item is shared by at most two open claims per slot."""
+    seen = select(Assignment.item_id).where(Assignment.rater_id == rater_id)
+    quiet_since = utcnow() - timedelta(seconds=SHARE_AFTER_SECONDS)
+    last_seen = func.coalesce(Assignment.served_at, Assignment.created_at)
+    voters = select(Vote.rater_id).where(Vote.study_id == study.id, Vote.kind == "vote")
+    voted = aliased(Assignment)
+    in_force = (
+        select(func.count())
+        .select_from(voted)
+        .where(voted.item_id == StudyItem.id, voted.vote_id.is_not(None))
+        .correlate(StudyItem)
+        .scalar_subquery()
+    )
+    rows = session.execute(
+        select(StudyItem.id, Assignment.rater_id.in_(voters), Assignment.served_at)
+        .join(Assignment, Assignment.item_id == StudyItem.id)
+        .where(
+            StudyItem.study_id == study.id,
+            StudyItem.withdrawn_at.is_(None),
+            StudyItem.id.not_in(seen),
+            StudyItem.n_assigned < 2 * study.raters_per_item,
+            Assignment.vote_id.is_(None),
+            Assignment.released_at.is_(None),
+            Assignment.rater_id != rater_id,
+            in_force < study.raters_per_item,
+            or_(Assignment.rater_id.not_in(voters), last_seen < quiet_since),
+        )
+    ).all()
+    if not rows:
+        return None
+    oldest = datetime.max
+    item_id = min(rows, key=lambda row: (bool(row[1]), row[2] or oldest, row[0]))[0]
+    session.execute(
+        update(StudyItem).where(StudyItem.id == item_id).values(n_assigned=StudyItem.n_assigned + 1)
+    )
+    return _assign(session, study, session.get(StudyItem, item_id), rater_id)
+
+
+def _assign(session: Session, study: PreferenceStudy, item: StudyItem, rater_id: int) -> Assignment:
+    a_left = _a_on_left(study.seed, item.id, rater_id)
+    assignment = Assignment(
+        token=secrets.token_urlsafe(16),
+        study_id=study.id,
+        item_id=item.id,
+        rater_id=rater_id,
+        model_left=item.model_a if a_left else item.model_b,
+        model_right=item.model_b if a_left else item.model_a,
+    )
+    session.add(assignment)
+    session.flush()
+    return assignment
 
 
 def _a_on_left(seed: int, item_id: int, rater_id: int) -> bool:

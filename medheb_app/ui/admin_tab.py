@@ -108,7 +108,7 @@ def create_study(
         return ui.notice_html("error", "Pick a finished benchmark run.")
     try:
         summary = load_summary(services, int(run_id))
-        study_id = create(
+        created = create(
             services.store,
             name or "",
             list(models or []),
@@ -121,7 +121,16 @@ def create_study(
         )
     except (ValueError, KeyError, FileNotFoundError) as error:
         return ui.notice_html("error", str(error))
-    return ui.notice_html("info", f"Created study {study_id}. Raters sign in on the /rate page.")
+    withheld = (
+        f" {len(created.withheld)} queries could not be shown and were withheld."
+        if created.withheld
+        else ""
+    )
+    return ui.notice_html(
+        "info",
+        f"Created study {created.id} ({created.n_items} items).{withheld} Issue invitations "
+        "with `study invite` for raters to sign in on the /rate page.",
+    )
 
 
 def admin_choices(services: Services):

@@ -60,15 +60,10 @@ def redact(text: str, secrets: list[str]) -> str:
 
 
 def study_choices(services: Services) -> list[tuple[str, int]]:
-    """Open studies as (label, id); model names in a study's name are redacted."""
-    from medheb_app.study.items import list_studies
+    """Open studies as (public title, id): raters never see a study's internal name."""
+    from medheb_app.study.items import list_open_studies
 
-    studies = list_studies(services.store)
-    names = [model for study in studies for model in study["models"]]
-    return [
-        (f"Study {s['id']}: {redact(s['name'], names)} ({s['n_items']} items)", int(s["id"]))
-        for s in studies
-    ]
+    return [(f"{s.title} (study {s.id})", s.id) for s in list_open_studies(services.store)]
 
 
 def _image(services: Services, payload: dict[str, Any]) -> np.ndarray | None:
@@ -128,21 +123,29 @@ def render_item(services: Services, view: Any) -> ItemRender:
     )
 
 
-def sign_in(services: Services, study_id: Any, name_or_token: str) -> tuple[Rater | None, str]:
-    """Sign a rater in to a study; the message tells them their token for coming back."""
-    from medheb_app.study.session import sign_in as sign_in_rater
+def sign_in(services: Services, study_id: Any, code_or_name: str) -> tuple[Rater | None, str]:
+    """Sign a rater in with their invitation code; in an open-enrolment study, text that is not
+    an invitation code is taken as a display name for a fresh rater. A name never resumes
+    anyone and no credential is printed on the page."""
+    from medheb_app.study.identity import sign_in_open, sign_in_with_invitation
+    from medheb_app.study.items import list_open_studies
 
     if study_id in (None, ""):
         return None, ui.notice_html("error", "Choose a study first.")
+    open_ids = {s.id for s in list_open_studies(services.store) if s.open_enrolment}
     try:
-        info = sign_in_rater(services.store, int(study_id), name_or_token)
+        try:
+            info = sign_in_with_invitation(services.store, code_or_name)
+        except ValueError:
+            if int(study_id) not in open_ids or not (code_or_name or "").strip():
+                raise
+            info = sign_in_open(services.store, int(study_id), code_or_name)
     except ValueError as error:
         return None, ui.notice_html("error", str(error))
-    rater = Rater(info.id, info.name, info.token, int(study_id))
-    return rater, ui.notice_html(
-        "info",
-        f"Signed in as {info.name}. Your rater token is {info.token}: use it to continue later.",
-    )
+    if info.study_id != int(study_id):
+        return None, ui.notice_html("error", "This invitation is for another study.")
+    rater = Rater(info.rater_id, info.display_name, info.resume_secret, info.study_id)
+    return rater, ui.notice_html("info", f"Signed in as {info.display_name}.")
 
 
 def next_item(services: Services, rater: Rater | None) -> ItemRender:
@@ -174,8 +177,11 @@ def vote(services: Services, rater: Rater | None, token: str, choice: str) -> tu
     except ValueError as error:
         return False, ui.notice_html("error", str(error))
     text = f"Vote recorded: {CHOICE_LABELS[choice]} ({receipt.done} of {receipt.total} done)."
-    if receipt.revealed:
-        text += f" Side A was {receipt.revealed['A']}; side B was {receipt.revealed['B']}."
+    if receipt.can_reveal:
+        from medheb_app.study.session import reveal
+
+        revealed = reveal(services.store, token, rater.id)  # makes this vote final
+        text += f" Side A was {revealed['A']}; side B was {revealed['B']}."
     return True, ui.notice_html("info", text)
 
 
@@ -186,7 +192,7 @@ def undo(services: Services, rater: Rater | None) -> tuple[bool, str]:
     if rater is None:
         return False, ui.notice_html("error", "Sign in first.")
     try:
-        undo_last_vote(services.store, rater.id)
+        undo_last_vote(services.store, rater.study_id, rater.id)
     except ValueError as error:
         return False, ui.notice_html("error", str(error))
     return True, ui.notice_html("info", "Your last vote was withdrawn; rate the item again.")
@@ -203,7 +209,7 @@ def build_compare_tab(services: Services) -> dict[str, Any]:
     )
     with gr.Row():
         study = gr.Dropdown(label="Study", choices=[], elem_id="rater-study")
-        name = gr.Textbox(label="Your name or rater token", elem_id="rater-name")
+        name = gr.Textbox(label="Your invitation code", elem_id="rater-name")
         sign_in_button = gr.Button("Sign in", elem_id="rater-sign-in")
     message = gr.HTML(elem_id="rater-message")
     progress = gr.HTML(elem_id="rater-progress")

@@ -124,19 +124,38 @@ def constraints_html(
     positive: Sequence[str],
     negative: Sequence[str],
     unknown: Sequence[str] = (),
+    corrections: Mapping[str, str] | None = None,
+    suggestions: Mapping[str, Sequence[str]] | None = None,
+    error: str = "",
+    uncertain: Sequence[str] = (),
 ) -> str:
-    """How a free-text query was read: wanted findings, excluded findings, words not understood."""
+    """How a free-text query was read: wanted and excluded findings, findings named but left
+    open (hedged, questioned, ambiguous, contradictory), words not understood, misspellings read
+    as a finding ("Read") and "did you mean" candidates for the rest; or, when the query could
+    not be read at all (e.g. over the length limit), why.
+    """
+    if error:
+        return f'<div class="medheb-parsed"><div><b>Not read:</b> {html.escape(error)}</div></div>'
 
     def _list(items: Sequence[str]) -> str:
         return ", ".join(html.escape(item) for item in items) if items else "none"
 
-    return (
-        '<div class="medheb-parsed">'
-        f"<div><b>Must show:</b> {_list(positive)}</div>"
-        f"<div><b>Must not show:</b> {_list(negative)}</div>"
-        f"<div><b>Not understood:</b> {_list(unknown)}</div>"
-        "</div>"
-    )
+    rows = [
+        f"<div><b>Must show:</b> {_list(positive)}</div>",
+        f"<div><b>Must not show:</b> {_list(negative)}</div>",
+    ]
+    if uncertain:
+        rows.append(f"<div><b>Neither (hedged or unclear):</b> {_list(uncertain)}</div>")
+    rows.append(f"<div><b>Not understood:</b> {_list(unknown)}</div>")
+    if corrections:
+        read = ", ".join(
+            f"'{html.escape(typed)}' as '{html.escape(as_)}'" for typed, as_ in corrections.items()
+        )
+        rows.append(f"<div><b>Read:</b> {read}</div>")
+    for typed, found in (suggestions or {}).items():
+        options = " or ".join(f"'{html.escape(word)}'" for word in found)
+        rows.append(f"<div><b>Did you mean</b> {options} for '{html.escape(typed)}'?</div>")
+    return '<div class="medheb-parsed">' + "".join(rows) + "</div>"
 
 
 def notice_html(kind: str, text: str) -> str:

@@ -18,6 +18,7 @@ import gradio as gr
 import numpy as np
 
 from medheb_app.evidence.study import EvidenceError
+from medheb_app.query.parser import MAX_QUERY_CHARS, QueryTooLong
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
 
@@ -222,6 +223,12 @@ def run_search(
     k = int(min(max(int(k or 10), 1), MAX_K))
     if not query and upload is None:
         return SearchOutcome(notice=ui.notice_html("error", "Type a query or upload a study."))
+    if len(query) > MAX_QUERY_CHARS:  # answered at once, before any model or index work
+        message = str(QueryTooLong(len(query)))
+        return SearchOutcome(
+            parsed_html=ui.constraints_html([], [], error=message),
+            notice=ui.notice_html("error", message),
+        )
     waiting = _bootstrap_notice(services, index)
     if waiting:
         return SearchOutcome(notice=ui.notice_html("warning", waiting))
@@ -248,7 +255,16 @@ def run_search(
     negative = list(constraints.get("negative") or [])
     unknown = list(payload.get("unknown_terms") or [])
     outcome = SearchOutcome(
-        parsed_html=ui.constraints_html(positive, negative, unknown) if query else "",
+        parsed_html=ui.constraints_html(
+            positive,
+            negative,
+            unknown,
+            payload.get("corrections") or {},
+            payload.get("suggestions") or {},
+            uncertain=list(constraints.get("uncertain") or []),
+        )
+        if query
+        else "",
         notice=ui.notices_html(warnings=list(payload.get("warnings") or [])),
     )
     logic = payload.get("ranking") == "logic"
