@@ -242,3 +242,17 @@ def test_admin_job_builds_any_source_with_rate_and_eta(settings, tmp_path) -> No
     )
     assert result["count"] == 8 and result["n_items"] == 8
     assert any("items/s" in m and "ETA" in m for m in messages)
+
+
+def test_index_names_cannot_escape_the_index_folder(settings, tmp_path, capsys) -> None:
+    victim = settings.data_dir / "precious"
+    victim.mkdir(parents=True)
+    for argv in (
+        ["index", "remove", "../precious"],
+        ["index", "info", "../precious"],
+        ["index", "build", "--source", "phantom:10", "--model", "random", "--name", "../x"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "error:" in err and "Traceback" not in err
+    assert victim.is_dir()
