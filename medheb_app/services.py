@@ -176,8 +176,9 @@ def create_services(
 JobFn = Callable[
     [dict[str, Any], Callable[..., None], Callable[[str], None], threading.Event], dict
 ]
-# Presets the admin panel offers; any source spec (medheb_app/index/sources.py) is accepted.
-INDEX_CORPORA = ("phantom", "nih:../shared/data/nih-cxr14-1000")
+# Presets the admin panel offers ("nih-1000" is the shared NIH sample wherever settings put
+# it); any source spec (medheb_app/index/sources.py) is accepted.
+INDEX_CORPORA = ("phantom", "nih-1000")
 _LEGACY_CORPORA = {"phantom-demo": "phantom"}
 
 
