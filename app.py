@@ -1,8 +1,10 @@
-"""Launch the workbench: `python app.py` serves on 0.0.0.0:7860 (PORT and HOST override).
+"""Launch the workbench: `python app.py` serves the workbench at / and the raters' page at
+/rate on 127.0.0.1:7860 (HOST and PORT override; a container sets HOST=0.0.0.0).
 
 The demo corpus and index are prepared in a background thread on first start; the page shows
 its progress and the console logs it. Settings come from the environment (DATA_DIR,
-DATABASE_URL, ADMIN_PASSWORD, MEDHEB_DEMO_SIZE, ...; see medheb_app/settings.py).
+DATABASE_URL, ADMIN_PASSWORD, SESSION_SECRET, QUEUE_MAX_SIZE, CONCURRENCY, MEDHEB_DEMO_SIZE,
+...; see medheb_app/settings.py).
 """
 
 from __future__ import annotations
@@ -16,22 +18,27 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import logging
 
+import uvicorn
+
 from medheb_app.services import create_services
 from medheb_app.settings import Settings
-from medheb_app.ui.shell import build_app, launch_options
+from medheb_app.ui.server import build_server
+
+
+def address(environ: dict[str, str] | None = None) -> tuple[str, int]:
+    """(host, port): 127.0.0.1 unless HOST says otherwise (a container sets HOST=0.0.0.0)."""
+    env = os.environ if environ is None else environ
+    return env.get("HOST", "127.0.0.1"), int(env.get("PORT", "7860"))
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     settings = Settings.from_env()
     services = create_services(settings)
-    demo = build_app(services)
-    demo.queue(default_concurrency_limit=4).launch(
-        server_name=os.environ.get("HOST", "0.0.0.0"),
-        server_port=int(os.environ.get("PORT", "7860")),
-        show_error=False,
-        **launch_options(services),
-    )
+    server = build_server(services)
+    host, port = address()
+    logging.getLogger(__name__).info("serving on http://%s:%d (raters: /rate)", host, port)
+    uvicorn.run(server, host=host, port=port, log_level="warning", proxy_headers=False)
 
 
 if __name__ == "__main__":

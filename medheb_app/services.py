@@ -124,8 +124,13 @@ class Services:
 
     @property
     def admin_enabled(self) -> bool:
-        """Admin controls exist only when ADMIN_PASSWORD is set (a public demo has none)."""
-        return bool(self.settings.admin_password)
+        """Admin controls exist only when ADMIN_PASSWORD or ADMIN_USERS is set (a public demo
+        has none)."""
+        from medheb_app.access.auth import oauth_available
+
+        return bool(
+            self.settings.admin_password or (self.settings.admin_users and oauth_available())
+        )
 
     def check_admin(self, password: str | None) -> bool:
         """Constant-time password check; always False when no admin password is configured."""

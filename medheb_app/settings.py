@@ -34,12 +34,19 @@ class Settings:
     models_dir: Path = PROJECT_ROOT / "models"
     demo_seed: int = 0
     demo_size: int = 2000
+    session_secret: str = ""
+    secure_cookies: bool = False
+    queue_max_size: int = 64
+    concurrency: int = 4
+    admin_users: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{self.data_dir / 'medheb.sqlite'}")
         if self.max_upload_bytes <= 0:
             raise ValueError("MAX_UPLOAD_BYTES must be positive")
+        if self.queue_max_size < 1 or self.concurrency < 1:
+            raise ValueError("QUEUE_MAX_SIZE and CONCURRENCY must be at least 1")
 
     @property
     def demo_dir(self) -> Path:
@@ -75,6 +82,13 @@ class Settings:
             "default_index": env.get("MEDHEB_DEFAULT_INDEX", "demo-cxr"),
             "max_upload_bytes": int(env.get("MAX_UPLOAD_BYTES", 512 * 1024 * 1024)),
             "demo_size": int(env.get("MEDHEB_DEMO_SIZE", 2000)),
+            "session_secret": env.get("SESSION_SECRET", ""),
+            "secure_cookies": env.get("SECURE_COOKIES", "").lower() in {"1", "true", "yes"},
+            "queue_max_size": int(env.get("QUEUE_MAX_SIZE", 64)),
+            "concurrency": int(env.get("CONCURRENCY", 4)),
+            "admin_users": tuple(
+                name.strip() for name in env.get("ADMIN_USERS", "").split(",") if name.strip()
+            ),
         }
         if env.get("MEDHEB_SHARED_DATA"):
             values["shared_data_dir"] = Path(env["MEDHEB_SHARED_DATA"])

@@ -1,10 +1,11 @@
 """The running app in a real browser (Playwright driving Debian's chromium).
 
 `python app.py` runs in a subprocess on a free port with a temporary DATA_DIR, a small demo
-(MEDHEB_DEMO_SIZE=120) and an admin password. A blinded study is created beforehand through
-the study service from a run directory in the benchmark's file format. Gradio renders with
-JavaScript, so every check waits for the element it reads. (Playwright's "networkidle" never
-arrives here: Gradio keeps a heartbeat request open for the whole visit.)
+(MEDHEB_DEMO_SIZE=120) and an admin password. A blinded study (public title only) and its
+rater invitations are created beforehand through the study service from a run directory in
+the benchmark's file format; raters open their invitation link and rate with the keyboard.
+Gradio renders with JavaScript, so every check waits for the element it reads. (Playwright's
+"networkidle" never arrives here: Gradio keeps a heartbeat request open for the whole visit.)
 Screenshots of each page land in test-artifacts/screenshots/.
 """
 
@@ -126,15 +127,22 @@ def app(tmp_path_factory) -> Iterator[dict]:
     }
     from medheb_app.services import create_services
     from medheb_app.settings import Settings
-    from medheb_app.study.items import create_study
+    from medheb_app.study import create_invitations, create_study
 
     settings = Settings.from_env(data_dir=data_dir)
     services = create_services(settings, start_bootstrap=False)
     write_run(root / "run", with_images=True)
     study_id = create_study(
-        services.store, "Reader study 1", list(MODELS), root / "run", n_items=3, seed=3,
-        open_enrolment=True,
-    ).id  # fmt: skip
+        services.store,
+        "Internal study name",
+        list(MODELS),
+        root / "run",
+        n_items=3,
+        raters_per_item=4,
+        seed=3,
+        public_title="Chest reader study",
+    ).id
+    invitations = create_invitations(services.store, study_id, 4)
     _store_run(root / "bench", settings)
     services.jobs.shutdown(wait=False)
     log = open(root / "app.log", "w")  # noqa: SIM115 - closed in teardown
@@ -154,6 +162,7 @@ def app(tmp_path_factory) -> Iterator[dict]:
             "data_dir": data_dir,
             "settings": settings,
             "study_id": study_id,
+            "invitations": invitations,
             "log": root / "app.log",
         }
     finally:
@@ -286,7 +295,9 @@ def test_explorer_and_analysis_tabs_render(app, page):
     _shot(page, "analysis")
 
 
-def test_rater_page_is_blind_until_the_vote_and_votes_are_stored(app, page):
+def _rate_with_keyboard(app, page, invitation, name: str) -> None:
+    """Open the invitation link, check nothing secret reached the browser before the vote,
+    then rate every item with keys only: 1, 2, 3 (auto-advance after each vote)."""
     bodies: list[str] = []
 
     def keep(response) -> None:
@@ -297,49 +308,113 @@ def test_rater_page_is_blind_until_the_vote_and_votes_are_stored(app, page):
 
     page.on("response", keep)
     page.add_init_script(RECORD_FETCH_BODIES)
-    _open(page, f"{app['url']}/rate")
-    _choose(page, "rater-study", f"(study {app['study_id']})")
-    page.locator("#rater-name textarea").fill("Browser Rater")
-    page.locator("#rater-sign-in").click()
-    page.locator("#rater-query").get_by_text("query text").wait_for()
+    _open(page, f"{app['url']}{invitation.link}")
+    assert invitation.secret not in page.url  # the redirect strips the secret
     page.locator("#rater-side-a").get_by_text("candidate report").first.wait_for()
-    _shot(page, "rate-before-vote")
+    page.locator("#rater-header").get_by_text("Chest reader study").wait_for()
+    page.locator("#rater-instruction").get_by_text("Better =").wait_for()
+    assert page.locator("#rater-side-a img").count() >= 1  # the candidates' pictures
+    _shot(page, f"{name}-before-vote")
     streamed = "".join(page.evaluate("window.__bodies"))
     assert "candidate report" in streamed  # the item's own traffic was inspected
-    seen_before_vote = page.content() + "".join(bodies) + streamed
-    for secret in (*MODELS, TASK):
-        assert secret not in seen_before_vote, f"{secret} leaked before the vote"
+    seen = page.content() + "".join(bodies) + streamed
+    for secret in (*MODELS, TASK, "Internal study name", invitation.code):
+        assert secret not in seen, f"{secret} leaked before the vote"
+    assert 'href="/"' not in page.content()  # the raters' page does not link to the workbench
 
-    for rated, choice in enumerate(("A", "B", "tie"), start=1):
-        page.locator(f"#vote-{choice}").click()
+    for rated, key in enumerate(("1", "2", "3"), start=1):
+        page.keyboard.press(key)
         page.locator("#rater-message").get_by_text("Vote recorded").wait_for()
-        message = page.locator("#rater-message").inner_text()
-        assert f"({rated} of 3 done)" in message
-        assert MODELS[0] in message and MODELS[1] in message  # revealed after the vote
-        page.locator("#vote-next").click()
-        if rated < 3:
-            page.locator(f"#vote-{choice}").and_(page.locator(":enabled")).wait_for()
+        assert f"({rated} of 3 done)" in page.locator("#rater-message").inner_text()
+        page.locator("#rater-side-a .rater-reveal").get_by_text(MODELS[0]).or_(
+            page.locator("#rater-side-a .rater-reveal").get_by_text(MODELS[1])
+        ).wait_for()  # the reveal over each side
+        if rated == 1:
+            _shot(page, f"{name}-reveal")
+            page.keyboard.press("u")  # undo after the reveal: refused, the vote is final
+            page.locator("#rater-message").get_by_text("revealed").or_(
+                page.locator("#rater-message").get_by_text("final")
+            ).first.wait_for()
+        if rated < 3:  # auto-advance to the next item
+            page.locator("#rater-header").get_by_text(f"{rated} of 3 items rated").wait_for()
+            page.locator("#vote-A").and_(page.locator(":enabled")).wait_for()
     page.locator("#rater-message").get_by_text("All items are rated").wait_for()
-    _shot(page, "rate-done")
+    page.keyboard.press("Enter")  # next: still nothing left, and nothing breaks
+    page.locator("#rater-header").get_by_text("3 of 3 items rated").wait_for()
+    page.locator("#rater-message").get_by_text("All items are rated").wait_for()
+    _shot(page, f"{name}-done")
 
+
+def _votes_of(app, invitation) -> list[str]:
     from medheb_app.store.db import Store
+    from medheb_app.study import list_invitations
     from medheb_app.study.export import votes_frame
 
-    votes = votes_frame(Store.open(app["settings"].database_url), app["study_id"])
-    mine = votes[votes["rater_name"] == "Browser Rater"]
-    assert sorted(mine["choice"]) == ["A", "B", "tie"]
-    assert mine["item"].nunique() == 3
+    store = Store.open(app["settings"].database_url)
+    [info] = [i for i in list_invitations(store, app["study_id"]) if i.id == invitation.id]
+    votes = votes_frame(store, app["study_id"])
+    return sorted(votes[votes["rater"] == info.rater_id]["choice"])
+
+
+def test_rater_completes_the_study_with_the_keyboard_on_desktop(app, browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    invitation = app["invitations"][0]
+    _rate_with_keyboard(app, page, invitation, "rate-desktop")
+    assert _votes_of(app, invitation) == ["A", "B", "tie"]
+    context.close()
+
+
+def test_rater_completes_the_study_with_the_keyboard_on_a_phone(app, browser):
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True
+    )
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    invitation = app["invitations"][1]
+    _open(page, f"{app['url']}{invitation.link}")
+    page.locator("#rater-side-b").get_by_text("candidate report").first.wait_for()
+    side_a = page.locator("#rater-side-a").bounding_box()
+    side_b = page.locator("#rater-side-b").bounding_box()
+    assert abs(side_a["y"] - side_b["y"]) < 5  # both lists side by side, not one under the other
+    assert side_a["x"] + side_a["width"] <= side_b["x"] + 1
+    for button in ("#vote-A", "#vote-B", "#vote-tie", "#vote-both_poor"):
+        box = page.locator(button).bounding_box()  # reachable without scrolling: in the viewport
+        assert box["y"] >= 0 and box["y"] + box["height"] <= 844, (button, box)
+    _shot(page, "rate-phone-first-item")
+    page.close()
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    _rate_with_keyboard(app, page, invitation, "rate-phone")
+    assert _votes_of(app, invitation) == ["A", "B", "tie"]
+    context.close()
+
+
+def test_zoom_shows_the_full_resolution_image(app, page):
+    _open(page, f"{app['url']}{app['invitations'][2].link}")
+    thumb = page.locator("#rater-side-a img.ev-zoomable").first
+    thumb.wait_for()
+    thumb.click()
+    zoomed = page.locator("#ev-zoom img")
+    zoomed.wait_for()
+    assert zoomed.evaluate("(img) => img.naturalWidth") == 64  # the PNG at its own resolution
+    page.keyboard.press("Escape")
+    page.locator("#ev-zoom").wait_for(state="detached")
 
 
 def test_non_admin_cannot_start_a_job(app, page):
     _open(page, app["url"])
     _tab(page, "Admin")
     assert not page.locator("#admin-start-bench").is_visible()
-    page.locator("#admin-password input").fill("not-the-password")
-    page.locator("#admin-sign-in").click()
-    page.locator("#admin-login-note").get_by_text("Wrong admin password").wait_for()
-    assert not page.locator("#admin-start-bench").is_visible()
+    page.locator("#admin-sign-in-link").click()  # a plain form outside Gradio
+    page.locator("#password").fill("not-the-password")
+    page.locator("#admin-submit").click()
+    page.get_by_text("Wrong admin password").wait_for()
     _shot(page, "admin-refused")
+    _open(page, app["url"])
+    _tab(page, "Admin")
+    assert not page.locator("#admin-start-bench").is_visible()
 
     from sqlalchemy import func, select
 
@@ -349,8 +424,11 @@ def test_non_admin_cannot_start_a_job(app, page):
     with Store.open(app["settings"].database_url).session() as session:
         assert session.scalar(select(func.count()).select_from(Job)) == 0
 
-    page.locator("#admin-password input").fill(ADMIN_PASSWORD)
-    page.locator("#admin-sign-in").click()
+    page.goto(f"{app['url']}/auth/admin")
+    page.locator("#password").fill(ADMIN_PASSWORD)
+    page.locator("#admin-submit").click()
+    page.locator(".gradio-container").wait_for()  # redirected to the workbench, signed in
+    _tab(page, "Admin")
     page.locator("#admin-start-bench").wait_for(state="visible")
     page.get_by_role("tab", name="Index build").click()
     page.locator("#admin-index-name textarea").fill("browser-built")
@@ -359,5 +437,7 @@ def test_non_admin_cannot_start_a_job(app, page):
     page.locator("#admin-jobs").get_by_test_id("cell-0-2").get_by_text("done").wait_for(
         timeout=120_000
     )  # polled
-    assert "built browser-built" in page.locator("#admin-log textarea").input_value()
+    page.wait_for_function(
+        "() => document.querySelector('#admin-log textarea').value.includes('built browser-built')"
+    )
     _shot(page, "admin")

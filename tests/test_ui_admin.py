@@ -1,4 +1,5 @@
-"""Admin panel callbacks: the password gate, a real background index build, study creation."""
+"""Admin panel callbacks: the admin gate, a real background index build, study creation.
+(Sign-in itself is the /auth/admin route: tests/test_web_security.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from medheb_app.eval.runner import run_suite
 from medheb_app.services import create_services
 from medheb_app.tasks.base import Item, TaskMetadata
 from medheb_app.tasks.builders.generic import paired_task
-from medheb_app.ui import admin_tab, compare_tab, search_tab
+from medheb_app.ui import admin_tab, rater_access, search_tab
 
 PASSWORD = "correct horse"
 
@@ -26,9 +27,9 @@ def services(settings):
 
 
 def test_password_gate(services, settings):
-    assert admin_tab.sign_in(services, PASSWORD)[0] is True
-    assert admin_tab.sign_in(services, "wrong")[0] is False
-    assert admin_tab.sign_in(services, "")[0] is False
+    assert services.check_admin(PASSWORD) is True
+    assert services.check_admin("wrong") is False
+    assert services.check_admin("") is False
     public = create_services(settings, start_bootstrap=False)  # no ADMIN_PASSWORD
     assert not public.admin_enabled and public.check_admin("") is False
     public.jobs.shutdown(wait=False)
@@ -81,10 +82,10 @@ def test_create_study_from_a_stored_run(services, tmp_path):
     )
     args = (summary.run_id, ["random", "oracle"], "Pilot", 5, 1, True, 0)
     assert "Sign in as admin" in admin_tab.create_study(services, False, *args)
-    assert compare_tab.study_choices(services) == []
+    assert rater_access.public_studies(services) == []
     note = admin_tab.create_study(services, True, *args)
-    assert "Created study" in note
-    [(label, _)] = compare_tab.study_choices(services)
-    assert "Pilot" not in label and "(study" in label  # raters see the public title only
+    assert "Created study" in note and "(5 items)" in note
+    [card] = rater_access.public_studies(services)
+    assert "Pilot" not in card.title  # raters see a public title, never the internal name
     again = admin_tab.create_study(services, True, *args)
     assert "already exists" in again

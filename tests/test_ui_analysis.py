@@ -1,4 +1,4 @@
-"""The study analysis view on real votes cast through the rater callbacks."""
+"""The study analysis view on real votes cast through the study API (as the rater page does)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from medheb_app.services import create_services
-from medheb_app.ui import analysis_tab, compare_tab
+from medheb_app.ui import analysis_tab
 from tests.run_fixtures import MODELS, write_run
 
 
@@ -20,7 +20,7 @@ def services(settings):
 
 @pytest.fixture
 def study_id(services, tmp_path):
-    from medheb_app.study.items import create_study
+    from medheb_app.study import create_study, next_item, record_vote, sign_in_open
 
     write_run(tmp_path / "run")
     study = create_study(
@@ -33,19 +33,19 @@ def study_id(services, tmp_path):
         seed=2,
         open_enrolment=True,
     ).id
-    for rater_name, choices in (("R1", "AABt"), ("R2", "ABBp")):
-        rater, _ = compare_tab.sign_in(services, study, rater_name)
+    for rater_name, choices in (("R1", "AABt"), ("=HYPERLINK(1)", "ABBp")):
+        rater = sign_in_open(services.store, study, rater_name)
         for code in choices:
-            item = compare_tab.next_item(services, rater)
+            item = next_item(services.store, study, rater.rater_id)
             choice = {"A": "A", "B": "B", "t": "tie", "p": "both_poor"}[code]
-            assert compare_tab.vote(services, rater, item.token, choice)[0]
+            record_vote(services.store, item.token, rater.rater_id, choice)
     return study
 
 
-def test_analysis_shows_rates_strengths_agreement_and_bias(services, study_id):
+def test_analysis_shows_rates_strengths_agreement_bias_and_rater_quality(services, study_id):
     [(label, value)] = analysis_tab.study_options(services)
     assert value == study_id and "(8 votes)" in label
-    overview, rates, strengths, figure = analysis_tab.analyse(services, study_id)
+    overview, rates, strengths, figure, quality = analysis_tab.analyse(services, study_id)
     assert "<b>8</b> votes on <b>4</b> items by <b>2</b> raters" in overview
     assert "cohen kappa" in overview and "Position bias: left list chosen in" in overview
     overall = rates[rates["stratum"] == "all"]
@@ -53,13 +53,18 @@ def test_analysis_shows_rates_strengths_agreement_and_bias(services, study_id):
     assert overall["Tie"].item().startswith("12% [")  # 1 of 8, with its Wilson interval
     assert set(strengths["model"]) == set(MODELS)
     assert len(figure.data) > 0
+    assert len(quality) == 2 and {"gold accuracy", "median s / item"} <= set(quality.columns)
+    with_threshold = analysis_tab.analyse(services, study_id, 50)[0]
+    assert "Quality control: 0 rater(s) below 50% gold accuracy" in with_threshold
 
 
-def test_csv_download_has_one_row_per_vote(services, study_id):
+def test_csv_download_has_one_row_per_vote_and_neutralised_formulas(services, study_id):
     path = analysis_tab.export(services, study_id)
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 8 and {row["rater_name"] for row in rows} == {"R1", "R2"}
+    assert len(rows) == 8
+    names = {row["rater_name"] for row in rows}
+    assert "R1" in names and not any(name.startswith("=") for name in names)
 
 
 def test_empty_and_missing_studies_give_messages(services):

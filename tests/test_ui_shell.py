@@ -1,47 +1,25 @@
-"""The composed app: tabs present or absent by settings, and the raters' page served blind."""
+"""The composed server: tabs present or absent by settings, and the raters' page served blind."""
 
 from __future__ import annotations
 
 import json
-import socket
-import urllib.request
 
 import pytest
 
 from medheb_app.services import create_services
 from medheb_app.settings import Settings
-from medheb_app.ui.shell import build_app, launch_options
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _config(port: int, page: str = "") -> str:
-    suffix = f"?page={page}" if page else ""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/config{suffix}", timeout=30) as reply:
-        return reply.read().decode()
+from medheb_app.ui.server import build_server
+from tests.web_client import QueueClient, serve
 
 
 @pytest.fixture
-def launched(tmp_path, monkeypatch, request):
-    """The real app on a free port; the parameter is the admin password ('' = public demo)."""
+def served(tmp_path, monkeypatch, request):
+    """The real server on a free port; the parameter is the admin password ('' = public)."""
     monkeypatch.setenv("DATA_DIR", str(tmp_path / "data"))
     settings = Settings.from_env(admin_password=request.param)
     services = create_services(settings, start_bootstrap=False)
-    demo = build_app(services)
-    port = _free_port()
-    demo.launch(
-        server_name="127.0.0.1",
-        server_port=port,
-        prevent_thread_lock=True,
-        quiet=True,
-        **launch_options(services),
-    )
-    yield port
-    demo.close()
+    with serve(build_server(services)) as base:
+        yield QueueClient(base)
     services.jobs.shutdown(wait=False)
 
 
@@ -50,21 +28,32 @@ def _labels(config: str) -> set[str]:
     return {str(c.get("props", {}).get("label")) for c in components}
 
 
-@pytest.mark.parametrize("launched", [""], indirect=True)
-def test_public_demo_has_no_admin_and_a_blind_rater_page(launched):
-    main = _config(launched)
+@pytest.mark.parametrize("served", [""], indirect=True)
+def test_public_demo_has_no_admin_and_a_blind_rater_page(served):
+    main = served.http.get("/config").text
     labels = _labels(main)
     assert {"Query", "Run", "Study", "Model", "Index"} <= labels
-    assert "Admin password" not in labels and "Admin" not in labels
-    rater = _config(launched, "rate")
-    assert "Your name or rater token" in _labels(rater)
-    assert "Query" not in _labels(rater) and "Admin password" not in _labels(rater)
+    assert "Admin" not in labels and "/auth/admin" not in main
+    rater = served.http.get("/rate/config").text
+    assert "Query" not in _labels(rater) and "Run" not in _labels(rater)
+    assert "vote-A" in rater and "rater-side-a" in rater
     for name in ("dual-lite", "oracle", "random"):  # pickers are filled on load, not baked in
         assert f'"{name}"' not in main and name not in rater
+    assert served.http.get("/auth/admin").status_code == 404
 
 
-@pytest.mark.parametrize("launched", ["s3cret-pass"], indirect=True)
-def test_admin_tab_exists_only_with_a_password_and_never_leaks_it(launched):
-    main = _config(launched)
-    assert {"Admin", "Admin password"} <= _labels(main)
+@pytest.mark.parametrize("served", ["s3cret-pass"], indirect=True)
+def test_admin_tab_exists_only_with_a_password_and_never_holds_it(served):
+    main = served.http.get("/config").text
+    assert "Admin" in _labels(main) or '"Admin"' in main
+    assert "Admin password" not in _labels(main)  # typed into /auth/admin, not a component
     assert "s3cret-pass" not in main
+    form = served.http.get("/auth/admin").text
+    assert 'type="password"' in form and "s3cret-pass" not in form
+
+
+@pytest.mark.parametrize("served", [""], indirect=True)
+def test_pages_are_served_at_root_and_rate(served):
+    assert served.http.get("/").status_code == 200
+    page = served.http.get("/rate/")
+    assert page.status_code == 200 and "vote-A" not in served.http.get("/").text

@@ -1,8 +1,10 @@
 """Admin panel: background jobs (benchmark runs, training, index builds) and study creation.
 
-Built only when ADMIN_PASSWORD is set. Signing in sets a flag in gr.State, which lives on
-the server, so a browser cannot forge it; every callback checks it again before acting.
-Job progress and logs are polled with a gr.Timer while the panel is open.
+Built only when ADMIN_PASSWORD is set. The password is typed into a plain HTML form served by
+/auth/admin (medheb_app.ui.server), never into a Gradio component, so no component value, state
+snapshot or deep link can hold it. Signing in sets a signed HTTP-only cookie; every handler
+here reads it from its gr.Request before acting, so a client reusing the admin's session hash
+has no rights. Job progress and logs are polled with a gr.Timer while the panel is open.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from medheb_app.access.auth import Authenticator
 from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services, describe_for_run
 from medheb_app.ui import components as ui
 
@@ -22,10 +25,14 @@ LOG_LINES_SHOWN = 200
 TRAIN_RECIPES = ("report", "label-aware", "medemb")
 
 
-def sign_in(services: Services, password: str | None) -> tuple[bool, str]:
-    if services.check_admin(password):
-        return True, ui.notice_html("info", "Signed in as admin.")
-    return False, ui.notice_html("error", "Wrong admin password.")
+SIGNED_OUT_NOTE = (
+    '<div class="medheb-notice medheb-info" role="status"><a href="/auth/admin" '
+    'id="admin-sign-in-link">Sign in as admin</a> to run jobs and create studies.</div>'
+)
+SIGNED_IN_NOTE = (
+    '<div class="medheb-notice medheb-info" role="status">Signed in as admin · '
+    '<a href="/auth/signout" id="admin-sign-out">Sign out</a></div>'
+)
 
 
 def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, Any]):
@@ -97,8 +104,13 @@ def create_study(
     raters_per_item: float,
     reveal: bool,
     seed: float,
+    public_title: str = "",
+    open_enrolment: bool = False,
+    gold_percent: float = 0.0,
 ) -> str:
-    """Create a blinded study from a stored benchmark run's outputs."""
+    """Create a blinded study from a stored benchmark run's outputs. `name` is internal (admin
+    pages only); raters see `public_title`. `gold_percent` of the items are quality-control
+    items (one side the oracle's top-3), indistinguishable to raters."""
     from medheb_app.study.items import create_study as create
     from medheb_app.ui.explorer_tab import load_summary
 
@@ -118,6 +130,9 @@ def create_study(
             reveal_after_vote=bool(reveal),
             seed=int(seed),
             describe=describe_for_run(services.settings, summary.suite),
+            public_title=public_title or "",
+            open_enrolment=bool(open_enrolment),
+            gold_share=float(gold_percent or 0) / 100.0,
         )
     except (ValueError, KeyError, FileNotFoundError) as error:
         return ui.notice_html("error", str(error))
@@ -129,8 +144,82 @@ def create_study(
     return ui.notice_html(
         "info",
         f"Created study {created.id} ({created.n_items} items).{withheld} Issue invitations "
-        "with `study invite` for raters to sign in on the /rate page.",
+        "under Invitations; raters sign in on the /rate page.",
     )
+
+
+def study_picker(services: Services) -> list[tuple[str, int]]:
+    """Every study by internal name and public title (admin only)."""
+    from medheb_app.study import list_studies
+
+    return [
+        (f"Study {s['id']}: {s['name']} · raters see {s.get('public_title') or '-'!r}", s["id"])
+        for s in list_studies(services.store)
+    ]
+
+
+def issue_invitations(
+    services: Services, is_admin: bool, study_id: Any, n: float, label: str
+) -> str:
+    """New invitations, each shown ONCE as a link and a short code (stored hashed)."""
+    import html
+
+    from medheb_app.study import StudyError, create_invitations
+
+    if not is_admin:
+        return ui.notice_html("error", NOT_ADMIN)
+    if study_id in (None, ""):
+        return ui.notice_html("error", "Pick a study.")
+    try:
+        made = create_invitations(services.store, int(study_id), int(n or 1), label or "")
+    except StudyError as error:
+        return ui.notice_html("error", str(error))
+    rows = "".join(
+        f"<tr><td>{i.id}</td><td><code>{html.escape(i.link)}</code></td>"
+        f"<td><code>{html.escape(i.code)}</code></td><td>{html.escape(i.label)}</td></tr>"
+        for i in made
+    )
+    return ui.notice_html(
+        "warning",
+        "Copy these now: they are shown only once (the server keeps only their hashes). "
+        "Prefix each link with this server's address.",
+    ) + (
+        '<table id="admin-invitations"><tr><th>id</th><th>link</th><th>code</th>'
+        f"<th>label</th></tr>{rows}</table>"
+    )
+
+
+def invitation_table(services: Services, is_admin: bool, study_id: Any) -> pd.DataFrame | None:
+    from medheb_app.study import list_invitations
+
+    if not is_admin or study_id in (None, ""):
+        return None
+    rows = [
+        {
+            "id": i.id,
+            "label": i.label,
+            "used": i.used,
+            "rater": i.display_name,
+            "revoked": i.revoked,
+            "created": i.created_at,
+        }
+        for i in list_invitations(services.store, int(study_id))
+    ]
+    return pd.DataFrame(rows, columns=["id", "label", "used", "rater", "revoked", "created"])
+
+
+def revoke(services: Services, is_admin: bool, invitation_id: Any) -> str:
+    from medheb_app.study import StudyError, revoke_invitation
+
+    if not is_admin:
+        return ui.notice_html("error", NOT_ADMIN)
+    if not invitation_id:
+        return ui.notice_html("error", "Type the id of the invitation to revoke.")
+    try:
+        info = revoke_invitation(services.store, int(invitation_id))
+    except StudyError as error:
+        return ui.notice_html("error", str(error))
+    return ui.notice_html("info", f"Invitation {info.id} revoked; its rater can no longer vote.")
 
 
 def admin_choices(services: Services):
@@ -151,13 +240,11 @@ def admin_choices(services: Services):
 # ---------------------------------------------------------------- layout
 
 
-def build_admin_tab(services: Services) -> dict[str, Any]:
-    """Password gate, then job launchers, job monitor and study creation."""
-    with gr.Row():
-        password = gr.Textbox(label="Admin password", type="password", elem_id="admin-password")
-        login = gr.Button("Sign in", elem_id="admin-sign-in")
-    login_note = gr.HTML(elem_id="admin-login-note")
-    is_admin = gr.State(False)
+def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
+    """Sign-in link, then (for a signed-in admin) job launchers, job monitor, study creation."""
+    login_note = gr.HTML(SIGNED_OUT_NOTE, elem_id="admin-login-note")
+    if auth.admin_users:  # on a Space with OAuth: Hugging Face sign-in for ADMIN_USERS
+        gr.LoginButton(value="Sign in with Hugging Face (admins listed in ADMIN_USERS)")
     timer = gr.Timer(2.0, active=False)
     with gr.Column(visible=False, elem_id="admin-panel") as panel:
         job_note = gr.HTML(elem_id="admin-job-note")
@@ -191,13 +278,37 @@ def build_admin_tab(services: Services) -> dict[str, Any]:
         with gr.Tab("Create study"):
             run = gr.Dropdown(label="Benchmark run", choices=[])
             study_models = gr.Dropdown(label="Models to compare", choices=[], multiselect=True)
-            study_name = gr.Textbox(label="Study name (shown to raters: do not name the models)")
+            study_name = gr.Textbox(label="Internal study name (admins only)")
+            public_title = gr.Textbox(
+                label="Public title (what raters see: do not name the models)",
+                elem_id="admin-public-title",
+            )
+            open_enrolment = gr.Checkbox(
+                label="Open enrolment (anyone with the /rate address can join as a new rater)",
+                value=False,
+            )
+            gold = gr.Number(
+                label="Gold (quality-control) items, % of items", value=0, minimum=0, maximum=50
+            )
             n_items = gr.Number(label="Queries", value=30, precision=0, minimum=1)
             raters = gr.Number(label="Raters per item", value=1, precision=0, minimum=1)
             reveal = gr.Checkbox(label="Reveal model names after each vote", value=True)
             seed = gr.Number(label="Seed", value=0, precision=0)
             create = gr.Button("Create study")
             study_note = gr.HTML()
+        with gr.Tab("Invitations"):
+            with gr.Row():
+                invite_study = gr.Dropdown(label="Study", choices=[], elem_id="admin-invite-study")
+                refresh_studies = gr.Button("Refresh", size="sm")
+            with gr.Row():
+                n_invites = gr.Number(label="How many", value=1, precision=0, minimum=1)
+                invite_label = gr.Textbox(label="Label (e.g. the rater's initials)")
+                invite = gr.Button("Issue invitations", elem_id="admin-invite")
+            invite_note = gr.HTML(elem_id="admin-invite-note")
+            invitations = gr.Dataframe(label="Invitations", interactive=False)
+            with gr.Row():
+                revoke_id = gr.Number(label="Invitation id", precision=0)
+                revoke_button = gr.Button("Revoke", variant="stop")
         gr.Markdown("### Jobs")
         jobs = gr.Dataframe(label="History", interactive=False, elem_id="admin-jobs")
         with gr.Row():
@@ -208,36 +319,37 @@ def build_admin_tab(services: Services) -> dict[str, Any]:
             label="Log", lines=10, max_lines=20, autoscroll=True, elem_id="admin-log"
         )
 
-    def _login(pw):
-        ok, note = sign_in(services, pw)
-        if not ok:
+    def on_load(admin: bool) -> tuple:
+        """What the panel shows when the page opens: everything for an admin, else a link."""
+        if not admin:
             nothing = gr.update()
-            return False, note, gr.Column(visible=False), gr.Timer(active=False), *[nothing] * 5
+            return SIGNED_OUT_NOTE, gr.Column(visible=False), gr.Timer(active=False), *[nothing] * 6
         return (
-            True,
-            note,
+            SIGNED_IN_NOTE,
             gr.Column(visible=True),
             gr.Timer(active=True),
             *admin_choices(services),
             job_table(services),
+            gr.update(choices=study_picker(services)),
         )
 
     def _start(kind, make_params):
-        def handler(admin, *values):
+        def handler(request: gr.Request, *values):
+            admin = auth.is_admin(request)
             new_id, note = start_job(services, admin, kind, make_params(*values))
             return note, (new_id if new_id is not None else gr.update())
 
         return handler
 
-    def _poll(admin, selected):
-        if not admin:
+    def _poll(selected, request: gr.Request):
+        if not auth.is_admin(request):
             return gr.update(), "", "", gr.Timer(active=False)
         return job_table(services), *job_detail(services, selected), gr.Timer()
 
-    def _run_models(run_id):
+    def _run_models(run_id, request: gr.Request):
         from medheb_app.ui.explorer_tab import load_summary
 
-        if run_id in (None, ""):
+        if run_id in (None, "") or not auth.is_admin(request):
             return gr.update(choices=[], value=[])
         try:
             names = list(load_summary(services, int(run_id)).models)
@@ -245,40 +357,91 @@ def build_admin_tab(services: Services) -> dict[str, Any]:
             return gr.update(choices=[], value=[])
         return gr.update(choices=names, value=names[:2])
 
-    login.click(
-        _login,
-        [password],
-        [is_admin, login_note, panel, timer, bench_models, suite, index_model, run, jobs],
-        api_name=False,
-    )
     job_outputs = [job_note, job_id]
     bench_start.click(
         _start("bench-run", lambda s, m: {"suite": s, "models": list(m or [])}),
-        [is_admin, suite, bench_models],
+        [suite, bench_models],
         job_outputs,
         api_name=False,
     )
     train_start.click(
         _start("train", lambda r, t, e, n: {"recipe": r, "tag": t, "epochs": e, "n": n}),
-        [is_admin, recipe, tag, epochs, n_train],
+        [recipe, tag, epochs, n_train],
         job_outputs,
         api_name=False,
     )
     index_start.click(
         _start("index-build", lambda n, m, c: {"name": n, "model": m, "source": c}),
-        [is_admin, index_name, index_model, corpus],
+        [index_name, index_model, corpus],
         job_outputs,
         api_name=False,
     )
-    cancel.click(
-        lambda a, j: cancel_job(services, a, j), [is_admin, job_id], [job_note], api_name=False
+
+    def _cancel(selected, request: gr.Request):
+        return cancel_job(services, auth.is_admin(request), selected)
+
+    def _create(request: gr.Request, *values):
+        return create_study(services, auth.is_admin(request), *values)
+
+    cancel.click(_cancel, [job_id], [job_note], api_name=False)
+
+    def _studies(request: gr.Request):
+        if not auth.is_admin(request):
+            return gr.update(choices=[], value=None)
+        choices = study_picker(services)
+        return gr.update(choices=choices, value=choices[-1][1] if choices else None)
+
+    def _invite(study_id, n, label, request: gr.Request):
+        admin = auth.is_admin(request)
+        note = issue_invitations(services, admin, study_id, n, label)
+        return note, invitation_table(services, admin, study_id)
+
+    def _invitations(study_id, request: gr.Request):
+        return invitation_table(services, auth.is_admin(request), study_id)
+
+    def _revoke(study_id, invitation_id, request: gr.Request):
+        admin = auth.is_admin(request)
+        return revoke(services, admin, invitation_id), invitation_table(services, admin, study_id)
+
+    refresh_studies.click(_studies, None, [invite_study], api_name=False)
+    invite.click(
+        _invite, [invite_study, n_invites, invite_label], [invite_note, invitations], api_name=False
+    )
+    invite_study.change(_invitations, [invite_study], [invitations], api_name=False)
+    revoke_button.click(
+        _revoke, [invite_study, revoke_id], [invite_note, invitations], api_name=False
     )
     run.change(_run_models, [run], [study_models], api_name=False)
     create.click(
-        lambda a, *v: create_study(services, a, *v),
-        [is_admin, run, study_models, study_name, n_items, raters, reveal, seed],
+        _create,
+        [
+            run,
+            study_models,
+            study_name,
+            n_items,
+            raters,
+            reveal,
+            seed,
+            public_title,
+            open_enrolment,
+            gold,
+        ],
         [study_note],
         api_name=False,
     )
-    timer.tick(_poll, [is_admin, job_id], [jobs, job_progress, job_log, timer], api_name=False)
-    return {"password": password, "login": login, "panel": panel, "is_admin": is_admin}
+    timer.tick(_poll, [job_id], [jobs, job_progress, job_log, timer], api_name=False)
+    return {
+        "panel": panel,
+        "on_load": on_load,
+        "load_outputs": [
+            login_note,
+            panel,
+            timer,
+            bench_models,
+            suite,
+            index_model,
+            run,
+            jobs,
+            invite_study,
+        ],
+    }

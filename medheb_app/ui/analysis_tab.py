@@ -2,7 +2,9 @@
 position bias and a CSV of the votes (MedHEB section 5.6, Figure 7).
 
 Every number comes from medheb_app.study.analysis over medheb_app.study.export.votes_frame;
-this module only lays them out.
+this module only lays them out. Analysis and export name the models, so both are admin-only,
+checked inside each handler from the request's cookie (a call by `fn_index` from any session
+gets nothing without it).
 """
 
 from __future__ import annotations
@@ -67,31 +69,86 @@ def overview_html(summary: dict[str, Any]) -> str:
         if left is not None
         else "no A/B votes yet"
     )
+    kept = summary.get("agreement_kept") or {}
+    excluded = summary.get("excluded_raters") or []
+    qc = ""
+    if summary.get("min_gold_accuracy") is not None:
+        kept_kappa = kept.get("kappa")
+        qc = (
+            f"<div>Quality control: {len(excluded)} rater(s) below "
+            f"{100 * summary['min_gold_accuracy']:.0f}% gold accuracy excluded"
+            f"{' (' + html.escape(', '.join(map(str, excluded))) + ')' if excluded else ''}; "
+            "agreement without them: "
+            + (
+                f"{html.escape(str(kept.get('method')))} kappa {kept_kappa:.2f}"
+                if kept_kappa is not None
+                else "not computable"
+            )
+            + ".</div>"
+        )
     return (
         f"<div><b>{summary['n_votes']}</b> votes on <b>{summary['n_items']}</b> items by "
-        f"<b>{summary['n_raters']}</b> raters.</div>"
-        f"<div>Rater agreement: {html.escape(agree)}.</div>"
+        f"<b>{summary['n_raters']}</b> raters"
+        f" (+{summary.get('n_gold_votes', 0)} gold votes, left out of the comparison).</div>"
+        f"<div>Rater agreement (all raters): {html.escape(agree)}.</div>{qc}"
         f"<div>Position bias: {html.escape(position)}.</div>"
         f"<div><i>{html.escape(summary['ties'])}.</i></div>"
     )
 
 
-def analyse(services: Services, study_id: Any):
-    """(overview html, rates table, Bradley-Terry table, stratum figure) for one study."""
-    from medheb_app.study.analysis import preference_rates, stratum_figure, summarise
+QUALITY_LABELS = {
+    "rater": "rater",
+    "n_votes": "votes",
+    "n_gold": "gold votes",
+    "gold_accuracy": "gold accuracy",
+    "median_seconds": "median s / item",
+    "side_a_share": "share of A among A/B",
+}
+
+
+def quality_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per rater: gold accuracy, median seconds per item, side bias (share of A)."""
+    frame = pd.DataFrame(records, columns=list(QUALITY_LABELS))
+    for column in ("gold_accuracy", "side_a_share"):
+        frame[column] = [
+            "–" if v is None or pd.isna(v) else f"{100 * float(v):.0f}%" for v in frame[column]
+        ]
+    frame["median_seconds"] = [
+        "–" if v is None or pd.isna(v) else f"{float(v):.1f}" for v in frame["median_seconds"]
+    ]
+    return frame.rename(columns=QUALITY_LABELS)
+
+
+def analyse(services: Services, study_id: Any, min_gold_percent: float | None = None):
+    """(overview html, rates table, Bradley-Terry table, stratum figure, rater quality table)
+    for one study; with `min_gold_percent` > 0, raters below that gold accuracy are excluded
+    from rates, Bradley-Terry and bias (agreement is shown with and without them)."""
+    from medheb_app.study.analysis import model_votes, stratum_figure, summarise
     from medheb_app.study.export import votes_frame
 
+    nothing = (None, None, None, None)
     if study_id in (None, ""):
-        return ui.notice_html("info", "Pick a study."), None, None, None
+        return ui.notice_html("info", "Pick a study."), *nothing
     try:
         votes = votes_frame(services.store, int(study_id))
     except ValueError as error:
-        return ui.notice_html("error", str(error)), None, None, None
+        return ui.notice_html("error", str(error)), *nothing
     if votes.empty:
-        return ui.notice_html("info", "No votes in this study yet."), None, None, None
-    summary = summarise(votes)
+        return ui.notice_html("info", "No votes in this study yet."), *nothing
+    threshold = float(min_gold_percent) / 100 if min_gold_percent else None
+    summary = summarise(votes, min_gold_accuracy=threshold)
     bt = pd.DataFrame(summary["bradley_terry"])
-    return overview_html(summary), rates_table(preference_rates(votes)), bt, stratum_figure(votes)
+    compared = model_votes(votes)
+    if summary["excluded_raters"]:
+        compared = compared[~compared["rater"].isin(summary["excluded_raters"])]
+    rates = pd.DataFrame(summary["rates"])
+    return (
+        overview_html(summary),
+        rates_table(rates) if len(rates) else None,
+        bt,
+        stratum_figure(compared) if len(compared) else None,
+        quality_table(summary["raters"]),
+    )
 
 
 def export(services: Services, study_id: Any) -> str | None:
@@ -105,26 +162,47 @@ def export(services: Services, study_id: Any) -> str | None:
     return str(out)
 
 
-def build_analysis_tab(services: Services) -> dict[str, Any]:
+ADMIN_ONLY = "Study analysis is for admins only while studies run: sign in as admin to see it."
+
+
+def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
     with gr.Row():
         study = gr.Dropdown(label="Study", choices=[], elem_id="analysis-study")
         refresh = gr.Button("Refresh", size="sm")
-    overview = gr.HTML()
+    min_gold = gr.Number(
+        label="Exclude raters below this gold accuracy (%; 0 keeps everyone)",
+        value=0,
+        minimum=0,
+        maximum=100,
+    )
+    overview = gr.HTML(
+        ui.notice_html("info", "Study results are for admins: sign in, then pick a study.")
+    )
+    quality = gr.Dataframe(label="Raters: gold accuracy, median seconds per item, side bias")
     rates = gr.Dataframe(label="Preference rates by top-1 stratum (95% Wilson CI)")
     bt = gr.Dataframe(label="Bradley-Terry strengths (bootstrap intervals)")
     figure = gr.Plot(label="Outcomes by stratum")
     download = gr.DownloadButton("Download votes (CSV)")
 
-    def _refresh(current=None):
+    def _admin(request: Any) -> bool:
+        return auth is not None and auth.is_admin(request)
+
+    def _refresh(current=None, request: gr.Request = None):
+        if not _admin(request):
+            return gr.update(choices=[], value=None)
         choices = study_options(services)
         ids = [value for _, value in choices]
         return gr.update(choices=choices, value=current if current in ids else (ids or [None])[0])
 
-    def _show(study_id):
-        return (*analyse(services, study_id), export(services, study_id))
+    def _show(study_id, threshold, request: gr.Request):
+        if not _admin(request):
+            return ui.notice_html("info", ADMIN_ONLY), None, None, None, None, None
+        return (*analyse(services, study_id, threshold), export(services, study_id))
 
-    study.change(_show, [study], [overview, rates, bt, figure, download], api_name=False)
+    shown = [overview, rates, bt, figure, quality, download]
+    study.change(_show, [study, min_gold], shown, api_name=False)
+    min_gold.submit(_show, [study, min_gold], shown, api_name=False)
     refresh.click(_refresh, [study], [study], api_name=False).then(
-        _show, [study], [overview, rates, bt, figure, download], api_name=False
+        _show, [study, min_gold], shown, api_name=False
     )
-    return {"study": study, "refresh_studies": _refresh}
+    return {"study": study, "overview": overview, "refresh_studies": _refresh}

@@ -233,8 +233,17 @@ def _options(frame: pd.DataFrame, column: str) -> list[str]:
     return sorted(str(v) for v in frame[column].dropna().unique() if str(v))
 
 
-def build_explorer_tab(services: Services) -> dict[str, Any]:
-    """Run picker, filters, leaderboard tables and charts, and the query drill-down."""
+BLINDED_NOTE = (
+    "This run is the source of an open reader study: its per-query ranked lists are shown to "
+    "admins only until the study closes."
+)
+
+
+def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
+    """Run picker, filters, leaderboard tables and charts, and the query drill-down.
+
+    `auth` (medheb_app.access.auth.Authenticator) decides who may drill into a blinded run;
+    without one, nobody may."""
     with gr.Row():
         run = gr.Dropdown(label="Run", choices=[], elem_id="explorer-run")
         refresh = gr.Button("Refresh runs", size="sm")
@@ -327,9 +336,14 @@ def build_explorer_tab(services: Services) -> dict[str, Any]:
         ids = query_ids(summary, name) if summary is not None else []
         return gr.update(choices=ids, value=ids[0] if ids else None)
 
-    def _ranked(summary, name, qid, chosen):
+    def _ranked(summary, name, qid, chosen, request: gr.Request):
+        from medheb_app.ui.blinding import run_is_blinded
+
         if summary is None:
             return ""
+        admin = auth is not None and auth.is_admin(request)
+        if not admin and run_is_blinded(services, getattr(summary, "out_dir", None)):
+            return ui.notice_html("warning", BLINDED_NOTE)
         return ranked_lists_html(summary, name, qid, list(chosen or []))
 
     load_outputs = [

@@ -1,10 +1,11 @@
-"""The app shell: composes the tabs and the raters' page; no logic of its own.
+"""The workbench page ("/"): composes the tabs; no logic of its own.
 
-Two pages share one Blocks: "/" (search, benchmark explorer, study results, admin) and
-"/rate", the raters' page. The raters' page contains only the blinded comparison, so its
-config and network traffic carry no model names (Gradio serves each page its own config).
-Everything that names models (pickers, leaderboards) is filled on page load rather than baked
-into the layout, which also makes new models and runs appear without a restart.
+The raters' page is a separate Blocks mounted at /rate (medheb_app.ui.rater_app, composed by
+medheb_app.ui.server), so this page's handlers are not in the raters' queue and theirs are not
+here. Everything that names models (pickers, leaderboards) is filled on page load rather than
+baked into the layout, which also makes new models and runs appear without a restart; what
+only admins may see (study analysis, the admin panel) is decided on that load from the
+request's signed cookie, and checked again inside each of their handlers.
 """
 
 from __future__ import annotations
@@ -15,21 +16,27 @@ from typing import Any
 
 import gradio as gr
 
+from medheb_app.access.auth import Authenticator
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
 from medheb_app.ui.admin_tab import build_admin_tab
 from medheb_app.ui.analysis_tab import build_analysis_tab
-from medheb_app.ui.compare_tab import build_compare_tab
 from medheb_app.ui.explorer_tab import build_explorer_tab
 from medheb_app.ui.search_tab import build_search_tab
 
 log = logging.getLogger(__name__)
 TITLE = "Clinical evidence retrieval workbench"
 RATER_PATH = "rate"
+COMPARISON_NOTE = (
+    "Blinded comparisons happen on the raters' own page, `/rate`, which raters reach through "
+    "the invitation link or code an admin gives them (or open enrolment, if the study allows "
+    "it). Admins create studies and invitations in the Admin tab and read the results under "
+    "Study analysis."
+)
 
 
 def launch_options(services: Services) -> dict[str, Any]:
-    """Keyword arguments for Blocks.launch that belong to the app (Gradio 6 takes css here)."""
+    """Keyword arguments shared by the mounted Blocks that belong to the app."""
     return {"css": ui.CSS, "max_file_size": services.settings.max_upload_bytes}
 
 
@@ -44,43 +51,41 @@ def _safely(refresh: Callable[[], Any], n_outputs: int = 1) -> tuple[Any, ...]:
     return tuple(result) if n_outputs > 1 else (result,)
 
 
-def build_app(services: Services) -> gr.Blocks:
-    """Compose every tab into one Blocks app, plus the raters' page at /rate."""
+def build_app(services: Services, auth: Authenticator | None = None) -> gr.Blocks:
+    """Compose the workbench tabs into one Blocks app (served at "/" by the server).
+
+    Without `auth` nobody is admin: analysis, exports, blinded drill-downs and the admin panel
+    refuse every call."""
     with gr.Blocks(title=TITLE) as demo:
         gr.Markdown(f"## {TITLE}")
         with gr.Tabs():
             with gr.Tab("Search", id="search"):
                 search = build_search_tab(services)
             with gr.Tab("Benchmark explorer", id="explorer"):
-                explorer = build_explorer_tab(services)
+                explorer = build_explorer_tab(services, auth)
             with gr.Tab("Blinded comparison", id="compare"):
-                gr.Markdown(f"Raters: the same page without the other tabs is at `/{RATER_PATH}`.")
-                compare = build_compare_tab(services)
+                gr.Markdown(COMPARISON_NOTE, elem_id="compare-pointer")
             with gr.Tab("Study analysis", id="analysis"):
-                analysis = build_analysis_tab(services)
-            if services.admin_enabled:  # a public demo has no admin controls at all
+                analysis = build_analysis_tab(services, auth)
+            admin = None
+            if services.admin_enabled and auth is not None:  # a public demo has no admin
                 with gr.Tab("Admin", id="admin"):
-                    build_admin_tab(services)
-        demo.load(
-            lambda: (
+                    admin = build_admin_tab(services, auth)
+
+        def on_load(request: gr.Request):
+            is_admin = auth is not None and auth.is_admin(request)
+            shown = (
                 *_safely(search["refresh_pickers"], 2),
-                *_safely(compare["refresh_studies"]),
                 *_safely(explorer["refresh_runs"]),
-                *_safely(analysis["refresh_studies"]),
-            ),
-            None,
-            [
-                search["model"],
-                search["index"],
-                compare["study"],
-                explorer["run"],
-                analysis["study"],
-            ],
-            api_name=False,
-        )
-    with demo.route("Rate", f"/{RATER_PATH}") as rater_page:
-        rater = build_compare_tab(services)
-        rater_page.load(
-            lambda: _safely(rater["refresh_studies"])[0], None, [rater["study"]], api_name=False
-        )
+                *_safely(lambda: analysis["refresh_studies"](None, request)),
+            )
+            if admin is not None:
+                n_admin = len(admin["load_outputs"])
+                shown += _safely(lambda: admin["on_load"](is_admin), n_admin)
+            return shown
+
+        outputs = [search["model"], search["index"], explorer["run"], analysis["study"]]
+        if admin is not None:
+            outputs += admin["load_outputs"]
+        demo.load(on_load, None, outputs, api_name=False)
     return demo

@@ -1,0 +1,396 @@
+"""The raters' page, its own Gradio app mounted at /rate: one blinded item at a time.
+
+Its queue holds only these handlers, so a rater's session cannot call the workbench's analysis
+or explorer by `fn_index`. Who the rater is comes from the signed HTTP-only cookie set by the
+sign-in routes (medheb_app.ui.server), checked against the store in every handler; the page
+keeps only an opaque item token. It links nowhere but the sign-in and sign-out routes.
+
+Keys: 1 = A better, 2 = B better, 3 = tie, 4 = both poor, U = undo, Enter = next. After a
+vote the identities (when the study reveals them) are shown over each side and the next item
+follows on its own.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from medheb_app.access.auth import Authenticator
+from medheb_app.services import Services
+from medheb_app.ui import components as ui
+from medheb_app.ui import evidence_view, rater_access
+
+log = logging.getLogger(__name__)
+CHOICE_LABELS = {
+    "A": "A is better  [1]",
+    "B": "B is better  [2]",
+    "tie": "Tie  [3]",
+    "both_poor": "Both poor  [4]",
+}
+KEYS = {
+    "1": "vote-A",
+    "2": "vote-B",
+    "3": "vote-tie",
+    "4": "vote-both_poor",
+    "u": "vote-undo",
+    "U": "vote-undo",
+    "Enter": "vote-next",
+}
+REVEAL_PAUSE_MS = 1500  # the reveal stays over each side this long
+NOT_SIGNED_IN = (
+    "You are not signed in. Open the link from your invitation, or "
+    '<a href="/auth/rater">sign in with its code</a>.'
+)
+# What "better" means, per task family (MedHEB's families), in one line above each item.
+INSTRUCTIONS = {
+    "I-I": "Better = more of its images show the same finding as the query image.",
+    "MB-VR": "Better = more of its scans show the same finding as the query scan.",
+    "I-Lab": "Better = its labels match what the query image shows.",
+    "I-Rep": "Better = its reports describe the query image correctly.",
+    "T-I": "Better = more of its images show what the query text describes.",
+    "T-T": "Better = its passages match the query text.",
+    "VQA": "Better = it answers the question about the query image correctly.",
+    "VG": "Better = its outlined regions match the region the query describes.",
+}
+DEFAULT_INSTRUCTION = "Better = its top-3 list is more useful for the query."
+
+RATER_CSS = """
+#rater-sides{flex-wrap:nowrap !important;gap:8px}
+#rater-sides > div{min-width:0 !important}
+#rater-votes{position:sticky;bottom:0;z-index:20;background:var(--background-fill-primary);
+ padding:6px 0;border-top:1px solid #d1d5db;flex-wrap:wrap;gap:6px}
+#rater-votes button{min-width:0;flex:1 1 22%}
+.rater-side-head{font-weight:700;font-size:15px;margin:0 0 4px}
+.rater-reveal{background:#0f5132;color:#fff !important;font-weight:700;padding:6px 8px;
+ border-radius:6px;margin-bottom:6px}
+.rater-instruction{font-size:14px;background:#fff7e0;color:#3b2f00;padding:4px 8px;
+ border-radius:4px}
+.rater-query .ev-figure img{max-height:220px;width:auto;max-width:100%}
+@media (max-width: 700px){
+ #rater-sides .ev-list{flex-direction:column}
+ .ev-figure img{max-height:150px}
+ .rater-query .ev-figure img{max-height:140px}
+ .ev-text{max-height:7em;font-size:12px}
+ #rater-votes{position:fixed;left:0;right:0;bottom:0;padding:6px 8px;margin:0 !important;
+  box-shadow:0 -2px 6px rgba(0,0,0,.15)}
+ #rater-votes button{flex:1 1 45%;font-size:13px;padding:6px 2px;min-height:36px}
+ .gradio-container{padding-bottom:130px !important}
+}
+"""
+
+KEYBOARD_JS = f"""
+const MEDHEB_KEYS = {json.dumps(KEYS)};
+document.addEventListener('keydown', (event) => {{
+  if (event.ctrlKey || event.metaKey || event.altKey) return;
+  const t = event.target;
+  const tag = t && t.tagName ? t.tagName.toLowerCase() : '';
+  if (tag === 'input' || tag === 'textarea' || tag === 'select' || (t && t.isContentEditable))
+    return;
+  const id = MEDHEB_KEYS[event.key];
+  if (!id) return;
+  const root = document.getElementById(id);
+  const button = root && (root.tagName === 'BUTTON' ? root : root.querySelector('button'));
+  event.preventDefault();
+  if (button && !button.disabled) button.click();
+}});
+{evidence_view.SCRIPT}
+"""
+
+RATER_HEAD = (
+    f"<style>{evidence_view.CSS}{RATER_CSS}</style>"
+    f"<script>{KEYBOARD_JS}</script>"
+    '<meta name="referrer" content="no-referrer">'
+)
+
+
+@dataclass
+class Screen:
+    """Everything the page shows for one state of the rater's session."""
+
+    token: str = ""
+    header: str = ""
+    instruction: str = ""
+    query: str = ""
+    side_a: str = ""
+    side_b: str = ""
+    message: str = ""
+    can_vote: bool = False
+
+
+def _form(payload: dict[str, Any]) -> str:
+    form = str(payload.get("form") or "text")
+    if form == "mixed":
+        media = payload.get("media") or {}
+        return "region" if media.get("form") == "region" else "mixed"
+    return form
+
+
+def family_of(query: dict[str, Any], candidates: list[dict[str, Any]]) -> str:
+    """The task family an item belongs to, read from the evidence forms the rater sees anyway
+    (the item itself names no task): which instruction line to show."""
+    q = _form(query)
+    forms = {_form(c) for c in candidates}
+    if q == "region" or "region" in forms:
+        return "VG"
+    if q == "mixed":
+        return "VQA"
+    if q == "volume" or "volume" in forms:
+        return "MB-VR"
+    if q == "image":
+        if forms <= {"image"}:
+            return "I-I"
+        texts = [str(c.get("text") or "") for c in candidates]
+        return "I-Lab" if all(len(t) <= 40 for t in texts) else "I-Rep"
+    return "T-I" if forms & {"image"} else "T-T"
+
+
+def instruction_for(family: str) -> str:
+    line = INSTRUCTIONS.get(family, DEFAULT_INSTRUCTION)
+    return f'<div class="rater-instruction" id="rater-instruction-line">{html.escape(line)}</div>'
+
+
+def _side(label: str, body: str, reveal: str = "") -> str:
+    banner = f'<div class="rater-reveal">{html.escape(reveal)}</div>' if reveal else ""
+    return f'{banner}<div class="rater-side-head">Side {label}</div>{body}'
+
+
+def _title(services: Services, study_id: int) -> str:
+    for card in rater_access.public_studies(services):
+        if int(card.id) == study_id:
+            return str(card.title)
+    return "Reader study"
+
+
+def _header(title: str, done: int, total: int) -> str:
+    bar = ui.progress_html(done / max(total, 1), f"{done} of {total} items rated")
+    return (
+        f'<div style="display:flex;justify-content:space-between;gap:8px;align-items:center">'
+        f"<b>{html.escape(title)}</b>"
+        f'<a href="/auth/signout" id="rater-sign-out">Sign out</a></div>{bar}'
+    )
+
+
+def current_rater(services: Services, auth: Authenticator, request: Any):
+    """(rater id, study id) from the request's cookie, checked against the store; or None."""
+    claim = auth.rater(request)
+    rater_id = rater_access.resolve(services, claim)
+    if rater_id is None or claim is None:
+        return None
+    return rater_id, claim.study_id
+
+
+def render_view(view: Any) -> tuple[str, str, str]:
+    """(query, side A, side B) HTML of an item; Unrenderable when any part cannot be shown."""
+    query = evidence_view.render_payload(view.query, alt="query")
+    side_a = evidence_view.render_list(list(view.side_a), "A")
+    side_b = evidence_view.render_list(list(view.side_b), "B")
+    return f'<div class="rater-query"><b>Query</b>{query}</div>', side_a, side_b
+
+
+def next_screen(services: Services, auth: Authenticator, request: Any, note: str = "") -> Screen:
+    """The rater's next item (or why there is none)."""
+    from medheb_app.study import StudyError
+    from medheb_app.study.session import next_item
+
+    who = current_rater(services, auth, request)
+    if who is None:
+        return Screen(message=_signed_out())
+    rater_id, study_id = who
+    title = _title(services, study_id)
+    try:
+        view = next_item(services.store, study_id, rater_id)
+    except StudyError as error:
+        return Screen(message=note + ui.notice_html("error", str(error)))
+    if view is None:
+        from medheb_app.study.session import progress
+
+        counts = progress(services.store, study_id, rater_id)
+        done, total = int(counts.get("done", 0)), int(counts.get("total", 0))
+        text = (
+            "All items are rated. Thank you!"
+            if done >= total
+            else "No item is free for you right now (other raters hold them); try Next in a "
+            "few minutes."
+        )
+        return Screen(
+            header=_header(title, done, total), message=note + ui.notice_html("info", text)
+        )
+    try:
+        query, side_a, side_b = render_view(view)
+    except evidence_view.Unrenderable as error:
+        # study-core withholds unrenderable items; if one slips through it is not shown
+        log.error("study %s item withheld from rater %s: %s", study_id, rater_id, error)
+        return Screen(
+            header=_header(title, view.done, view.total),
+            message=note + ui.notice_html("error", "This item cannot be shown; it was logged."),
+        )
+    return Screen(
+        token=view.token,
+        header=_header(title, view.done, view.total),
+        instruction=instruction_for(family_of(view.query, [*view.side_a, *view.side_b])),
+        query=query,
+        side_a=_side("A", side_a),
+        side_b=_side("B", side_b),
+        message=note
+        + (ui.notice_html("info", notice) if (notice := getattr(view, "notice", "")) else ""),
+        can_vote=True,
+    )
+
+
+def _signed_out() -> str:
+    return f'<div class="medheb-notice medheb-info" role="status">{NOT_SIGNED_IN}</div>'
+
+
+def cast_vote(
+    services: Services, auth: Authenticator, request: Any, token: str, choice: str
+) -> tuple[bool, str, str, str]:
+    """Record a vote; returns (recorded, message, reveal over A, reveal over B)."""
+    from medheb_app.study import ItemGoneError, StudyError
+    from medheb_app.study.session import record_vote, reveal
+
+    who = current_rater(services, auth, request)
+    if who is None:
+        return False, _signed_out(), "", ""
+    if not token:
+        return False, ui.notice_html("error", "There is no item to vote on."), "", ""
+    try:
+        receipt = record_vote(services.store, token, who[0], choice)
+    except ItemGoneError as error:  # e.g. the claim expired: move on to the next item
+        return True, ui.notice_html("warning", str(error)), "", ""
+    except StudyError as error:
+        return False, ui.notice_html("error", str(error)), "", ""
+    label = CHOICE_LABELS[choice].split("  [")[0]
+    text = f"Vote recorded: {label} ({receipt.done} of {receipt.total} done)."
+    if receipt.can_reveal:
+        try:
+            names = reveal(services.store, token, who[0])  # makes this vote final
+        except StudyError as error:
+            return True, ui.notice_html("info", f"{text} {error}"), "", ""
+        return (
+            True,
+            ui.notice_html("info", text + " The names are shown, so this vote is final."),
+            f"A was {names['A']}",
+            f"B was {names['B']}",
+        )
+    return True, ui.notice_html("info", text), "", ""
+
+
+def undo_vote(services: Services, auth: Authenticator, request: Any) -> tuple[bool, str]:
+    """Withdraw the rater's last vote in this study, if the study allows it (not revealed)."""
+    from medheb_app.study import StudyError
+    from medheb_app.study.session import undo_last_vote
+
+    who = current_rater(services, auth, request)
+    if who is None:
+        return False, _signed_out()
+    rater_id, study_id = who
+    try:
+        undo_last_vote(services.store, study_id, rater_id)
+    except StudyError as error:
+        return False, ui.notice_html("error", str(error))
+    return True, ui.notice_html("info", "Your last vote was withdrawn; rate the item again.")
+
+
+# ---------------------------------------------------------------- layout
+
+
+def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
+    """The /rate Blocks: header, instruction, query, two sides, a sticky row of buttons."""
+    with gr.Blocks(title="Reader study") as blocks:
+        header = gr.HTML(elem_id="rater-header")
+        message = gr.HTML(elem_id="rater-message")
+        instruction = gr.HTML(elem_id="rater-instruction")
+        query = gr.HTML(elem_id="rater-query")
+        with gr.Row(elem_id="rater-sides", equal_height=False):
+            with gr.Column(min_width=0):
+                side_a = gr.HTML(elem_id="rater-side-a")
+            with gr.Column(min_width=0):
+                side_b = gr.HTML(elem_id="rater-side-b")
+        with gr.Row(elem_id="rater-votes"):
+            buttons = {
+                choice: gr.Button(label, elem_id=f"vote-{choice}", interactive=False)
+                for choice, label in CHOICE_LABELS.items()
+            }
+            undo = gr.Button("Undo  [U]", size="sm", elem_id="vote-undo")
+            nxt = gr.Button("Next  [Enter]", variant="primary", size="sm", elem_id="vote-next")
+        gr.Markdown(
+            "Two anonymous systems answered the same query. Judge which top-3 list is better "
+            "for it. Click an image to see it at full resolution. Keys: 1 = A better, "
+            "2 = B better, 3 = tie, 4 = both poor, U = undo, Enter = next."
+        )
+        token = gr.State("")
+        advance = gr.State(False)
+        vote_buttons = list(buttons.values())
+        screen_outputs = [token, header, instruction, query, side_a, side_b, message, *vote_buttons]
+
+        def _screen(screen: Screen) -> tuple:
+            enabled = gr.update(interactive=screen.can_vote)
+            return (
+                screen.token,
+                screen.header or gr.update(),
+                screen.instruction,
+                screen.query,
+                screen.side_a,
+                screen.side_b,
+                screen.message,
+                *[enabled] * len(vote_buttons),
+            )
+
+        def show(request: gr.Request):
+            return _screen(next_screen(services, auth, request))
+
+        def make_vote(choice: str):
+            def vote(current: str, shown_a: str, shown_b: str, request: gr.Request):
+                ok, note, reveal_a, reveal_b = cast_vote(services, auth, request, current, choice)
+                locked = gr.update(interactive=not ok)
+                if not ok:
+                    return False, note, gr.update(), gr.update(), *[gr.update()] * 4
+                return (
+                    True,
+                    note,
+                    _reveal(shown_a, reveal_a),
+                    _reveal(shown_b, reveal_b),
+                    *[locked] * len(vote_buttons),
+                )
+
+            return vote
+
+        def after_vote(go: bool, request: gr.Request):
+            if not go:
+                return (False, *[gr.update()] * len(screen_outputs))
+            return (False, *_screen(next_screen(services, auth, request)))
+
+        def do_undo(request: gr.Request):
+            undone, note = undo_vote(services, auth, request)
+            if not undone:
+                return (*[gr.update()] * 6, note, *[gr.update()] * len(vote_buttons))
+            return _screen(next_screen(services, auth, request, note))
+
+        blocks.load(show, None, screen_outputs, api_name=False)
+        for choice, button in buttons.items():
+            button.click(
+                make_vote(choice),
+                [token, side_a, side_b],
+                [advance, message, side_a, side_b, *vote_buttons],
+                api_name=False,
+            ).then(
+                None,
+                None,
+                None,
+                js=f"() => new Promise((done) => setTimeout(done, {REVEAL_PAUSE_MS}))",
+                api_name=False,
+            ).then(after_vote, [advance], [advance, *screen_outputs], api_name=False)
+        nxt.click(show, None, screen_outputs, api_name=False)
+        undo.click(do_undo, None, screen_outputs, api_name=False)
+    return blocks
+
+
+def _reveal(shown: str, reveal: str) -> str:
+    if not reveal:
+        return gr.update()
+    return f'<div class="rater-reveal">{html.escape(reveal)}</div>{shown}'

@@ -1,0 +1,304 @@
+"""The web server: one FastAPI app with the workbench Blocks at "/" and the raters' Blocks at
+"/rate", plus the small cookie routes that sign admins and raters in and out.
+
+Two Blocks, two queues: a rater's session can call only the rater page's handlers by
+`fn_index`, never the analysis or the explorer. Credentials are signed HTTP-only cookies
+(medheb_app.access.auth) minted by plain HTML forms here, so no Gradio component ever holds a
+password and no session hash carries a right. Gradio's deep-link endpoint, which snapshots
+every component value of a session into a file, is answered with nothing for both pages.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import os
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+
+from medheb_app.access.auth import (
+    ADMIN_COOKIE,
+    ADMIN_MAX_AGE_S,
+    RATER_COOKIE,
+    RATER_MAX_AGE_S,
+    Authenticator,
+    load_secret,
+    oauth_available,
+)
+from medheb_app.access.limits import RateLimiter, client_key
+from medheb_app.services import Services
+from medheb_app.ui import rater_access
+
+log = logging.getLogger(__name__)
+RATER_PATH = "/rate"
+BUSY_MESSAGE = "The server is busy right now; please try again in a minute."
+MAX_FIELD_CHARS = 500
+
+
+@dataclass
+class Guards:
+    """The authenticator and the per-client limits every sign-in goes through."""
+
+    auth: Authenticator
+    admin_limit: RateLimiter
+    rater_limit: RateLimiter
+
+
+def make_guards(services: Services) -> Guards:
+    settings = services.settings
+    secret = load_secret(settings.data_dir, settings.session_secret)
+    oauth = oauth_available()
+    if settings.admin_users and not oauth:
+        log.warning("ADMIN_USERS is ignored: Hugging Face sign-in works only on a Space with OAuth")
+    return Guards(
+        auth=Authenticator(
+            secret, secure=settings.secure_cookies, admin_users=settings.admin_users, oauth=oauth
+        ),
+        # 5 password tries a minute per client, then 15 minutes locked out
+        admin_limit=RateLimiter(max_events=5, window_s=60, lockout_s=900),
+        # 10 rater sign-ins a minute per client, then 5 minutes locked out
+        rater_limit=RateLimiter(max_events=10, window_s=60, lockout_s=300),
+    )
+
+
+# ---------------------------------------------------------------- plain HTML pages
+
+_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title><style>
+body{{font-family:system-ui,sans-serif;max-width:32rem;margin:3rem auto;padding:0 1rem;
+color:#1f2937}} label{{display:block;margin:.8rem 0 .2rem}} input,select{{width:100%;
+padding:.5rem;font-size:1rem;box-sizing:border-box}} button{{margin-top:1rem;padding:.6rem 1.2rem;
+font-size:1rem}} .error{{background:#fde2e1;padding:.6rem;border-radius:6px}}
+.info{{background:#e0ecff;padding:.6rem;border-radius:6px}}</style></head>
+<body><h1>{title}</h1>{body}</body></html>"""
+
+
+def page(title: str, body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(_PAGE.format(title=html.escape(title), body=body), status_code=status)
+
+
+def _notice(kind: str, text: str) -> str:
+    return f'<p class="{kind}" role="alert">{html.escape(text)}</p>' if text else ""
+
+
+def admin_form(message: str = "", kind: str = "error") -> str:
+    return (
+        f"{_notice(kind, message)}"
+        '<form method="post" action="/auth/admin">'
+        '<label for="password">Admin password</label>'
+        '<input id="password" name="password" type="password" autocomplete="current-password"'
+        " required autofocus>"
+        '<button type="submit" id="admin-submit">Sign in</button></form>'
+        '<p><a href="/">Back to the workbench</a></p>'
+    )
+
+
+def rater_form(services: Services, message: str = "", kind: str = "error") -> str:
+    studies = [card for card in rater_access.public_studies(services) if card.open_enrolment]
+    enrol = ""
+    if studies:
+        options = "".join(
+            f'<option value="{card.id}">{html.escape(card.title)}</option>' for card in studies
+        )
+        enrol = (
+            "<h2>Open studies</h2>"
+            '<form method="post" action="/auth/rater">'
+            f'<label for="study">Study</label><select id="study" name="study">{options}</select>'
+            '<label for="label">Your name (a label for your votes; not a password)</label>'
+            '<input id="label" name="label" maxlength="100">'
+            '<button type="submit" id="rater-enrol">Start rating</button></form>'
+        )
+    return (
+        f"{_notice(kind, message)}"
+        "<p>Use the link from your invitation, or type its short code.</p>"
+        '<form method="post" action="/auth/rater">'
+        '<label for="code">Invitation code</label>'
+        '<input id="code" name="code" autocomplete="off" required autofocus>'
+        '<label for="code-label">Your name (optional; a label, not a password)</label>'
+        '<input id="code-label" name="label" maxlength="100">'
+        '<button type="submit" id="rater-submit">Sign in</button></form>'
+        f"{enrol}"
+    )
+
+
+def _same_origin(request: Request) -> bool:
+    """A form post must come from this site (the cookie is SameSite, the form is not)."""
+    origin = request.headers.get("origin")
+    if not origin or origin == "null":
+        return origin is None
+    hosts = {request.headers.get("host", "")}
+    if os.environ.get("TRUST_PROXY_HEADERS", "").lower() in {"1", "true", "yes"}:
+        hosts.add(request.headers.get("x-forwarded-host", "").split(",")[0].strip())
+    return urllib.parse.urlsplit(origin).netloc in hosts - {""}
+
+
+async def _form(request: Request) -> dict[str, str]:
+    form = await request.form()
+    return {key: str(value)[:MAX_FIELD_CHARS] for key, value in form.items()}
+
+
+# ---------------------------------------------------------------- routes
+
+
+def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
+    """Sign-in and sign-out for admins and raters; invitation links redeemed by redirect."""
+    auth = guards.auth
+
+    @app.get("/auth/admin", include_in_schema=False)
+    def admin_page(request: Request) -> Response:
+        if not services.admin_enabled:
+            return page("Admin", _notice("error", "This server has no admin."), 404)
+        if auth.is_admin(request):
+            return RedirectResponse("/", status_code=303)
+        return page("Admin sign-in", admin_form())
+
+    @app.post("/auth/admin", include_in_schema=False)
+    async def admin_sign_in(request: Request) -> Response:
+        if not services.admin_enabled:
+            return page("Admin", _notice("error", "This server has no admin."), 404)
+        if not _same_origin(request):
+            return page("Admin sign-in", admin_form("Sign in from this site's own page."), 403)
+        key = client_key(request)
+        decision = guards.admin_limit.hit(key)
+        if not decision.allowed:
+            response = page(
+                "Admin sign-in", admin_form(decision.message("admin password attempts")), 429
+            )
+            response.headers["Retry-After"] = str(max(1, int(decision.retry_after)))
+            return response
+        password = (await _form(request)).get("password", "")
+        if not services.check_admin(password):
+            log.warning("admin sign-in refused for %s", key)
+            return page("Admin sign-in", admin_form("Wrong admin password."), 401)
+        guards.admin_limit.reset(key)
+        response = RedirectResponse("/", status_code=303)
+        auth.set_cookie(response, ADMIN_COOKIE, auth.admin_cookie(), ADMIN_MAX_AGE_S)
+        return response
+
+    @app.get("/auth/rater", include_in_schema=False)
+    def rater_page(request: Request) -> Response:
+        return page("Rater sign-in", rater_form(services))
+
+    def _rater_signed_in(claim) -> Response:
+        response = RedirectResponse(f"{RATER_PATH}/", status_code=303)
+        auth.set_cookie(response, RATER_COOKIE, auth.rater_cookie(claim), RATER_MAX_AGE_S)
+        return response
+
+    def _rater_refused(request: Request, message: str, status: int) -> Response:
+        return page("Rater sign-in", rater_form(services, message), status)
+
+    @app.post("/auth/rater", include_in_schema=False)
+    async def rater_sign_in(request: Request) -> Response:
+        if not _same_origin(request):
+            return _rater_refused(request, "Sign in from this site's own page.", 403)
+        decision = guards.rater_limit.hit(client_key(request))
+        if not decision.allowed:
+            return _rater_refused(request, decision.message("sign-in attempts"), 429)
+        form = await _form(request)
+        try:
+            if form.get("code"):
+                claim = rater_access.redeem(services, form["code"], form.get("label", ""))
+            elif form.get("study"):
+                claim = rater_access.enrol(services, int(form["study"]), form.get("label", ""))
+            else:
+                return _rater_refused(request, "Type your invitation code.", 400)
+        except (rater_access.SignInError, ValueError) as error:
+            return _rater_refused(request, str(error) or "That sign-in did not work.", 401)
+        return _rater_signed_in(claim)
+
+    @app.api_route("/auth/signout", methods=["GET", "POST"], include_in_schema=False)
+    def sign_out(request: Request) -> Response:
+        auth.revoke_admin(request)
+        response = page("Signed out", _notice("info", "You are signed out.") + _links())
+        auth.clear_cookies(response)
+        return response
+
+    @app.middleware("http")
+    async def redeem_invitation_links(request: Request, call_next):
+        """GET /rate?invite=SECRET: redeem, set the cookie, and redirect to a clean /rate/ so
+        the secret leaves the address bar and the history."""
+        if (
+            request.method == "GET"
+            and request.url.path in (RATER_PATH, f"{RATER_PATH}/")
+            and "invite" in request.query_params
+        ):
+            decision = guards.rater_limit.hit(client_key(request))
+            if not decision.allowed:
+                return _rater_refused(request, decision.message("sign-in attempts"), 429)
+            try:
+                claim = rater_access.redeem(services, request.query_params["invite"])
+            except rater_access.SignInError as error:
+                return _rater_refused(request, str(error), 401)
+            return _rater_signed_in(claim)
+        return await call_next(request)
+
+    for prefix in ("", RATER_PATH):
+
+        @app.get(f"{prefix}/gradio_api/deep_link", include_in_schema=False)
+        def no_deep_links() -> PlainTextResponse:
+            """Deep links would snapshot a session's component values to a file: off."""
+            return PlainTextResponse('""', media_type="application/json")
+
+
+def _links() -> str:
+    return f'<p><a href="{RATER_PATH}/">Raters\' page</a> · <a href="/">Workbench</a></p>'
+
+
+# ---------------------------------------------------------------- composition
+
+
+def bounded_queue(blocks: gr.Blocks, services: Services) -> gr.Blocks:
+    """A queue of at most `queue_max_size` waiting events, `concurrency` at a time per handler,
+    answering a full queue with a plain 'busy, try again' rather than Gradio's internals."""
+    settings = services.settings
+    blocks.queue(max_size=settings.queue_max_size, default_concurrency_limit=settings.concurrency)
+    queue = blocks._queue
+    push = queue.push
+
+    async def push_or_busy(body: Any, request: Any, username: Any):
+        success, event_id, state = await push(body, request, username)
+        if state == "queue_full":
+            event_id = BUSY_MESSAGE
+        return success, event_id, state
+
+    queue.push = push_or_busy  # type: ignore[method-assign]
+    return blocks
+
+
+def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
+    """The FastAPI app: auth routes, the raters' Blocks at /rate, the workbench at /."""
+    from medheb_app.ui import components as ui
+    from medheb_app.ui import evidence_view
+    from medheb_app.ui.rater_app import RATER_HEAD, build_rater_app
+    from medheb_app.ui.shell import build_app
+
+    guards = guards or make_guards(services)
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.guards = guards
+    add_auth_routes(app, services, guards)
+    common = {
+        "footer_links": [],
+        "show_error": False,
+        "max_file_size": services.settings.max_upload_bytes,
+        "run_history": False,
+    }
+    rater = bounded_queue(build_rater_app(services, guards.auth), services)
+    app = gr.mount_gradio_app(app, rater, path=RATER_PATH, css=ui.CSS, head=RATER_HEAD, **common)
+    main = bounded_queue(build_app(services, guards.auth), services)
+    # the evidence renderer's style and script are on "/" too, for any tab that uses it
+    app = gr.mount_gradio_app(
+        app,
+        main,
+        path="/",
+        css=ui.CSS + evidence_view.CSS,
+        head=f"<script>{evidence_view.SCRIPT}</script>",
+        **common,
+    )
+    app.state.blocks = {"main": main, "rate": rater}
+    return app

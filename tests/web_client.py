@@ -1,0 +1,106 @@
+"""The served app in-process, and a raw Gradio queue client that acts like an attacker.
+
+`serve(app)` runs a FastAPI app under uvicorn on a free port in a thread. `QueueClient`
+speaks Gradio's own protocol (gradio_client does the same): POST {prefix}/gradio_api/queue/join
+with any `fn_index` and session hash, then read the server-sent events of
+{prefix}/gradio_api/queue/data until the event completes. Cookies are per client, like browsers.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import uvicorn
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """The app on http://127.0.0.1:PORT until the block ends."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the app did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+
+
+def fn_index(blocks: Any, qualname_part: str) -> int:
+    """The fn_index of the Blocks handler whose Python function's qualname contains the text."""
+    found = [
+        index
+        for index, block_fn in blocks.fns.items()
+        if block_fn.fn is not None and qualname_part in block_fn.fn.__qualname__
+    ]
+    if not found:
+        raise KeyError(qualname_part)
+    return found[0]
+
+
+class QueueClient:
+    """One browser-like client: its own cookie jar, any session hash it likes."""
+
+    def __init__(self, base: str, session_hash: str | None = None) -> None:
+        self.http = httpx.Client(base_url=base, timeout=60, follow_redirects=False)
+        self.session_hash = session_hash or uuid.uuid4().hex[:11]
+
+    def close(self) -> None:
+        self.http.close()
+
+    def post_form(self, path: str, data: dict[str, str]) -> httpx.Response:
+        url = self.http.base_url
+        origin = f"{url.scheme}://{url.netloc.decode()}"
+        return self.http.post(path, data=data, headers={"origin": origin})
+
+    def call(
+        self, index: int, data: list[Any], prefix: str = "", session_hash: str | None = None
+    ) -> dict[str, Any]:
+        """Run one event; returns {"status": http status, "output": completed msg or None,
+        "text": every byte the server streamed back}."""
+        session = session_hash or self.session_hash
+        body = {
+            "data": data,
+            "fn_index": index,
+            "session_hash": session,
+            "event_data": None,
+            "trigger_id": None,
+        }
+        joined = self.http.post(f"{prefix}/gradio_api/queue/join", json=body)
+        if joined.status_code != 200:
+            return {"status": joined.status_code, "output": None, "text": joined.text}
+        event_id = joined.json()["event_id"]
+        streamed = []
+        with self.http.stream(
+            "GET", f"{prefix}/gradio_api/queue/data", params={"session_hash": session}
+        ) as stream:
+            for line in stream.iter_lines():
+                streamed.append(line)
+                if not line.startswith("data:"):
+                    continue
+                message = json.loads(line[5:])
+                if message.get("event_id") != event_id:
+                    continue
+                if message.get("msg") == "process_completed":
+                    return {"status": 200, "output": message, "text": "\n".join(streamed)}
+        return {"status": 200, "output": None, "text": "\n".join(streamed)}
