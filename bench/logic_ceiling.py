@@ -3,7 +3,7 @@
     .venv/bin/python bench/logic_ceiling.py                       # dual-lite, views, val + test
     .venv/bin/python bench/logic_ceiling.py --cnn-epochs 8        # + a pixel CNN for Fracture
 
-Part 1 runs the real CXR-Retrieve evaluation (tasks/cxr_retrieve_eval.evaluate) with the
+Part 1 runs the real CXR-Retrieve evaluation (eval/cxr_retrieve.evaluate) with the
 logic-aware ranker over one model, varying only what its probes read (ranking/views.py
 VIEW_SETS): the whole-image embedding, + the 2x2 zoomed crops, + also a 3x3 grid of closer
 crops (the default since it won on val). Per
@@ -30,13 +30,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from medheb_app.eval.cxr_tables import p5_by_finding  # noqa: E402
 from medheb_app.eval.metrics import precision_at_k  # noqa: E402
 from medheb_app.evidence.findings import CXR_RETRIEVE_10  # noqa: E402
 from medheb_app.evidence.study import Study  # noqa: E402
 from medheb_app.ranking.logic_aware import LogicAwareRanker, probe_features  # noqa: E402
 from medheb_app.ranking.probes import ProbeConfig, fit_probe  # noqa: E402
 from medheb_app.ranking.views import VIEW_SETS  # noqa: E402
-from medheb_app.tasks.cxr_retrieve_eval import p5_by_finding  # noqa: E402
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -48,9 +48,9 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
 
 
 def views_part(args, settings, cache, studies: dict[str, list[Study]]) -> None:
+    from medheb_app.eval.cxr_retrieve import evaluate
     from medheb_app.models.registry import load_embedder
     from medheb_app.tasks.cxr_retrieve import gallery_from_studies
-    from medheb_app.tasks.cxr_retrieve_eval import evaluate
 
     embedder = load_embedder(args.model, settings)
     train = studies["train"]

@@ -119,6 +119,16 @@ def ensure_chest_corpus(
     return directory, True
 
 
+def demo_chest_corpus(settings: Settings, progress: Progress | None = None) -> Path:
+    """The folder of the demo chest corpus the app indexes (settings.demo_size, demo_seed),
+    generated and saved under the demo lock first if absent. Evaluations read these PNGs."""
+    with _demo_lock(settings):
+        directory, _ = ensure_chest_corpus(
+            settings, settings.demo_size, settings.demo_seed, progress
+        )
+    return directory
+
+
 def _save_complete(studies: Sequence[Study], directory: Path, marker: dict[str, Any]) -> None:
     from medheb_app.evidence.phantoms import save_corpus
 

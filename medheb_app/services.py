@@ -193,25 +193,57 @@ def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
 
 
+BENCH_SUITES = ("medheb-lite", "cxr-retrieve")
+
+
+def bench_suite(settings: Settings, params: dict[str, Any]):
+    """The suite a job's params name, and the tasks chosen (--task / --family alike)."""
+    from medheb_app.tasks.cxr_retrieve import SUITE_NAME, CxrRetrieveSuite
+    from medheb_app.tasks.medheb import SUITES
+
+    suite = str(params["suite"])
+    if suite == SUITE_NAME:
+        return (
+            CxrRetrieveSuite(
+                data=str(params.get("data") or "phantom"),
+                setting=str(params.get("setting") or "main"),
+                paraphrase=bool(params.get("paraphrase", False)),
+            ),
+            None,
+        )
+    if suite not in SUITES:
+        raise ValueError(f"Unknown suite {suite!r}; known: {', '.join(BENCH_SUITES)}.")
+    built = SUITES[suite]()
+    wanted = [str(t) for t in params.get("tasks") or []]
+    families = {str(f) for f in params.get("families") or []}
+    wanted += [name for name, spec in built.specs.items() if spec.family in families]
+    unknown = [name for name in wanted if name not in built.specs]
+    if unknown:
+        raise ValueError(f"Unknown task(s) {', '.join(unknown)} in suite {suite}.")
+    return built, list(dict.fromkeys(wanted)) or None
+
+
 def bench_job(settings: Settings) -> JobFn:
-    """A MedHEB suite run for the chosen models; its results land in the store and runs_dir."""
+    """A benchmark run (MedHEB suite or CXR-Retrieve) for the chosen models and tasks; its
+    results land in the store and runs_dir. Logs one line per task (scored or skipped, why)."""
 
     def run(params, progress, log, stop) -> dict:
         from medheb_app.eval.runner import run_suite
         from medheb_app.jobs import JobCancelled
-        from medheb_app.tasks.medheb import SUITES
 
-        suite, models = str(params["suite"]), [str(m) for m in params["models"]]
-        if suite not in SUITES:
-            raise ValueError(f"Unknown suite {suite!r}; known: {', '.join(SUITES)}.")
-        out = settings.runs_dir / f"{suite}-{_stamp()}"
-        log(f"benchmark {suite}: {', '.join(models)} -> {out}")
+        suite, only = bench_suite(settings, params)
+        models = [str(m) for m in params["models"]]
+        out = settings.runs_dir / f"{suite.name}-{_stamp()}"
+        log(f"benchmark {suite.name}: {', '.join(models)} -> {out}")
+        log(f"real data (MEDHEB_SHARED_DATA): {settings.shared_data_dir}")
+        if only:
+            log(f"tasks: {', '.join(only)}")
         try:
-            summary = run_suite(SUITES[suite](), models, out, settings, progress, stop)
+            summary = run_suite(suite, models, out, settings, progress, stop, only=only, log=log)
         except InterruptedError as error:
             raise JobCancelled(str(error)) from error
-        log(f"finished run {summary.run_id}")
-        return {"run_id": summary.run_id, "out_dir": str(out)}
+        log(f"finished run {summary.run_id} ({len(summary.skipped)} skipped)")
+        return {"run_id": summary.run_id, "out_dir": str(out), "skipped": summary.skipped}
 
     return run
 
@@ -236,48 +268,21 @@ def train_job(settings: Settings) -> JobFn:
     def run(params, progress, log, stop) -> dict:
         from medheb_app.jobs import JobCancelled
         from medheb_app.train.config import config_from_sources
+        from medheb_app.train.recipes import get_recipe
 
-        recipe, tag = str(params["recipe"]), str(params["tag"]).strip()
+        recipe = get_recipe(str(params["recipe"]))
+        tag = str(params["tag"]).strip()
         if not tag or not tag.replace("-", "").replace("_", "").isalnum():
             raise ValueError("A checkpoint tag uses letters, digits, - and _ only.")
         out = settings.trained_models_dir / tag
-        epochs = int(params.get("epochs", 5))
-        if recipe == "report":
-            from medheb_app.train.report import ReportTrainingConfig, train_report
-
-            overrides = {"epochs": epochs, "n": int(params.get("n", 2000))}
-            config = config_from_sources(ReportTrainingConfig, overrides=overrides)
-
-            def train(config, out, progress, stop):
-                return train_report(config, out, progress=progress, stop=stop)
-
-        elif recipe == "label-aware":
-            from medheb_app.train.label_aware import LabelAwareConfig, train_label_aware
-
-            overrides = {"epochs": epochs}
-            config = config_from_sources(LabelAwareConfig, overrides=overrides)
-
-            def train(config, out, progress, stop):
-                return train_label_aware(config, out, settings, progress=progress, stop=stop)
-
-        elif recipe == "medemb":
-            from medheb_app.train.medemb import MedEmbConfig, train_medemb
-
-            overrides = {"epochs": epochs}
-            config = config_from_sources(MedEmbConfig, overrides=overrides)
-
-            def train(config, out, progress, stop):
-                return train_medemb(config, out, settings, progress=progress, stop=stop)
-
-        else:
-            raise ValueError(
-                f"Unknown training recipe {recipe!r}; use report, label-aware or medemb."
-            )
-        log(f"training {recipe} -> {out} with {overrides}")
-        result = train(config, out, _training_progress(progress, log), stop)
-        if stop.is_set():
+        defaults = {"epochs": 5, "n": 2000}
+        overrides = {field: int(params.get(field, defaults[field])) for field in recipe.job_fields}
+        config = config_from_sources(recipe.config_class(), overrides=overrides)
+        log(f"training {recipe.name} -> {out} with {overrides}")
+        result = recipe.run(config, out, settings, _training_progress(progress, log), stop)
+        if stop.is_set() or result.card is None:
             raise JobCancelled("training was cancelled")
-        spec = f"{'medemb-lite' if recipe == 'medemb' else 'dual-lite'}@{tag}"
+        spec = recipe.spec(result.card.to_dict())
         log(f"saved {spec}")
         return {"spec": spec, "out": str(out), "result": repr(result)[:500]}
 

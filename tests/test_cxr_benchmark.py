@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pytest
 
+from medheb_app.eval.cxr_retrieve import evaluate, top_indices
+from medheb_app.eval.cxr_tables import coverage_line, table2, table3, table4, table5
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
+from medheb_app.models.base import ModelCard
 from medheb_app.query.parser import parse_query, satisfies
 from medheb_app.tasks.cxr_retrieve import (
     Gallery,
@@ -18,15 +19,6 @@ from medheb_app.tasks.cxr_retrieve import (
     parse_source,
     relevant_ids,
     select_split,
-)
-from medheb_app.tasks.cxr_retrieve_eval import (
-    coverage_line,
-    evaluate,
-    table2,
-    table3,
-    table4,
-    table5,
-    top_indices,
 )
 
 AT, PN, PE = "Atelectasis", "Pneumonia", "Pleural Effusion"
@@ -93,11 +85,16 @@ def test_relevance_main_strict_and_hard_negatives() -> None:
 class FakeRanker:
     """Scores from labels: 'oracle' prefers satisfying images, 'affirm' the mentioned findings."""
 
-    def __init__(self, mode: str) -> None:
-        self.name = mode
-        self.mode = mode
+    note = ""
 
-    def score(self, texts: Sequence[str], gallery: Sequence[Study]) -> np.ndarray:
+    def __init__(self, mode: str) -> None:
+        self.spec = mode
+        self.mode = mode
+        self.card = ModelCard(name=mode, version="1", dims=0, modalities=("text",), license="-")
+
+    def score(self, task, progress=None, stop=None) -> np.ndarray:
+        texts = [q.item for q in task.queries]
+        gallery = [c.item for c in task.candidates]
         scores = np.zeros((len(texts), len(gallery)))
         for row, text in enumerate(texts):
             parsed = parse_query(text)

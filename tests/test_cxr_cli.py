@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from medheb_app.cli import main
-from medheb_app.tasks.cxr_retrieve_eval import p5_by_finding
+from medheb_app.eval.cxr_tables import p5_by_finding
 from tests.conftest import NIH_DIR, require_shared
 
 NIH_COLUMNS = [

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from bench.logic_ceiling import roc_auc
-from medheb_app.tasks.cxr_retrieve_eval import p5_by_finding
+from medheb_app.eval.cxr_tables import p5_by_finding
 
 
 def test_negation_precision_is_averaged_per_required_finding() -> None:

@@ -115,3 +115,13 @@ def test_paired_bootstrap_detects_a_real_difference_and_not_a_null_one() -> None
     assert same_p == 1.0
     with pytest.raises(ValueError):
         m.paired_bootstrap_test([1.0, 0.0], [1.0], n_boot=10)
+
+
+def test_stratified_bootstrap_keeps_each_tasks_weight() -> None:
+    # task A: 2 queries both hit; task B: 8 queries, none hit -> macro mean 0.5 (micro: 0.2)
+    mean, low, high = m.stratified_bootstrap_ci([[1, 1], [0] * 8], n_boot=200, seed=1)
+    assert mean == 0.5 and low == high == 0.5  # no within-task spread: no interval width
+    mean, low, high = m.stratified_bootstrap_ci([[1, 0, 1, 0], [1, 1]], n_boot=500, seed=0)
+    assert mean == 0.75 and low < 0.75 < high and low >= 0.5
+    with pytest.raises(ValueError):
+        m.stratified_bootstrap_ci([[1.0], []])

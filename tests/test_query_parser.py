@@ -11,6 +11,7 @@ import medheb_app.query
 from medheb_app.evidence.findings import CHEXPERT_14, CXR_RETRIEVE_10, NIH_14
 from medheb_app.query.parser import (
     MAX_QUERY_CHARS,
+    MAX_SPELL_CHECKS,
     ParsedQuery,
     QueryTooLong,
     is_hard_negative,
@@ -711,3 +712,70 @@ def test_the_query_package_imports_only_stdlib_third_party_and_evidence() -> Non
                 if module == "medheb_app" or module.startswith("medheb_app."):
                     assert module.startswith(allowed), f"{path.name} imports {module}"
     assert checked > 5
+
+
+# ------------------------------------------------ report sentences with a ground truth
+
+
+@pytest.mark.parametrize("vocabulary", [CXR_RETRIEVE_10, CHEXPERT_14])
+def test_phantom_reports_never_exclude_a_present_finding(vocabulary: tuple[str, ...]) -> None:
+    """The phantom corpus's reports (assert / negate / hedge each coded finding, radiologist
+    phrasing) against their own labels: nothing present is excluded, nothing confirmed absent
+    is required, and every present finding but "No Finding" is read as required ("no acute
+    cardiopulmonary process" excludes the acute findings, it does not assert No Finding)."""
+    import numpy as np
+
+    from medheb_app.evidence.phantoms.labels import sample_label_rows
+    from medheb_app.evidence.phantoms.plan import plan_findings
+    from medheb_app.evidence.phantoms.reports import write_report
+
+    seed, read, present = 11, 0, 0
+    for index, row in enumerate(sample_label_rows(300, seed)):
+        specs = plan_findings(row.findings, np.random.default_rng([seed, 1, index]))
+        text = write_report(row.findings, specs, row.view, np.random.default_rng([seed, 2, index]))
+        parsed = parse_query(text, vocabulary)
+        labels = row.findings
+        assert not [n for n in parsed.negative if labels.get(n) == 1], text
+        assert not [n for n in parsed.positive if labels.get(n) == 0], text
+        wanted = [n for n in vocabulary if labels.get(n) == 1 and n != "No Finding"]
+        present += len(wanted)
+        read += sum(n in parsed.positive for n in wanted)
+    assert present > 300 and read == present
+
+
+@pytest.mark.parametrize(
+    ("text", "positive", "negative", "uncertain"),
+    [
+        ("no enlargement of the cardiac silhouette", (), (CM,), ()),
+        ("no enlargement of the heart or effusion", (), (CM, PE), ()),
+        ("possible enlargement of the cardiac silhouette", (), (), (CM,)),
+        ("heart size is not normal", (), (), (CM,)),
+        ("possibly normal heart size", (), (), (CM,)),
+        ("no right and left effusion", (), (PE,), ()),
+        ("questionable right middle lobe and lingular consolidation", (), (), (CO,)),
+        ("no effusion, heart size normal, edema", (ED,), (PE, CM), ()),
+        ("blunting of the left costophrenic angle", (PE,), (), ()),
+        ("rule out pneumonia and effusion", (), (), (PN, PE)),
+    ],
+)
+def test_predicates_take_the_scope_they_sit_in(
+    text: str, positive: tuple, negative: tuple, uncertain: tuple
+) -> None:
+    parsed = parse_query(text)
+    assert (parsed.positive, parsed.negative, parsed.uncertain) == (positive, negative, uncertain)
+
+
+def test_spell_checking_is_bounded_per_query() -> None:
+    words = [f"efusio{chr(97 + i)}" for i in range(26)]  # 26 distinct near-misses
+    parsed = parse_query(" ".join(words))
+    checked = {**dict(parsed.corrections), **dict(parsed.suggestions)}
+    assert len(checked) == MAX_SPELL_CHECKS
+    assert "efusioz" not in checked and "efusioz" in parsed.unknown  # the 26th: not checked
+    assert parsed.positive == ()  # corrected 'efusion' sits among unknown words: left open
+
+
+def test_a_postfix_negation_after_a_finding_the_vocabulary_lacks() -> None:
+    parsed = parse_query("effusion, fracture absent", NIH_14)
+    assert parsed.positive == () and parsed.uncertain == ("Effusion",)
+    alone = parse_query("fracture absent", NIH_14)
+    assert alone.unknown == ("fracture",) and len(alone.warnings) == 1

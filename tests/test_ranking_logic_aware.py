@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from medheb_app.eval.cxr_retrieve import evaluate
+from medheb_app.eval.rankers import EmbeddingRanker
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
 from medheb_app.models.base import ModelCard, l2_normalise
@@ -20,7 +22,6 @@ from medheb_app.ranking.logic_aware import (
 )
 from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
 from medheb_app.tasks.cxr_retrieve import Gallery
-from medheb_app.tasks.cxr_retrieve_eval import EmbeddingRanker, evaluate
 
 DIMS = 24
 GLOBAL_ONLY = ProbeConfig(views="whole")  # the bag-of-words embedder has no pixels to crop
@@ -119,7 +120,7 @@ def test_logic_ranker_fixes_negation_of_a_bag_of_words_model(settings) -> None:
     assert probe_path(settings, embedder, train, GLOBAL_ONLY) != probe_path(
         settings, embedder, train, ProbeConfig()
     )  # probe settings are part of the cache key
-    bag = evaluate(EmbeddingRanker(embedder), gallery)
+    bag = evaluate(EmbeddingRanker("bow", embedder), gallery)
     logic = evaluate(LogicAwareRanker(embedder, probe), gallery)
     assert bag.regimes["negation"]["HNRR@5"] > 20.0  # affirmation bias
     assert logic.regimes["negation"]["HNRR@5"] < 2.0

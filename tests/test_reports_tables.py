@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -96,9 +97,23 @@ def test_markdown_report_and_figures_render(summary) -> None:
     for name, build in figures.FIGURES.items():
         figure = build(summary)
         assert figure.data, name
-    bars = figures.family_profile(summary).data
-    assert [trace.name for trace in bars] == ["random", "oracle"]
-    assert list(bars[1].y) == [100.0, 100.0, 100.0]
+    marks = figures.family_profile(summary).data
+    assert [trace.name for trace in marks] == ["random (floor)", "oracle (ceiling)"]
+    assert {trace.type for trace in marks} == {"scatter"}  # floor / ceiling, never bars
+    assert list(marks[1].y) == [100.0, 100.0, 100.0]
+
+
+def test_one_colour_per_model_across_every_chart(summary) -> None:
+    renamed = dataclasses.replace(
+        summary, models={"model-a": summary.models["random"], **summary.models}
+    )
+    colours: dict[str, set[str]] = {}
+    for build in (figures.family_profile, figures.split_profile, figures.graded_ndcg):
+        for trace in build(renamed).data:
+            if trace.type == "bar":
+                colours.setdefault(trace.name, set()).add(trace.marker.color)
+    assert colours == {"model-a": {figures.model_colour("model-a")}}
+    assert figures.model_colour("model-a") == figures.model_colour("model-a")
 
 
 def test_comparison_rows_pair_each_tasks_queries(summary) -> None:

@@ -10,15 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from medheb_app.eval.rankers import EmbeddingRanker, OracleRanker, RandomRanker
 from medheb_app.eval.results import Summary, TaskRun
-from medheb_app.eval.runner import (
-    EmbeddingRanker,
-    OracleRanker,
-    RandomRanker,
-    evaluate_task,
-    rank,
-    run_suite,
-)
+from medheb_app.eval.runner import evaluate_task, rank, run_suite
 from medheb_app.evidence.study import EmbedItem, Evidence, Study, as_evidence
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.models.base import ModelCard, l2_normalise

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from medheb_app.eval.runner import OracleRanker, evaluate_task
+from medheb_app.eval.rankers import OracleRanker
+from medheb_app.eval.runner import evaluate_task
 from medheb_app.evidence.study import Evidence
 from medheb_app.tasks.manifest import load_manifest_task, manifest_suite
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from medheb_app import cli
-from medheb_app.eval.runner import OracleRanker, evaluate_task
+from medheb_app.eval.rankers import OracleRanker
+from medheb_app.eval.runner import evaluate_task
 from medheb_app.tasks import medheb
 from medheb_app.tasks.base import FAMILIES
 

@@ -74,7 +74,11 @@ def test_figures_render_from_the_run(services, run_id):
     summary = ex.load_summary(services, run_id)
     frame = ex.task_frame(summary)
     family = ex.grouped_figure(frame, "family", "t")
-    assert {trace.name for trace in family.data} == {"random", "oracle"}
+    # the baselines are floor / ceiling marks, not bars competing with the models
+    assert {trace.name for trace in family.data} == {"random (floor)", "oracle (ceiling)"}
+    assert {trace.type for trace in family.data} == {"scatter"}
+    ceiling = next(t for t in family.data if t.name == "oracle (ceiling)")
+    assert list(ceiling.y) == [100.0, 100.0] and ceiling.marker.symbol == "line-ew"
     scatter = ex.scatter_figure(frame, "random", "oracle")
     assert list(scatter.data[0].y) + list(scatter.data[1].y) == [100.0, 100.0]
     assert ex.scatter_figure(frame, "random", "random").layout.annotations
@@ -85,10 +89,30 @@ def test_drill_down_marks_the_gold(services, run_id):
     ids = ex.query_ids(summary, "tt-one")
     assert len(ids) == 25
     page = ex.ranked_lists_html(summary, "tt-one", ids[0], ["oracle", "random"])
-    assert page.count("<ol>") == 2
-    oracle_column = page.split("<h4>oracle</h4>")[1].split("</ol>")[0]
-    assert oracle_column.index("✓ GOLD") < oracle_column.index("</li>")  # rank 1 is gold
+    assert page.count('class="dd-model"') == 2
+    oracle_column = page.split("<h4>oracle · ✓ hit</h4>")[1].split('class="dd-model"')[0]
+    first = oracle_column.split('data-rank="1"')[1].split('data-rank="2"')[0]
+    assert "✓ GOLD" in first  # rank 1 is gold
     assert "gold first at rank 1" in oracle_column
-    assert "target</div>" in oracle_column  # candidate texts shown under their ids
-    assert page.startswith(f"<div><b>Query {ids[0]}</b>")
+    assert " target</div>" in oracle_column  # candidate texts shown
+    assert f"<b>Query {ids[0]}</b>" in page
     assert "Pick a task" in ex.ranked_lists_html(summary, None, None, ["oracle"])
+
+
+def test_query_list_marks_hits_and_filters_failures(services, run_id):
+    summary = ex.load_summary(services, run_id)
+    every = ex.query_choices(summary, "tt-one", ["oracle", "random"])
+    failed = ex.query_choices(summary, "tt-one", ["oracle", "random"], failures_only=True)
+    assert len(every) == 25 and all(label.startswith(("✓✓", "✓✗")) for label, _ in every)
+    assert [qid for label, qid in every if label.startswith("✓✗")] == [qid for _, qid in failed]
+    assert 0 < len(failed) < 25  # random misses most, not all
+    assert ex.query_choices(summary, "tt-one", ["oracle"], failures_only=True) == []
+
+
+def test_leaderboard_has_bootstrap_ci_and_baselines_last(services, run_id):
+    summary = ex.load_summary(services, run_id)
+    board = ex.leaderboard_with_ci(summary, ex.task_frame(summary))
+    assert list(board["model"]) == ["oracle (ceiling)", "random (floor)"]
+    assert board.loc[0, "Hit@1 95% CI"] == "[100.0, 100.0]"
+    low, high = (float(v) for v in board.loc[1, "Hit@1 95% CI"].strip("[]").split(","))
+    assert low <= board.loc[1, "hit@1"] <= high and high - low > 0

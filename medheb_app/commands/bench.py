@@ -30,16 +30,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--suite",
         default=DEFAULT_SUITE,
-        help=f"suite name or a folder of task manifests (default {DEFAULT_SUITE})",
+        help=f"medheb-lite, cxr-retrieve or a folder of task manifests (default {DEFAULT_SUITE})",
     )
     run.add_argument(
         "--model",
         action="append",
         required=True,
-        help="model spec, repeatable ('random' and 'oracle' need no trained model)",
+        help="model spec, repeatable ('random' and 'oracle' need no trained model; "
+        "cxr-retrieve also takes logic:<spec>)",
     )
     run.add_argument("--out", required=True, help="output folder (created if missing)")
     run.add_argument("--task", action="append", help="only this task (repeatable)")
+    run.add_argument(
+        "--family", action="append", help="only the tasks of this family (repeatable, e.g. VG)"
+    )
+    cxr = run.add_argument_group("cxr-retrieve suite")
+    cxr.add_argument("--data", default="phantom", help="phantom | nih:PATH | mimic:PATH")
+    cxr.add_argument("--setting", choices=("main", "strict"), default="main")
+    cxr.add_argument("--paraphrase", action="store_true", help="'an image with A but without B'")
+    cxr.add_argument("--split", default="test", help="gallery split (default test; 'all')")
+    cxr.add_argument("--probe-views", default="2x2+3x3", help="what logic: probes read")
     run.add_argument("--progress", action="store_true", help="print progress lines to stderr")
     add_json_flag(run)
     run.set_defaults(handler=run_bench)
@@ -50,13 +60,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.set_defaults(handler=run_report)
 
 
-def _suite(name: str):
+def _suite(name: str, args: argparse.Namespace | None = None):
+    """The suite a name means; cxr-retrieve takes its gallery and setting from `args`."""
+    from medheb_app.tasks.cxr_retrieve import SUITE_NAME, CxrRetrieveSuite
     from medheb_app.tasks.medheb import get_suite
 
+    if name == SUITE_NAME:
+        if args is None:
+            raise UserError("bench list covers MedHEB suites; cxr-retrieve has 145 fixed queries.")
+        try:
+            return CxrRetrieveSuite.from_options(
+                args.data, args.split, args.setting, args.paraphrase, args.probe_views
+            )
+        except ValueError as error:
+            raise UserError(str(error)) from None
     try:
         return get_suite(name)
     except KeyError as error:
         raise UserError(error.args[0]) from error
+
+
+def _selected_tasks(suite, args: argparse.Namespace) -> list[str] | None:
+    """--task names plus every task of each --family (None: the whole suite)."""
+    from medheb_app.tasks.base import FAMILIES
+
+    wanted = list(args.task or [])
+    for family in args.family or []:
+        if family not in FAMILIES:
+            raise UserError(f"Unknown family {family!r}; known: {', '.join(FAMILIES)}.")
+        wanted += [n for n, spec in suite.specs.items() if spec.family == family]
+    if (args.task or args.family) and not wanted:
+        raise UserError("No task of the suite matches --task / --family.")
+    return list(dict.fromkeys(wanted)) or None
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
@@ -94,11 +129,17 @@ def _print_progress(fraction: float, message: str) -> None:
     print(f"[{100 * fraction:5.1f}%] {message}", file=sys.stderr, flush=True)
 
 
+def _print_log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     from medheb_app.eval.reports import render_report
     from medheb_app.eval.runner import run_suite
+    from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
-    suite = _suite(args.suite)
+    suite = _suite(args.suite, args)
+    only = None if isinstance(suite, CxrRetrieveSuite) else _selected_tasks(suite, args)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder.")
@@ -109,10 +150,13 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
             out,
             settings,
             progress=_print_progress if args.progress else None,
-            only=args.task,
+            only=only,
+            log=_print_log if args.progress else None,
         )
     except KeyError as error:  # unknown task names or model specs
         raise UserError(error.args[0] if error.args else str(error)) from error
+    except ValueError as error:
+        raise UserError(str(error)) from error
     return render_report(summary), summary.to_dict()
 
 

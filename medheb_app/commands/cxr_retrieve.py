@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -50,60 +51,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
-    from medheb_app.index.cache import EmbeddingCache
-    from medheb_app.ranking.probes import ProbeConfig
-    from medheb_app.ranking.specs import make_ranker
-    from medheb_app.tasks.cxr_retrieve import gallery_from_studies, load_studies, parse_source
-    from medheb_app.tasks.cxr_retrieve_eval import (
-        coverage_line,
-        evaluate,
-        finding_table,
-        table2,
-        table3,
-        table5,
-    )
+    """A thin front over the runner's cxr-retrieve suite: same evaluation, printed as the
+    paper's tables, the reports written to one JSON file (`load_cxr_reports` reads it back).
+    Not recorded in the store; `bench run --suite cxr-retrieve` is the stored, browsable run."""
+    from medheb_app.eval.cxr_tables import render_tables
+    from medheb_app.eval.runner import run_suite
+    from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
     try:
-        parse_source(args.data)
+        suite = CxrRetrieveSuite.from_options(
+            args.data, args.split, args.setting, args.paraphrase, args.probe_views
+        )
     except ValueError as error:
         raise UserError(str(error)) from None
     started = time.perf_counter()
-    split = None if args.split == "all" else args.split
-    studies = load_studies(args.data, settings)
-    gallery = gallery_from_studies(studies, args.data, split)
-    cache = EmbeddingCache(settings.cache_dir)
-    train = [s for s in studies if s.split == "train"]
-    probe_config = ProbeConfig(views=args.probe_views)
-    reports = []
-    for spec in args.model:
-        ranker = make_ranker(spec, settings, lambda: train, cache, probe_config)
-        model_started = time.perf_counter()
-        report = evaluate(ranker, gallery, args.setting, args.paraphrase)
-        report.timing_s["total"] = round(time.perf_counter() - model_started, 2)
-        reports.append(report)
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory(prefix="cxr-retrieve-") as scratch:
+        summary = run_suite(suite, args.model, Path(scratch), settings, record=False)
+        reports = [summary.cxr_report(model) for model in summary.models]
     payload: dict[str, Any] = (
         reports[0].to_json() if len(reports) == 1 else {"runs": [r.to_json() for r in reports]}
     )
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=1, default=str) + "\n")
     lines = [
-        f"CXR-Retrieve on {args.data} (split {args.split}, {len(gallery)} images), "
-        f"{args.setting} setting{', paraphrased negations' if args.paraphrase else ''}",
-        *[f"note: {note}" for note in gallery.notes],
-        coverage_line(reports[0]),
-        "",
-        "Table 2 layout:",
-        table2(reports),
-        "",
-        "Table 3 layout (negation" + (", paraphrased" if args.paraphrase else "") + "):",
-        table3(reports),
-        "",
-        "Table 5 layout (same ranking, both relevance settings):",
-        table5(reports),
-        "",
-        "Per finding A (beyond the paper): P@5 of 'A' / mean P@5 of the 'A and no B' queries:",
-        finding_table(reports),
+        render_tables(reports),
         "",
         "time: "
         + ", ".join(f"{r.model} {r.timing_s['total']:.1f} s" for r in reports)

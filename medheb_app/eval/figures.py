@@ -1,16 +1,78 @@
-"""MedHEB's figures as plotly Figure objects (the UI shows them; scripts can write them).
+"""MedHEB's and CXR-Retrieve's figures as plotly Figure objects (the UI shows them).
 
 Family profile (Figure 6A), accuracy vs balance (Figure 6C), difficulty buckets (Figure 4A),
-established vs under-explored relations (Figure 4B) and graded NDCG@5 (Table 5). Each
-function reads only a run Summary, through the row builders of reports.py.
+established vs under-explored relations (Figure 4B), graded NDCG@5 (Table 5) and CXR-Retrieve
+P@5 per regime. Each function reads only a run Summary, through the row builders of reports.py.
+
+Two rules every chart keeps: a model has one colour in every chart (`model_colours`, by its
+name), and the baselines are not bars: random is drawn as a dashed floor mark and oracle as a
+ceiling mark over each group (`add_bounds`), so the ceiling does not flatten the models.
 """
 
 from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
 
 import plotly.graph_objects as go
 
 from medheb_app.eval import reports
 from medheb_app.eval.results import Summary
+
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#393b79",
+)
+BOUND_STYLE = {
+    "random": {"color": "#6b7280", "dash": "dash", "label": "random (floor)"},
+    "oracle": {"color": "#111827", "dash": "solid", "label": "oracle (ceiling)"},
+}
+
+
+def model_colour(name: str) -> str:
+    """The model's colour in every chart of every run: chosen by a hash of its name."""
+    if name in BOUND_STYLE:
+        return BOUND_STYLE[name]["color"]
+    digest = int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)
+    return PALETTE[digest % len(PALETTE)]
+
+
+def model_colours(names: Iterable[str]) -> dict[str, str]:
+    return {name: model_colour(name) for name in names}
+
+
+def add_bounds(
+    figure: go.Figure, x: Sequence[str], bounds: dict[str, Sequence[float | None]]
+) -> None:
+    """Floor (random) and ceiling (oracle) as wide horizontal marks over each x group."""
+    for name, values in bounds.items():
+        style = BOUND_STYLE.get(name, {"color": "#111827", "dash": "dot", "label": name})
+        figure.add_scatter(
+            name=style["label"],
+            x=list(x),
+            y=list(values),
+            mode="markers",
+            marker={
+                "symbol": "line-ew",
+                "size": 46,
+                "line": {"width": 3, "color": style["color"]},
+            },
+            hovertemplate=f"{style['label']}: %{{y:.1f}}<extra></extra>",
+        )
+
+
+def _split_baselines(names: Iterable[str]) -> tuple[list[str], list[str]]:
+    names = list(names)
+    return [n for n in names if n not in BOUND_STYLE], [n for n in names if n in BOUND_STYLE]
+
 
 LAYOUT = {"template": "plotly_white", "height": 420, "margin": {"l": 60, "r": 20, "t": 60, "b": 60}}
 
@@ -29,12 +91,23 @@ def family_profile(summary: Summary, metric: str = "hit@1") -> go.Figure:
     """Grouped bars: each model's task-macro `metric` per family (MedHEB Figure 6A)."""
     families = reports.families_present(summary)
     figure = _figure(f"{metric} per retrieval family", x="family", y=f"{metric} (%)")
-    for name, model in summary.models.items():
+    real, bounds = _split_baselines(summary.models)
+    for name in real:
+        model = summary.models[name]
         figure.add_bar(
             name=name,
+            marker_color=model_colour(name),
             x=families,
             y=[model.families[f][metric] if f in model.families else None for f in families],
         )
+    add_bounds(
+        figure,
+        families,
+        {
+            name: [summary.models[name].families.get(f, {}).get(metric) for f in families]
+            for name in bounds
+        },
+    )
     figure.update_layout(barmode="group")
     return figure
 
@@ -43,12 +116,24 @@ def split_profile(summary: Summary, metric: str = "hit@1") -> go.Figure:
     """Grouped bars over ID, held-out-source and all tasks."""
     splits = [s for s in reports.SPLITS if any(s in m.splits for m in summary.models.values())]
     figure = _figure(f"{metric} by split", x="split", y=f"{metric} (%)")
-    for name, model in summary.models.items():
+    labels = [reports.SPLIT_LABELS[s] for s in splits]
+    real, bounds = _split_baselines(summary.models)
+    for name in real:
+        model = summary.models[name]
         figure.add_bar(
             name=name,
-            x=[reports.SPLIT_LABELS[s] for s in splits],
+            marker_color=model_colour(name),
+            x=labels,
             y=[model.splits[s][metric] if s in model.splits else None for s in splits],
         )
+    add_bounds(
+        figure,
+        labels,
+        {
+            name: [summary.models[name].splits.get(s, {}).get(metric) for s in splits]
+            for name in bounds
+        },
+    )
     figure.update_layout(barmode="group")
     return figure
 
@@ -63,7 +148,7 @@ def accuracy_vs_balance(summary: Summary) -> go.Figure:
         text=[n for n, _ in points],
         mode="markers+text",
         textposition="top center",
-        marker={"size": 12},
+        marker={"size": 12, "color": [model_colour(n) for n, _ in points]},
         showlegend=False,
     )
     return figure
@@ -93,6 +178,7 @@ def relation_gap(summary: Summary) -> go.Figure:
             x=["established", "under-explored"],
             y=[row["established"], row["underexplored"]],
             mode="lines+markers",
+            line={"color": model_colour(row["model"])},
         )
     return figure
 
@@ -100,9 +186,42 @@ def relation_gap(summary: Summary) -> go.Figure:
 def graded_ndcg(summary: Summary) -> go.Figure:
     """NDCG@5 per graded relation and overall (MedHEB Table 5)."""
     figure = _figure("Graded relevance", x="relation", y="NDCG@5 (%)")
-    for name, model in summary.models.items():
-        relations = list(model.graded)
-        figure.add_bar(name=name, x=relations, y=[model.graded[r]["ndcg@5"] for r in relations])
+    real, bounds = _split_baselines(summary.models)
+    relations = list(dict.fromkeys(r for model in summary.models.values() for r in model.graded))
+    for name in real:
+        graded = summary.models[name].graded
+        figure.add_bar(
+            name=name,
+            marker_color=model_colour(name),
+            x=relations,
+            y=[graded.get(r, {}).get("ndcg@5") for r in relations],
+        )
+    add_bounds(
+        figure,
+        relations,
+        {
+            name: [summary.models[name].graded.get(r, {}).get("ndcg@5") for r in relations]
+            for name in bounds
+        },
+    )
+    figure.update_layout(barmode="group")
+    return figure
+
+
+def cxr_regimes(
+    summary: Summary, metric: str = "P@5", kinds: Sequence[str] = ("single", "pair", "negation")
+) -> go.Figure:
+    """A CXR-Retrieve run: `metric` per query regime, one bar per model, baselines as marks."""
+    figure = _figure(f"CXR-Retrieve {metric} per regime", x="regime", y=f"{metric} (%)")
+    real, bounds = _split_baselines(summary.models)
+
+    def values(name: str) -> list[float | None]:
+        flat = summary.models[name].tasks.get("cxr-retrieve", {})
+        return [flat.get(f"{kind}/{metric}") for kind in kinds]
+
+    for name in real:
+        figure.add_bar(name=name, marker_color=model_colour(name), x=list(kinds), y=values(name))
+    add_bounds(figure, list(kinds), {name: values(name) for name in bounds})
     figure.update_layout(barmode="group")
     return figure
 

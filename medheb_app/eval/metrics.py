@@ -133,6 +133,25 @@ def bootstrap_ci(
     return float(values.mean()), float(low), float(high)
 
 
+def stratified_bootstrap_ci(
+    groups: Sequence[Sequence[float]], n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float, float]:
+    """(macro mean, low, high): percentile bootstrap CI of a mean over groups (tasks) of
+    per-query values, resampling queries within each group, so every task keeps its weight."""
+    arrays = [np.asarray(group, dtype=float) for group in groups]
+    if not arrays or any(a.size == 0 for a in arrays):
+        raise ValueError("Bootstrap needs at least one group, each with a per-query value.")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1); got {alpha}.")
+    rng = np.random.default_rng(seed)
+    means = np.zeros(n_boot)
+    for values in arrays:
+        means += values[rng.integers(0, values.size, size=(n_boot, values.size))].mean(axis=1)
+    means /= len(arrays)
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(np.mean([a.mean() for a in arrays])), float(low), float(high)
+
+
 def paired_bootstrap_test(
     per_query_a: Sequence[float],
     per_query_b: Sequence[float],

@@ -223,6 +223,25 @@ def comparison_rows(
     return rows
 
 
+def hit1_ci(
+    summary: Summary, model: str, tasks: Sequence[str], n_boot: int = 1000, seed: int = 0
+) -> tuple[float, float, float] | None:
+    """(task-macro Hit@1, low, high) in percent over `tasks`, queries resampled within each task
+    (95% stratified bootstrap); None when the model ran none of them."""
+    block = summary.models.get(model)
+    if block is None:
+        return None
+    groups = [
+        [float(q["hit@1"]) for q in summary.task_run(model, task).queries]
+        for task in tasks
+        if task in block.tasks
+    ]
+    if not groups:
+        return None
+    mean, low, high = metrics.stratified_bootstrap_ci(groups, n_boot=n_boot, seed=seed)
+    return 100 * mean, 100 * low, 100 * high
+
+
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """Rows of equal keys as a GitHub markdown table ('' when there are none)."""
     if not rows:
@@ -236,8 +255,31 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_cxr_report(summary: Summary) -> str:
+    """A cxr-retrieve run as markdown: provenance, then the tables `cxr-retrieve eval` prints,
+    read from the run's per-model report files."""
+    from medheb_app.eval.cxr_tables import render_tables
+
+    reports = [summary.cxr_report(model) for model in summary.models]
+    notes = [f"- **{name}**: {model.note}" for name, model in summary.models.items() if model.note]
+    parts = [
+        "# CXR-Retrieve results",
+        f"Run {summary.started} -> {summary.finished}, code {summary.code_version}, "
+        f"models: {', '.join(summary.models)}.",
+        *(["", *notes] if notes else []),
+        "",
+        "```",
+        render_tables(reports),
+        "```",
+    ]
+    return "\n".join(parts) + "\n"
+
+
 def render_report(summary: Summary) -> str:
-    """The run as markdown: provenance, Tables 4 / 7 / 8 / 5, difficulty, gap and per task."""
+    """The run as markdown: provenance, Tables 4 / 7 / 8 / 5, difficulty, gap and per task
+    (MedHEB runs), or CXR-Retrieve's Tables 2 / 3 / 5 and per-finding table."""
+    if summary.kind == "cxr-retrieve":
+        return render_cxr_report(summary)
     parts = [
         f"# MedHEB results: suite `{summary.suite}`",
         f"Run {summary.started} -> {summary.finished}, code {summary.code_version}, "

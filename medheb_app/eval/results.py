@@ -1,8 +1,15 @@
 """Typed benchmark results that save and load themselves with their provenance.
 
-A TaskRun is one model on one task: scores, every query's ranked top-k with its relevance,
-the model card, the instruction used, code and data revisions, and timing. A Summary is the
-suite-level aggregate of MedHEB Table 4 / 7 / 8 / 5 for every model in one run.
+Every result file is a `ResultFile`: a dataclass with its code version, creation time and
+schema version, written atomically as JSON and read back into the same object.
+
+- `TaskRun`: one model on one MedHEB task: scores, every query's ranked top-k with its
+  relevance, the model card, the instruction used and timing (DIR/<model>/<task>.json).
+- `CxrRetrieveReport`: one model on the 145 CXR-Retrieve queries: per setting per regime
+  metrics and every query's top 10 with its labels (DIR/<model>/cxr-retrieve.json, or the
+  file `cxr-retrieve eval --out` writes; `load_cxr_reports` reads both).
+- `Summary`: one run (DIR/summary.json): every model's aggregates, the tasks, what was
+  skipped and why, settings and timing. `kind` says which of the two result files it indexes.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,8 +62,38 @@ def _write_json(path: Path, payload: dict[str, Any]) -> Path:
     return path
 
 
+@dataclass(kw_only=True)
+class ResultFile:
+    """Provenance shared by every result file, and its JSON save / load."""
+
+    code_version: str = field(default_factory=code_version)
+    created: str = field(default_factory=now_iso)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def save(self, path: Path) -> Path:
+        return _write_json(Path(path), self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], origin: object = "data"):
+        """The object back from `to_dict`; a file of another schema is refused clearly."""
+        if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+            raise ValueError(f"{origin} was written by an incompatible version of the runner.")
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    @classmethod
+    def load(cls, path: Path):
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"No result file at {path}.")
+        return cls.from_dict(json.loads(path.read_text()), path)
+
+
 @dataclass
-class TaskRun:
+class TaskRun(ResultFile):
     """One model evaluated on one task (written to DIR/<model>/<task>.json)."""
 
     task: dict[str, Any]  # TaskMetadata as a dict
@@ -68,29 +105,66 @@ class TaskRun:
     n_candidates: int
     timing: dict[str, float] = field(default_factory=dict)
     payloads: dict[str, dict[str, Any]] = field(default_factory=dict)  # shown candidates
-    code_version: str = field(default_factory=code_version)
-    created: str = field(default_factory=now_iso)
     note: str = ""
-    schema_version: int = SCHEMA_VERSION
 
     @property
     def task_name(self) -> str:
         return str(self.task["name"])
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def to_disk(self, out_dir: Path) -> Path:
-        return _write_json(
-            Path(out_dir) / model_dirname(self.model) / f"{self.task_name}.json", self.to_dict()
-        )
+        return self.save(Path(out_dir) / model_dirname(self.model) / f"{self.task_name}.json")
 
     @classmethod
     def from_disk(cls, path: Path) -> TaskRun:
-        data = json.loads(Path(path).read_text())
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"{path} was written by an incompatible version of the runner.")
-        return cls(**data)
+        return cls.load(path)
+
+
+CXR_RETRIEVE_FILE = "cxr-retrieve.json"
+
+
+@dataclass
+class CxrRetrieveReport(ResultFile):
+    """One model on CXR-Retrieve: per setting per regime metrics (percent), every query's top 10.
+
+    `queries`: {id, kind, text, positives, negatives, top_k: [{id, score, findings, path}],
+    n_relevant_main, n_relevant_strict, n_hard_negatives, metrics_main, metrics_strict}.
+    """
+
+    model: str
+    source: str
+    split: str | None
+    setting: str
+    paraphrase: bool
+    n_gallery: int
+    regimes: dict[str, dict[str, float]]
+    settings: dict[str, dict[str, dict[str, float]]]
+    without_relevant: dict[str, dict[str, int]]
+    queries: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    timing_s: dict[str, float] = field(default_factory=dict)
+    model_card: dict[str, Any] = field(default_factory=dict)
+    gallery_revision: str = ""
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return self.to_dict()
+
+    def to_disk(self, out_dir: Path) -> Path:
+        return self.save(Path(out_dir) / model_dirname(self.model) / CXR_RETRIEVE_FILE)
+
+
+def load_cxr_reports(path: Path) -> list[CxrRetrieveReport]:
+    """Every report in a file `cxr-retrieve eval --out` wrote (one, or {"runs": [...]}),
+    a per-model report file, or a `bench run --suite cxr-retrieve` folder."""
+    path = Path(path)
+    if path.is_dir():
+        summary = Summary.from_disk(path)
+        return [summary.cxr_report(model) for model in summary.models]
+    if not path.is_file():
+        raise FileNotFoundError(f"No CXR-Retrieve result at {path}.")
+    data = json.loads(path.read_text())
+    runs = data["runs"] if isinstance(data, dict) and "runs" in data else [data]
+    return [CxrRetrieveReport.from_dict(run, path) for run in runs]
 
 
 @dataclass
@@ -107,9 +181,18 @@ class ModelSummary:
     note: str = ""
 
 
+SUMMARY_KINDS = ("medheb", "cxr-retrieve")
+
+
 @dataclass
 class Summary:
-    """DIR/summary.json: every model of one run, with provenance."""
+    """DIR/summary.json: every model of one run, with provenance.
+
+    kind "medheb": `models[m].tasks` holds Table 4 / 7 / 8 / 5 aggregates and DIR/<m>/<task>.json
+    each task's TaskRun. kind "cxr-retrieve": `models[m].tasks["cxr-retrieve"]` holds the
+    chosen setting's regime metrics flat ("negation/P@5") and DIR/<m>/cxr-retrieve.json the
+    CxrRetrieveReport.
+    """
 
     suite: str
     models: dict[str, ModelSummary]
@@ -124,6 +207,7 @@ class Summary:
     timing: dict[str, float] = field(default_factory=dict)
     run_id: int | None = None
     schema_version: int = SCHEMA_VERSION
+    kind: str = "medheb"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,3 +231,7 @@ class Summary:
     def task_run(self, model: str, task: str) -> TaskRun:
         """Load one model's per-task file (with every query's ranked list)."""
         return TaskRun.from_disk(Path(self.out_dir) / model_dirname(model) / f"{task}.json")
+
+    def cxr_report(self, model: str) -> CxrRetrieveReport:
+        """Load one model's CXR-Retrieve report (a cxr-retrieve run)."""
+        return CxrRetrieveReport.load(Path(self.out_dir) / model_dirname(model) / CXR_RETRIEVE_FILE)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,16 +144,30 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
 
 def load_embedder(spec: str, settings: Settings, device: str | None = None) -> Embedder:
     """The embedder for `spec` on `device` (default settings.device; "auto" picks CUDA when
-    present), loaded once per process and device (the same object on later calls)."""
+    present), loaded once per process and device (the same object on later calls).
+
+    A checkpoint folder whose weights file changed (retrained in place) is reloaded, and the
+    superseded copy is evicted, so a long-running app holds one model per folder and device."""
     from medheb_app.models.device import place, resolve_device
 
     spec = spec.strip()
     resolved = resolve_device(device or settings.device)
     key, loader = _resolve(spec, settings)
+    cache_key = (*key, resolved)
     with _LOCK:
-        if (*key, resolved) not in _CACHE:
-            _CACHE[(*key, resolved)] = place(loader(), resolved)
-        return _CACHE[(*key, resolved)]
+        if cache_key not in _CACHE:
+            for old in superseded(key, [cached[:-1] for cached in _CACHE]):
+                for stale in [cached for cached in _CACHE if cached[:-1] == old]:
+                    del _CACHE[stale]
+            _CACHE[cache_key] = place(loader(), resolved)
+        return _CACHE[cache_key]
+
+
+def superseded(key: tuple, cached: Iterable[tuple]) -> list[tuple]:
+    """Cached keys of the same checkpoint folder with another weights stamp than `key`."""
+    if len(key) != 3:
+        return []
+    return [old for old in cached if len(old) == 3 and old[:2] == key[:2] and old != key]
 
 
 def valid_specs(settings: Settings) -> list[str]:

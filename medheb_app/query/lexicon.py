@@ -361,8 +361,11 @@ for _phrase in ("hila", "hilum", "hilar contours", "pulmonary vasculature", "dia
 # What "enlarged" / "widened" after a structure asserts ("heart size is enlarged").
 STRUCTURE_ENLARGED: dict[tuple[str, ...], tuple[str, ...]] = {
     _HEART: ("Cardiomegaly",),
-    _HEART + _MEDIASTINUM: ("Cardiomegaly",),
+    _HEART + _MEDIASTINUM: (
+        "Enlarged Cardiomediastinum",
+    ),  # as "enlarged cardiomediastinal silhouette"
     _MEDIASTINUM: ("Enlarged Cardiomediastinum",),
+    ("Pleural Effusion",): ("Pleural Effusion",),  # blunted costophrenic angles
 }
 
 # Phrases naming a group of findings, meaningful only when negated ("no acute
@@ -391,7 +394,6 @@ for _tail in ("abnormality", "abnormalities", "process", "disease"):
     GROUPS[f"lung {_tail}"] = _LUNGS
     GROUPS[f"pulmonary {_tail}"] = _LUNGS
     GROUPS[f"parenchymal {_tail}"] = _LUNGS
-GROUPS["focal airspace disease"] = _LUNGS
 
 NORMAL_PHRASES = (
     "normal",
@@ -593,7 +595,18 @@ for _phrase in NORMAL_PHRASES:
 # angles are sharp"); without one they are words not understood.
 for _phrase in ("clear", "sharp", "intact", "not enlarged", "not widened", "well expanded"):
     CUES[_phrase] = "clear"
-for _phrase in ("enlarged", "widened", "increased in size"):
+# Predicates that make a structure abnormal ("heart size is enlarged", "enlargement of the
+# cardiac silhouette", "blunting of the left costophrenic angle"): STRUCTURE_ENLARGED says what.
+for _phrase in (
+    "enlarged",
+    "widened",
+    "increased in size",
+    "enlargement",
+    "enlargement of",
+    "blunted",
+    "blunting",
+    "blunting of",
+):
     CUES[_phrase] = "enlarged"
 
 _STOP_TEXT = """a an the image images picture pictures radiograph radiographs film films x ray
@@ -623,7 +636,9 @@ _STOP_TEXT = """a an the image images picture pictures radiograph radiographs fi
     change changes development displaced nondisplaced healed healing first second third fourth
     fifth sixth seventh eighth ninth tenth eleventh twelfth rib clavicle clavicular scapula
     scapular humerus humeral vertebra vertebral vertebrae spine spinal thoracic lumbar body
-    bodies adjacent amount component overall size mildly markedly marked"""
+    bodies adjacent amount component overall size mildly markedly marked portable placement
+    wall keeping like plate st nd rd th minimally interstitial alveolar bronchogram
+    bronchograms semi upright supine erect inspiration expiratory technique"""
 STOP_WORDS: frozenset[str] = frozenset(_STOP_TEXT.split())
 
 UNIT_AFTER_NUMBER = frozenset({"cm", "mm"})

@@ -31,7 +31,8 @@ Decisions, so that behaviour is predictable:
   ("no A and no B" / "B and no A"); it is never required. "but", "with", "plus", "yet" and
   sentence punctuation (". ; :") close the scope: "no pneumothorax but effusion", "no
   effusion; edema present" and "effusion and no pneumothorax" keep the effusion / edema
-  required.
+  required. Before a scope's first finding "and" joins modifiers and the scope goes on ("no
+  right and left effusion", "questionable right middle lobe and lingular consolidation").
 - Postfix cues ("absent", "ruled out", "excluded", "not seen", "negative", "resolved") negate
   the finding just before them and those joined to it by "or"; findings joined to it by "and"
   or "," in the same clause ("effusion and pneumothorax absent") might be meant too, so they go
@@ -54,8 +55,13 @@ Decisions, so that behaviour is predictable:
   "lungs are clear" -> the airspace findings (Lung Opacity / Infiltration, Consolidation,
   Pneumonia, Edema, Atelectasis; not lesions); "costophrenic angles are sharp" -> Pleural
   Effusion; "pleural spaces are clear" -> the pleural findings; "bones are intact" ->
-  Fracture. "heart size is enlarged" / "mediastinum is widened" require Cardiomegaly /
-  Enlarged Cardiomediastinum. "no acute cardiopulmonary process" (also "abnormality",
+  Fracture. "heart size is enlarged" / "mediastinum is widened" / "blunting of the
+  costophrenic angle" require Cardiomegaly / Enlarged Cardiomediastinum / Pleural Effusion.
+  A predicate before its structure sits in the current scope: "no enlargement of the heart
+  or effusion" excludes both, "possible enlargement of the cardiac silhouette" hedges; a
+  normality predicate is its own statement unless a cue is right before it ("no effusion,
+  clear lungs" is normality; "heart size is not normal", "possibly normal heart size" leave
+  Cardiomegaly open). "no acute cardiopulmonary process" (also "abnormality",
   "disease") excludes the acute chest findings (the airspace ones, Pleural Effusion,
   Pneumothorax) but not Cardiomegaly, lesions or fractures ("Stable cardiomegaly. No acute
   cardiopulmonary process." keeps Cardiomegaly required); "no osseous abnormality" excludes
@@ -126,6 +132,7 @@ NO_FINDING = "No Finding"
 CORRECT_AT = 0.85  # difflib ratio from which a misspelling is corrected (if unambiguous)
 SUGGEST_AT = 0.75  # ratio from which a candidate is offered as "did you mean"
 CLEAR_MARGIN = 0.1  # how far ahead of any other finding the best candidate must be
+MAX_SPELL_CHECKS = 25  # distinct unknown words spell-checked per query
 
 
 class QueryTooLong(ValueError):
@@ -246,6 +253,13 @@ class _Table:
     words: dict[str, str]  # spelling candidate word -> the key that competes (a concept set)
     known_words: frozenset[str]
     max_phrase: int
+    candidates: tuple[str, ...] = ()  # the keys of `words`, for difflib
+
+    def __hash__(self) -> int:  # one table per vocabulary (lru_cache); identity is enough
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
 
 
 @lru_cache(maxsize=32)
@@ -273,7 +287,7 @@ def _table(vocabulary: tuple[str, ...]) -> _Table:
     phrases = [*findings, *CUES, *STRUCTURES, *GROUPS]
     known = {word for phrase in phrases for word in phrase.split()} | STOP_WORDS
     longest = max([MAX_PHRASE, *(len(p.split()) for p in findings)])
-    return _Table(findings, words, frozenset(known), longest)
+    return _Table(findings, words, frozenset(known), longest, tuple(words))
 
 
 # ----------------------------------------------------------------------------- tokens
@@ -343,40 +357,58 @@ def _after_structure(items: list[_Item]) -> bool:
 def _spell(
     tokens: list[str], table: _Table
 ) -> tuple[list[str], dict[str, str], dict[str, tuple[str, ...]]]:
-    """Correct unambiguous misspellings of finding words; suggest the rest."""
+    """Correct unambiguous misspellings of finding words; suggest the rest.
+
+    At most MAX_SPELL_CHECKS distinct words are checked, which bounds the cost of a query
+    made of 1,000 characters of unknown words.
+    """
     corrected = list(tokens)
     corrections: dict[str, str] = {}
     suggestions: dict[str, tuple[str, ...]] = {}
-    cue_words = sorted({w for phrase in CUES for w in phrase.split() if len(w) >= 4})
+    checked: set[str] = set()
     for position, word in enumerate(tokens):
         if len(word) < 4 or not word.isalpha() or word in table.known_words:
             continue
-        scored = sorted(
-            ((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in _close(word, table)),
-            reverse=True,
-        )
-        if scored:
-            best_ratio, best = scored[0]
-            rivals = [r for r, c in scored[1:] if table.words[c] != table.words[best]]
-            if best_ratio >= CORRECT_AT and all(r < best_ratio - CLEAR_MARGIN for r in rivals):
-                corrected[position] = best
-                corrections[word] = best
-                continue
-        found = []  # the best word of each finding, then cue words ("withuot" -> "without")
-        for _, candidate in scored:
-            if table.words[candidate] not in {table.words[f] for f in found}:
-                found.append(candidate)
-        found = found[:3]
-        found += difflib.get_close_matches(word, cue_words, n=2, cutoff=SUGGEST_AT)
-        if found:
-            suggestions[word] = tuple(dict.fromkeys(found))
+        if word not in checked and len(checked) >= MAX_SPELL_CHECKS:
+            continue
+        checked.add(word)
+        correction, found = _spelling(word, table)
+        if correction:
+            corrected[position] = correction
+            corrections[word] = correction
+        elif found:
+            suggestions[word] = found
     return corrected, corrections, suggestions
+
+
+@lru_cache(maxsize=4096)
+def _spelling(word: str, table: _Table) -> tuple[str, tuple[str, ...]]:
+    """(the correction or '', the candidates to suggest) for one word not understood."""
+    scored = sorted(
+        ((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in _close(word, table)),
+        reverse=True,
+    )
+    if scored:
+        best_ratio, best = scored[0]
+        rivals = [r for r, c in scored[1:] if table.words[c] != table.words[best]]
+        if best_ratio >= CORRECT_AT and all(r < best_ratio - CLEAR_MARGIN for r in rivals):
+            return best, ()
+    found: list[str] = []  # the best word of each finding, then cue words ("withuot")
+    for _, candidate in scored:
+        if table.words[candidate] not in {table.words[f] for f in found}:
+            found.append(candidate)
+    found = found[:3]
+    found += difflib.get_close_matches(word, _CUE_WORDS, n=2, cutoff=SUGGEST_AT)
+    return "", tuple(dict.fromkeys(found))
+
+
+_CUE_WORDS = sorted({w for phrase in CUES for w in phrase.split() if len(w) >= 4})
 
 
 def _close(word: str, table: _Table) -> list[str]:
     """Finding words like `word`, and those it begins ("pneumo": pneumonia, pneumothorax)."""
-    close = difflib.get_close_matches(word, list(table.words), n=6, cutoff=SUGGEST_AT)
-    longer = [w for w in table.words if len(word) >= 5 and w.startswith(word) and w != word]
+    close = difflib.get_close_matches(word, table.candidates, n=6, cutoff=SUGGEST_AT)
+    longer = [w for w in table.candidates if len(word) >= 5 and w.startswith(word) and w != word]
     return list(dict.fromkeys([*close, *sorted(longer, key=len)[:6]]))
 
 
@@ -482,7 +514,7 @@ class _State:
                     self.scope_findings += 1
                 continue
             if self.mode == "unk":
-                self.block(target.names, phrase)
+                self.block(target.names)
                 self.warnings.append(
                     f"'{self.cue_text}' before '{phrase}' was not understood (it may be a "
                     f"negation), so {' and '.join(target.names)} is neither required nor "
@@ -490,7 +522,7 @@ class _State:
                 )
                 continue
             if target.any_of and self.mode not in _NEG_MODES:
-                self.block(target.names, phrase)
+                self.block(target.names)
                 self.warnings.append(
                     f"'{phrase}' means {' or '.join(target.names)} here; a query can only "
                     "require findings together, so name the one you want."
@@ -507,7 +539,7 @@ class _State:
             self.events.append((name, "neg"))
             self.scope_findings += 1
         elif self.mode == "amb":
-            self.block((name,), phrase)
+            self.block((name,))
             self.warnings.append(
                 f"'{self.cue_text} ... and {phrase}' is ambiguous: {name} is neither required "
                 f"nor excluded. Write 'no ... and no {phrase}' to exclude it, or "
@@ -529,12 +561,19 @@ class _State:
             self.events.append((name, "pos"))
             self.group.append(name)
 
-    def block(self, names: Iterable[str], phrase: str) -> None:
+    def block(self, names: Iterable[str]) -> None:
         self.events.extend((name, "block") for name in names)
 
     # -- joiners
     def conjoin(self) -> None:
-        """'and': inside a negation, carry it over a list or after a prepositional cue."""
+        """'and': inside a negation, carry it over a list or after a prepositional cue.
+
+        Before the scope's first finding, "and" joins modifiers ("no right and left effusion",
+        "questionable right middle lobe and lingular consolidation"): the scope goes on.
+        """
+        if self.mode != "pos" and self.scope_findings == 0 and not self.scope_names:
+            self.last_joiner = ""
+            return
         if self.mode == "neg" or (self.mode == "weakneg" and self.scope_list):
             self.last_joiner = "and"
             return
@@ -547,8 +586,10 @@ class _State:
         if self.mode in ("amb", "unk", "question"):  # "rule out pneumonia and effusion"
             self.last_joiner = "and"
             return
+        hedged = list(self.scope_names) if self.mode in ("unc", "question") else []
         self.close_scope()
-        self.clause.extend(self.group)
+        # a later postfix negation may reach back over "and" to hedged findings too
+        self.clause.extend([*hedged, *self.group])
         self.group = []
         self.last_joiner = "and"
 
@@ -579,7 +620,7 @@ class _State:
         if not uncertain:
             for name in self.clause:
                 self._retract(name)
-                self.block((name,), cue_text)
+                self.block((name,))
                 self.warnings.append(
                     f"'{cue_text}' may also apply to {name}, named before it in the same "
                     f"sentence; {name} is neither required nor excluded. Write 'no {name}' "
@@ -593,7 +634,7 @@ class _State:
         reached = list(dict.fromkeys([*self.clause, *self.group, *self.last_added]))
         for name in reached:
             self._retract(name)
-            self.block((name,), word)
+            self.block((name,))
         if reached:
             self.warnings.append(
                 f"'{word}' after '{phrase}' was not understood (it may be a negation), so "
@@ -607,15 +648,19 @@ class _State:
             del self.events[index]
 
     # -- normality
-    def structure_normal(self, structure: _Item, predicate: str, negated: bool) -> None:
+    def structure_normal(self, structure: _Item, predicate: str, stance: str) -> None:
+        """'heart size is normal': exclude the structure's findings (stance "plain").
+
+        "not normal" (negated) or "possibly normal" (hedged) leaves them open instead.
+        """
         concepts: tuple[str, ...] = structure.payload  # type: ignore[assignment]
         names = _names(concepts, self.vocabulary)
         statement = f"{structure.phrase} {predicate}"
-        if negated:
+        if stance != "plain":
             self.events.extend((name, "unc") for name in names)
             self.warnings.append(
-                f"'not {predicate}' about the {structure.phrase} is read as neither normal nor "
-                "abnormal; name the finding you mean."
+                f"'{self.cue_text or 'not'} {predicate}' about the {structure.phrase} is read "
+                "as neither normal nor abnormal; name the finding you mean."
             )
             return
         if not names:
@@ -625,7 +670,8 @@ class _State:
             return
         self.implied.extend((name, statement) for name in names)
 
-    def structure_enlarged(self, structure: _Item, predicate: str) -> None:
+    def structure_enlarged(self, structure: _Item, predicate: str, stance: str) -> None:
+        """'heart size is enlarged': require (plain), exclude (negated) or hedge the finding."""
         concepts: tuple[str, ...] = structure.payload  # type: ignore[assignment]
         meant = STRUCTURE_ENLARGED.get(concepts, ())
         names = _names(meant, self.vocabulary)
@@ -636,11 +682,11 @@ class _State:
                 "ignored."
             )
             return
-        for name in names:
-            self.events.append((name, "pos"))
-        self.group = list(names)
+        event = {"plain": "pos", "negated": "neg", "hedged": "unc"}[stance]
+        self.events.extend((name, event) for name in names)
+        self.group = list(names) if event == "pos" else []
 
-    def structure_uncertain(self, cue_text: str) -> None:
+    def structure_uncertain(self) -> None:
         """'heart size is borderline / top normal': the structure's finding is hedged."""
         for structure in self.structures:
             meant = STRUCTURE_ENLARGED.get(structure.payload, ())  # type: ignore[call-overload]
@@ -687,8 +733,9 @@ def parse_query(text: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10) -> Par
             if state.mode in _NEG_MODES:
                 state.scope_unknown.append(item.phrase)
         elif item.kind == "finding":
-            if _is_unknown(items, j - 1) and state.mode != "unk":
-                state.open_scope("unk", items[j - 1].phrase)  # "sans"-like word: a scope
+            governor = _word_before(items, j)
+            if governor and state.mode != "unk":
+                state.open_scope("unk", governor)  # "sans"-like word: a scope
             state.add_finding(item)
             if _is_unknown(items, j + 1):
                 state.unknown_after(items[j + 1].phrase, item.phrase)
@@ -700,6 +747,15 @@ def parse_query(text: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10) -> Par
             _cue(state, items, j, skip)
     state.close_scope()
     return _finish(text, state, corrections, suggestions)
+
+
+def _word_before(items: list[_Item], j: int) -> str:
+    """A word not understood right before the finding at j, or before modifiers joined by
+    "and" ("zorbless right and left effusion"); '' if none."""
+    k = j - 1
+    while k >= 0 and items[k].kind == "cue" and items[k].payload == "and":
+        k -= 1
+    return items[k].phrase if _is_unknown(items, k) else ""
 
 
 def _is_unknown(items: list[_Item], k: int) -> bool:
@@ -731,21 +787,23 @@ def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
         state.open_scope(kind, item.phrase)
     elif kind == "unc":
         if before is not None and before.kind == "structure" and state.structures:
-            state.structure_uncertain(item.phrase)
+            state.structure_uncertain()
         elif after_finding and (after is None or after.kind != "finding") and state.group:
             state.postfix(item.phrase, uncertain=True)  # "pneumothorax unlikely"
         else:
             state.open_scope("unc", item.phrase)
     elif kind in ("negpost", "uncpost"):
-        if after_finding and state.group:
+        if after_finding and (state.group or state.clause):
             state.postfix(item.phrase, uncertain=kind == "uncpost")
         elif before is not None and before.kind == "finding" and state.mode != "pos":
             if state.mode not in _NEG_MODES and kind == "negpost":
                 # "no effusion and pneumothorax absent", "rule out A, B absent": the last is
                 # negated, the others of the scope may be
                 state.events.extend((name, "neg") for name in state.last_added)
-                state.block([n for n in state.scope_names if n not in state.last_added], "")
+                state.block([n for n in state.scope_names if n not in state.last_added])
             state.close_scope()  # "no effusion absent": already negated
+        elif after_finding:
+            pass  # after a finding out of the vocabulary, already reported ("fracture absent")
         else:  # "absent of edema", "resolved effusion": not after a finding -> prefix
             state.open_scope("neg" if kind == "negpost" else "unc", item.phrase)
     elif kind == "boundary":
@@ -771,41 +829,65 @@ def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
 
 
 def _predicate(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
-    """'normal' / 'clear' / 'enlarged': about the structure before it, or the one after it."""
+    """'normal' / 'clear' / 'enlarged': about the structure before it, or the one after it.
+
+    Structure first ("heart size is enlarged") starts a new clause: only a cue right before the
+    predicate ("heart is not normal", "heart possibly enlarged") changes its reading. Predicate
+    first ("no enlargement of the heart", "possible enlargement of the cardiac silhouette")
+    sits inside the current scope, which stays open for the findings after it.
+    """
     item = items[j]
     kind = str(item.payload)
     before = items[j - 1] if j > 0 else None
-    negated = (
+    cue_before = (
         before is not None
         and before.kind == "cue"
-        and state.mode in _NEG_MODES
+        and before.payload in ("neg", "weakneg", "unc", "question")
         and state.scope_findings == 0
     )
     structures = list(state.structures)
-    if not structures and j + 1 < len(items) and items[j + 1].kind == "structure":
-        structures = [items[j + 1]]  # "normal heart size", "clear lungs"
+    ahead = not structures and j + 1 < len(items) and items[j + 1].kind == "structure"
+    if ahead:
+        structures = [items[j + 1]]  # "normal heart size", "clear lungs", "enlargement of"
         skip.add(j + 1)
-    if negated:
-        state.mode = "pos"  # the negation was about the predicate, not a finding
-        state.cue_text = ""
-    else:
-        state.close_scope()
+    # An abnormal predicate ahead of its structure is a finding of the scope ("no effusion or
+    # enlargement of the heart"); a normal one is its own statement ("no effusion, clear
+    # lungs") unless the cue is right before it ("not normal heart size").
+    in_scope = cue_before or (ahead and kind == "enlarged")
+    stance = "plain"
+    if state.mode in _NEG_MODES and in_scope:
+        stance = "negated"
+    elif state.mode in ("unc", "question", "amb", "unk") and in_scope:
+        stance = "hedged"
     state.structures = []
     if structures:
         for structure in structures:
             if kind == "enlarged":
-                state.structure_enlarged(structure, item.phrase)
+                state.structure_enlarged(structure, item.phrase, stance)
             else:
-                state.structure_normal(structure, item.phrase, negated)
+                state.structure_normal(structure, item.phrase, stance)
+        if ahead and stance != "plain":
+            state.scope_findings += 1  # "no enlargement of the heart or effusion"
+        else:
+            _end_scope_quietly(state, stance)
         return
-    if kind == "normal" and not negated:
+    _end_scope_quietly(state, stance)
+    if kind == "normal" and stance == "plain":
         state.normal_all.append(item.phrase)
         return
     state.unknown.append(item.phrase)
-    if negated:
+    if stance != "plain":
         state.warnings.append(
-            f"'not {item.phrase}' is not understood as a finding; nothing was excluded."
+            f"'{item.phrase}' after a negation or hedge is not understood as a finding; "
+            "nothing was excluded."
         )
+
+
+def _end_scope_quietly(state: _State, stance: str) -> None:
+    """Close the scope; one whose cue was about the predicate needs no 'dangling' warning."""
+    if stance != "plain":
+        state.scope_findings += 1
+    state.close_scope()
 
 
 def _finish(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +90,16 @@ class LogicAwareRanker:
         self.probe = probe
         self.cache = cache
         self.vocabulary = tuple(vocabulary)
-        self.name = name or f"{PREFIX}{embedder.card.name}"
+        self.spec = name or f"{PREFIX}{embedder.card.name}"
+        self.card = embedder.card
+        self.note = (
+            f"{self.spec} ranks by constraint logic over per-finding probes on "
+            f"{embedder.card.name}'s image embeddings (views {probe.views})."
+        )
+
+    @property
+    def name(self) -> str:
+        return self.spec
 
     def finding_logits(self, features: np.ndarray, image_vectors: np.ndarray) -> np.ndarray:
         """(n, L) log-odds; unfitted findings from standardised cosine to the finding's name."""
@@ -125,7 +135,12 @@ class LogicAwareRanker:
         ]
         return np.stack(rows) if rows else np.zeros((0, len(image_vectors)))
 
-    def score(self, texts: Sequence[str], gallery: Sequence[Study]) -> np.ndarray:
+    def score(self, task: Any, progress: Any = None, stop: Any = None) -> np.ndarray:
+        """The ranker protocol of medheb_app.eval.rankers: text queries against study images."""
+        texts = [str(query.item) for query in task.queries]
+        gallery = [candidate.item for candidate in task.candidates]
+        if progress:
+            progress(0.0, f"{self.spec}: embedding {len(gallery)} images and their crops")
         vectors = study_vectors(self.embedder, gallery, self.cache)
         features = probe_features(self.embedder, gallery, self.probe.views, self.cache, vectors)
         return self.score_vectors(texts, vectors, features)

@@ -89,3 +89,32 @@ def results_of(store: Store, run_id: int) -> list[TaskResult]:
                 .order_by(TaskResult.model, TaskResult.task)
             )
         )
+
+
+def run_listing(store: Store, limit: int = 200, status: str | None = None) -> list[dict[str, Any]]:
+    """Most recent runs first as plain rows (id, suite, models, started, status, out_dir)."""
+    with store.session() as session:
+        query = select(Run).order_by(Run.id.desc()).limit(limit)
+        if status is not None:
+            query = query.where(Run.status == status)
+        return [
+            {
+                "id": int(run.id),
+                "suite": run.suite,
+                "models": list(run.models),
+                "started": run.started,
+                "status": run.status,
+                "out_dir": run.out_dir,
+                "error": run.error,
+            }
+            for run in session.scalars(query)
+        ]
+
+
+def run_out_dir(store: Store, run_id: int) -> str:
+    """Where a run's files are; KeyError for an unknown id."""
+    with store.session() as session:
+        run = session.get(Run, int(run_id))
+        if run is None:
+            raise KeyError(f"No run with id {run_id}.")
+        return run.out_dir

@@ -104,6 +104,11 @@ class Task:
     def name(self) -> str:
         return self.metadata.name
 
+    @property
+    def instruction(self) -> str:
+        """What each query is prefixed with (Appendix A.6); candidates get none."""
+        return self.metadata.instruction
+
     def validate(self) -> None:
         """Fail early on a task that cannot be scored: every query must have a reachable target."""
         name = self.metadata.name

@@ -20,6 +20,7 @@ from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
 from medheb_app.query.parser import ParsedQuery, Setting, is_hard_negative, satisfies
 from medheb_app.settings import Settings
+from medheb_app.tasks.base import Item
 
 Kind = Literal["single", "pair", "negation"]
 KINDS: tuple[Kind, ...] = ("single", "pair", "negation")
@@ -112,6 +113,28 @@ class Gallery:
         return len(self.studies)
 
 
+@dataclass
+class CxrRetrieveTask:
+    """The benchmark as a task of the evaluation runner: 145 text queries over a gallery.
+
+    Queries are the template texts (ids as `benchmark_queries`); candidates are the gallery's
+    studies. Relevance is by constraints (`relevant_ids`, main or strict), so the oracle of
+    this task is the label oracle (medheb_app.eval.rankers)."""
+
+    gallery: Gallery
+    paraphrase: bool = False
+    name: str = "cxr-retrieve"
+    instruction: str = ""
+    benchmark: list[BenchmarkQuery] = field(init=False)
+    queries: list[Item] = field(init=False)
+    candidates: list[Item] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.benchmark = benchmark_queries(self.gallery.vocabulary, paraphrase=self.paraphrase)
+        self.queries = [Item(q.id, q.text) for q in self.benchmark]
+        self.candidates = [Item(s.id, s) for s in self.gallery.studies]
+
+
 def label_notes(studies: Sequence[Study], vocabulary: Sequence[str] = CXR_RETRIEVE_10) -> list[str]:
     """Facts about the labels that change how results read, found from the data itself.
 
@@ -135,13 +158,13 @@ def label_notes(studies: Sequence[Study], vocabulary: Sequence[str] = CXR_RETRIE
 
 
 def _phantom_studies(settings: Settings) -> list[Study]:
-    """The demo phantom corpus: loaded from DATA_DIR when built, else generated (same seed)."""
-    from medheb_app.evidence import phantoms
+    """The demo phantom corpus exactly as the app indexes it: the saved PNGs under
+    DATA_DIR/demo (generated and saved first when absent, as `demo build` does), never a
+    regenerated in-memory copy, so evaluation and search read the same pixels."""
+    from medheb_app.demo import demo_chest_corpus
+    from medheb_app.evidence.phantoms import load_corpus
 
-    manifest = settings.demo_dir / "manifest.jsonl"
-    if manifest.is_file():
-        return phantoms.load_corpus(settings.demo_dir)
-    return phantoms.generate_chest_corpus(n=settings.demo_size, seed=settings.demo_seed)
+    return load_corpus(demo_chest_corpus(settings))
 
 
 def _nih_studies(path: str) -> list[Study]:
@@ -201,3 +224,53 @@ def gallery_from_studies(studies: Sequence[Study], source: str, split: str | Non
 def load_gallery(source: str, settings: Settings, split: str | None = "test") -> Gallery:
     """The 2D chest radiographs of `source` in `split`, with label notes."""
     return gallery_from_studies(load_studies(source, settings), source, split)
+
+
+SUITE_NAME = "cxr-retrieve"
+
+
+@dataclass(frozen=True)
+class CxrRetrieveSuite:
+    """`bench run --suite cxr-retrieve`: which gallery, which relevance setting, which wording.
+
+    `probe_views` is what logic: rankers' probes read besides the whole image."""
+
+    data: str = "phantom"
+    split: str | None = "test"
+    setting: Setting = "main"
+    paraphrase: bool = False
+    probe_views: str = "2x2+3x3"
+    name: str = SUITE_NAME
+
+    def __post_init__(self) -> None:
+        parse_source(self.data)
+        if self.setting not in ("main", "strict"):
+            raise ValueError(f"Unknown setting {self.setting!r}; use 'main' or 'strict'.")
+
+    @classmethod
+    def from_options(
+        cls, data: str, split: str, setting: str, paraphrase: bool, probe_views: str
+    ) -> CxrRetrieveSuite:
+        """From the CLI's flags: split 'all' means every study."""
+        return cls(
+            data=data,
+            split=None if split == "all" else split,
+            setting=setting,  # type: ignore[arg-type]
+            paraphrase=paraphrase,
+            probe_views=probe_views,
+        )
+
+    def build(self, settings: Settings) -> tuple[Gallery, list[Study]]:
+        """(the gallery of `split`, the source's train studies for logic: probes)."""
+        studies = load_studies(self.data, settings)
+        gallery = gallery_from_studies(studies, self.data, self.split)
+        return gallery, [s for s in studies if s.split == "train"]
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "data": self.data,
+            "split": self.split or "all",
+            "setting": self.setting,
+            "paraphrase": self.paraphrase,
+            "probe_views": self.probe_views,
+        }

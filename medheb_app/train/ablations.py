@@ -70,23 +70,30 @@ class SharedFeatureRanker:
     features are computed once and each variant only re-projects them.
     """
 
+    note = ""
+
     def __init__(self, features: Any) -> None:
         self.features = features
         self.embedder: Any = None
-        self.name = ""
+        self.spec = ""
+
+    @property
+    def card(self) -> Any:
+        return self.embedder.card
 
     def use(self, embedder: Any, name: str) -> SharedFeatureRanker:
         if "image" in embedder.card.extra.get("adapters", ""):
             raise ValueError("SharedFeatureRanker needs the frozen image tower.")
-        self.embedder, self.name = embedder, name
+        self.embedder, self.spec = embedder, name
         return self
 
-    def score(self, texts: Any, gallery: Any) -> Any:
+    def score(self, task: Any, progress: Any = None, stop: Any = None) -> Any:
+        """The ranker protocol (medheb_app.eval.rankers) over the precomputed features."""
         import torch
 
         with torch.inference_mode():
             images = self.embedder.heads.project_image(self.features).numpy()
-        return self.embedder.encode_text(list(texts)) @ images.T
+        return self.embedder.encode_text([str(q.item) for q in task.queries]) @ images.T
 
 
 def anchor_settings(tune: str | None = None) -> dict[str, Any]:
@@ -123,9 +130,10 @@ def _trained_before(folder: Path, config: Any) -> bool:
 
 
 def run_ablations(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
+    from medheb_app.eval.cxr_retrieve import evaluate
+    from medheb_app.eval.cxr_tables import table4
     from medheb_app.models.dual_lite import DualLiteEmbedder
     from medheb_app.tasks.cxr_retrieve import gallery_from_studies, load_studies
-    from medheb_app.tasks.cxr_retrieve_eval import evaluate, table4
     from medheb_app.train.label_aware import LabelAwareConfig, train_label_aware
 
     started = time.perf_counter()

@@ -46,6 +46,7 @@ from medheb_app.models.towers import (
 )
 from medheb_app.settings import Settings
 from medheb_app.train.config import config_to_dict
+from medheb_app.train.loop import run_steps
 
 Progress = Callable[[int, int, float], None]
 LossFn = Callable[..., torch.Tensor]
@@ -360,29 +361,19 @@ def train_contrastive(
     total = steps_per_epoch * config.epochs
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=total)
 
-    step, epoch_losses, cancelled = 0, [], False
+    def epochs():
+        for epoch in range(config.epochs):
+            pairs = epoch_pairs[0] if epoch == 0 else sample_pairs(epoch, rng)
+            features.prepare_texts(pairs.texts)
+            yield ((pairs, rows) for rows in _batches(len(pairs.texts), config.batch_size, rng))
+
+    def loss_of(batch):
+        pairs, rows = batch
+        return _loss(embedder.heads, features, pairs, rows, loss_fn), len(rows)
+
     embedder.heads.train()
-    for epoch in range(config.epochs):
-        pairs = epoch_pairs[0] if epoch == 0 else sample_pairs(epoch, rng)
-        features.prepare_texts(pairs.texts)
-        running, count = 0.0, 0
-        for rows in _batches(len(pairs.texts), config.batch_size, rng):
-            if stop is not None and stop.is_set():
-                cancelled = True
-                break
-            loss = _loss(embedder.heads, features, pairs, rows, loss_fn)
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
-            schedule.step()
-            step += 1
-            running += loss.item() * len(rows)
-            count += len(rows)
-            if progress is not None:
-                progress(step, total, loss.item())
-        if cancelled:
-            break
-        epoch_losses.append(running / max(count, 1))
+    looped = run_steps(epochs(), loss_of, optimiser, schedule, total, progress, stop)
+    step, epoch_losses, cancelled = looped.step, looped.epoch_losses, looped.cancelled
     embedder.heads.eval()
     embedder.to_device("cpu")  # checkpoints and validation are written from the CPU
 

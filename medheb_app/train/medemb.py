@@ -50,6 +50,7 @@ from medheb_app.settings import Settings
 from medheb_app.train.batching import TokenBudgetBatcher, padded_cost, static_batches, token_budget
 from medheb_app.train.config import config_to_dict
 from medheb_app.train.contrastive import Progress, TrainResult
+from medheb_app.train.loop import run_steps
 from medheb_app.train.losses import (
     MEDEMB_MARGIN,
     MEDEMB_TEMPERATURE,
@@ -307,37 +308,24 @@ def train_medemb(
     scheduler = warmup_cosine_scheduler(optimiser, total, round(config.warmup_ratio * total))
     margin = config.margin if config.mask else None
 
-    step, seen, epoch_losses, padded, cancelled = 0, 0, [], 0, False
     masked = {"margin": 0, "same_target": 0, "negatives": 0}
+    tally = {"padded": 0, "seen": 0}
+
+    def loss_of(rows):
+        batch = [pairs[i] for i in rows]
+        queries = model.embed([p.query for p in batch], [p.instruction for p in batch])
+        targets = model.embed([p.target for p in batch], [None] * len(batch))
+        same = same_target_matrix([keys[i] for i in rows]).to(queries.device)
+        loss = masked_infonce_loss(queries, targets, config.temperature, margin, same)
+        _count_masked(masked, queries.detach() @ targets.detach().T, config.margin, same)
+        tally["padded"] += padded_cost([lengths[i] for i in rows])
+        tally["seen"] += len(rows)
+        return loss, len(rows)
+
     model.backbone.train()  # only the backbone: the frozen image tower keeps eval-mode BN
-    for batches in epochs:
-        running, count = 0.0, 0
-        for rows in batches:
-            if step >= total:
-                break
-            if stop is not None and stop.is_set():
-                cancelled = True
-                break
-            batch = [pairs[i] for i in rows]
-            queries = model.embed([p.query for p in batch], [p.instruction for p in batch])
-            targets = model.embed([p.target for p in batch], [None] * len(batch))
-            same = same_target_matrix([keys[i] for i in rows]).to(queries.device)
-            loss = masked_infonce_loss(queries, targets, config.temperature, margin, same)
-            _count_masked(masked, queries.detach() @ targets.detach().T, config.margin, same)
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
-            scheduler.step()
-            step += 1
-            padded += padded_cost([lengths[i] for i in rows])
-            running += loss.item() * len(rows)
-            count += len(rows)
-            seen += len(rows)
-            if progress is not None:
-                progress(step, total, loss.item())
-        if cancelled:
-            break
-        epoch_losses.append(running / max(count, 1))
+    looped = run_steps(epochs, loss_of, optimiser, scheduler, total, progress, stop)
+    step, epoch_losses, cancelled = looped.step, looped.epoch_losses, looped.cancelled
+    padded, seen = tally["padded"], tally["seen"]
     model.backbone.eval()
     seconds = time.perf_counter() - started
     folder = Path(out)

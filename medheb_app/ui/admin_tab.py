@@ -16,13 +16,17 @@ import gradio as gr
 import pandas as pd
 
 from medheb_app.access.auth import Authenticator
+from medheb_app.run_service import bench_estimate, shared_data_line
 from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services, describe_for_run
+from medheb_app.tasks.base import FAMILIES
+from medheb_app.train.recipes import RECIPES
 from medheb_app.ui import components as ui
 
 log = logging.getLogger(__name__)
 NOT_ADMIN = "Sign in as admin first."
 LOG_LINES_SHOWN = 200
-TRAIN_RECIPES = ("report", "label-aware", "medemb")
+TRAIN_RECIPES = tuple(RECIPES)  # the one recipe registry (medheb_app.train.recipes)
+OPTIONAL_PARAMS = ("tasks", "families")  # empty: the whole suite
 
 
 SIGNED_OUT_NOTE = (
@@ -41,7 +45,11 @@ def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, A
         return None, ui.notice_html("error", NOT_ADMIN)
     if kind not in JOB_FACTORIES:
         return None, ui.notice_html("error", f"Unknown job kind {kind!r}.")
-    missing = [key for key, value in params.items() if value in (None, "", [])]
+    missing = [
+        key
+        for key, value in params.items()
+        if value in (None, "", []) and key not in OPTIONAL_PARAMS
+    ]
     if missing:
         return None, ui.notice_html("error", f"Fill in: {', '.join(missing)}.")
     job_id = services.jobs.submit(kind, params, JOB_FACTORIES[kind](services.settings))
@@ -222,16 +230,25 @@ def revoke(services: Services, is_admin: bool, invitation_id: Any) -> str:
     return ui.notice_html("info", f"Invitation {info.id} revoked; its rater can no longer vote.")
 
 
+def medheb_task_names() -> list[str]:
+    """The medheb-lite suite's task names (registered builders only: nothing is built)."""
+    from medheb_app.tasks.medheb import get_suite
+
+    return get_suite("medheb-lite").names()
+
+
 def admin_choices(services: Services):
-    """Fresh picker contents after sign-in: models, suites, runs."""
-    from medheb_app.tasks.medheb import SUITES
+    """Fresh picker contents after sign-in: models (the shipped ones chosen), suites, runs."""
+    from medheb_app.demo import default_demo_models
+    from medheb_app.services import BENCH_SUITES
     from medheb_app.ui.explorer_tab import run_choices
 
     models = [str(entry["spec"]) for entry in services.list_models()]
+    shipped = [m for m in default_demo_models(services.settings) if m in models]
     runs = run_choices(services)
     return (
-        gr.update(choices=models, value=[m for m in ("random", "oracle") if m in models]),
-        gr.update(choices=list(SUITES), value=next(iter(SUITES), None)),
+        gr.update(choices=models, value=shipped),
+        gr.update(choices=list(BENCH_SUITES), value=BENCH_SUITES[0]),
         gr.update(choices=models, value=services.settings.default_model),
         gr.update(choices=runs, value=runs[0][1] if runs else None),
     )
@@ -249,9 +266,27 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
     with gr.Column(visible=False, elem_id="admin-panel") as panel:
         job_note = gr.HTML(elem_id="admin-job-note")
         with gr.Tab("Benchmark run"):
-            suite = gr.Dropdown(label="Suite", choices=[])
-            bench_models = gr.Dropdown(label="Models", choices=[], multiselect=True)
-            bench_start = gr.Button("Start benchmark run", elem_id="admin-start-bench")
+            shared_note = gr.Markdown("", elem_id="admin-shared-data")  # filled for admins only
+            suite = gr.Dropdown(label="Suite", choices=[], elem_id="admin-suite")
+            bench_models = gr.Dropdown(
+                label="Models (random and oracle are the floor and ceiling marks)",
+                choices=[],
+                multiselect=True,
+                elem_id="admin-bench-models",
+            )
+            with gr.Row():
+                bench_tasks = gr.Dropdown(
+                    label="Tasks (MedHEB; empty = all)",
+                    choices=medheb_task_names(),
+                    multiselect=True,
+                )
+                bench_families = gr.Dropdown(
+                    label="Families (MedHEB; empty = all)", choices=list(FAMILIES), multiselect=True
+                )
+            with gr.Row():
+                estimate = gr.Button("Estimate from the embedding cache", size="sm")
+                bench_start = gr.Button("Start benchmark run", elem_id="admin-start-bench")
+            estimate_table = gr.Dataframe(label="Estimate", interactive=False)
         with gr.Tab("Training"):
             recipe = gr.Dropdown(label="Recipe", choices=list(TRAIN_RECIPES), value="report")
             tag = gr.Textbox(
@@ -323,7 +358,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         """What the panel shows when the page opens: everything for an admin, else a link."""
         if not admin:
             nothing = gr.update()
-            return SIGNED_OUT_NOTE, gr.Column(visible=False), gr.Timer(active=False), *[nothing] * 6
+            return SIGNED_OUT_NOTE, gr.Column(visible=False), gr.Timer(active=False), *[nothing] * 7
         return (
             SIGNED_IN_NOTE,
             gr.Column(visible=True),
@@ -331,6 +366,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
             *admin_choices(services),
             job_table(services),
             gr.update(choices=study_picker(services)),
+            shared_data_line(services),
         )
 
     def _start(kind, make_params):
@@ -359,9 +395,30 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
 
     job_outputs = [job_note, job_id]
     bench_start.click(
-        _start("bench-run", lambda s, m: {"suite": s, "models": list(m or [])}),
-        [suite, bench_models],
+        _start(
+            "bench-run",
+            lambda s, m, t, f: {
+                "suite": s,
+                "models": list(m or []),
+                "tasks": list(t or []),
+                "families": list(f or []),
+            },
+        ),
+        [suite, bench_models, bench_tasks, bench_families],
         job_outputs,
+        api_name=False,
+    )
+
+    def _estimate(chosen_suite, chosen_models, request: gr.Request):
+        if not auth.is_admin(request):
+            return pd.DataFrame(), ""
+        rows = bench_estimate(services, str(chosen_suite or ""), list(chosen_models or []))
+        return pd.DataFrame(rows), shared_data_line(services)
+
+    estimate.click(
+        _estimate,
+        [suite, bench_models],
+        [estimate_table, shared_note],
         api_name=False,
     )
     train_start.click(
@@ -443,5 +500,6 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
             run,
             jobs,
             invite_study,
+            shared_note,
         ],
     }

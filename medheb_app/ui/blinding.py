@@ -9,29 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from medheb_app.run_service import open_study_sources
+from medheb_app.run_service import resolved_dir as _key
 from medheb_app.services import Services
 
 
-def _key(path: str | Path) -> str:
-    try:
-        return str(Path(path).resolve())
-    except (OSError, RuntimeError):
-        return str(path)
-
-
 def blinded_sources(services: Services) -> set[str]:
-    """The resolved run directories of all studies that are not closed."""
-    from sqlalchemy import select
-
-    from medheb_app.store.study_tables import PreferenceStudy
-
-    with services.store.session() as session:
-        studies = session.scalars(select(PreferenceStudy)).all()
-        return {
-            _key(study.source)
-            for study in studies
-            if study.source and getattr(study, "closed_at", None) is None
-        }
+    """The resolved run directories of all studies that are not closed (a service query:
+    the UI never reads the store itself)."""
+    return open_study_sources(services)
 
 
 def run_is_blinded(services: Services, out_dir: str | Path | None) -> bool:

@@ -1,7 +1,8 @@
 """Benchmark explorer: leaderboards and charts from stored runs, and a per-query drill-down.
 
-Runs come from the store (medheb_app.store.runs) and their files (Summary / TaskRun in
-medheb_app.eval.results); the paper tables come from medheb_app.eval.reports. The filtered
+Runs of both kinds (MedHEB suites, CXR-Retrieve) come through medheb_app.run_service (the UI
+never queries the store) as Summary files; the paper tables come from medheb_app.eval.reports
+and eval.cxr_tables, the drill-down's data from medheb_app.eval.drilldown. The filtered
 leaderboard and the per-family / per-split bars are task-macro averages over the tasks that
 pass the filters, as MedHEB's ID / held-out / all columns are (Table 4); the run-level figures
 (accuracy vs CV, difficulty, relation gap, graded NDCG) come from medheb_app.eval.figures.
@@ -9,7 +10,6 @@ pass the filters, as MedHEB's ID / held-out / all columns are (Table 4); the run
 
 from __future__ import annotations
 
-import html
 import logging
 from typing import Any
 
@@ -18,13 +18,25 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from medheb_app.eval import figures, reports
+from medheb_app.eval import drilldown, figures, reports
+
+# re-exported: the explorer's tables are eval's functions
+from medheb_app.eval.leaderboard import (  # noqa: F401
+    METRICS,
+    cxr_finding_table,
+    cxr_leaderboard,
+    filter_frame,
+    leaderboard,
+    leaderboard_with_ci,
+    task_frame,
+)
 from medheb_app.eval.results import Summary
+from medheb_app.run_service import finished_run_choices, run_summary
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
+from medheb_app.ui.drilldown_view import drilldown_html
 
 log = logging.getLogger(__name__)
-METRICS = ("hit@1", "mrr@5", "hit@5")
 RANKED_SHOWN = 10
 
 
@@ -32,80 +44,13 @@ RANKED_SHOWN = 10
 
 
 def run_choices(services: Services) -> list[tuple[str, int]]:
-    """Finished runs, newest first, as (label, run id)."""
-    from medheb_app.store.runs import list_runs
-
-    return [
-        (
-            f"Run {run.id}: {run.suite} · {', '.join(run.models)} · {run.started:%Y-%m-%d %H:%M}",
-            int(run.id),
-        )
-        for run in list_runs(services.store, limit=200)
-        if run.status == "finished"
-    ]
+    """Finished runs of either kind, newest first, as (label, run id)."""
+    return finished_run_choices(services)
 
 
 def load_summary(services: Services, run_id: int) -> Summary:
     """The Summary of a stored run, read from its out_dir."""
-    from medheb_app.store.runs import Run
-
-    with services.store.session() as session:
-        run = session.get(Run, int(run_id))
-        if run is None:
-            raise KeyError(f"No run with id {run_id}.")
-        out_dir = run.out_dir
-    return Summary.from_disk(out_dir)
-
-
-def task_frame(summary: Summary) -> pd.DataFrame:
-    """One row per (model, task): the task's family, form, split and scores in percent."""
-    forms = {task["name"]: task.get("form", "") for task in summary.tasks}
-    rows = []
-    for model, block in summary.models.items():
-        for task, scores in block.tasks.items():
-            rows.append(
-                {
-                    "model": model,
-                    "task": task,
-                    "family": scores["family"],
-                    "form": forms.get(task, ""),
-                    "split": scores["split"],
-                    "graded": bool(scores["graded"]),
-                    **{m: scores.get(m) for m in (*METRICS, "ndcg@5")},
-                }
-            )
-    columns = ["model", "task", "family", "form", "split", "graded", *METRICS, "ndcg@5"]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def filter_frame(
-    frame: pd.DataFrame,
-    families: list[str] | None = None,
-    forms: list[str] | None = None,
-    splits: list[str] | None = None,
-    models: list[str] | None = None,
-) -> pd.DataFrame:
-    """Rows whose family, form, split and model are among the chosen (empty = all)."""
-    mask = pd.Series(True, index=frame.index)
-    for column, chosen in (
-        ("family", families),
-        ("form", forms),
-        ("split", splits),
-        ("model", models),
-    ):
-        if chosen:
-            mask &= frame[column].isin(chosen)
-    return frame[mask]
-
-
-def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per model: task-macro Hit@1, MRR@5, Hit@5 over the single-positive tasks shown."""
-    single = frame[~frame["graded"]]
-    if single.empty:
-        return pd.DataFrame(columns=["model", *METRICS, "tasks"])
-    board = single.groupby("model")[list(METRICS)].mean().round(2)
-    board["tasks"] = single.groupby("model")["task"].count()
-    return board.sort_values("hit@1", ascending=False).reset_index()
+    return run_summary(services, run_id)
 
 
 # ---------------------------------------------------------------- figures
@@ -120,13 +65,35 @@ def _empty_figure(message: str) -> go.Figure:
 
 
 def grouped_figure(frame: pd.DataFrame, by: str, title: str) -> go.Figure:
-    """Task-macro Hit@1 per model, grouped by `by` (family or split)."""
+    """Task-macro Hit@1 per model, grouped by `by` (family or split); random and oracle are
+    floor and ceiling marks, each model keeps its colour (eval.figures.model_colour)."""
     single = frame[~frame["graded"]]
     if single.empty:
         return _empty_figure("No single-positive task matches the filters.")
     data = single.groupby([by, "model"], as_index=False)["hit@1"].mean()
-    figure = px.bar(data, x=by, y="hit@1", color="model", barmode="group", title=title)
-    figure.update_yaxes(title="Hit@1 (%)", range=[0, 100])
+    bars = data[~data["model"].isin(list(figures.BOUND_STYLE))]
+    figure = px.bar(
+        bars,
+        x=by,
+        y="hit@1",
+        color="model",
+        barmode="group",
+        title=title,
+        color_discrete_map=figures.model_colours(bars["model"].unique()),
+    )
+    groups = list(dict.fromkeys(data[by]))
+    bounds = {
+        name: [
+            rows["hit@1"].item()
+            if len(rows := data[(data["model"] == name) & (data[by] == g)])
+            else None
+            for g in groups
+        ]
+        for name in figures.BOUND_STYLE
+        if name in set(data["model"])
+    }
+    figures.add_bounds(figure, groups, bounds)
+    figure.update_yaxes(title="Hit@1 (%)", range=[0, 105])
     return figure
 
 
@@ -151,79 +118,38 @@ def scatter_figure(frame: pd.DataFrame, model_x: str | None, model_y: str | None
 # ---------------------------------------------------------------- drill-down
 
 
-def _gold(record: dict[str, Any]) -> set[str]:
-    if record.get("positives") is not None:
-        return {str(p) for p in record["positives"]}
-    gains = record.get("gains") or {}
-    best = max(gains.values(), default=0)
-    return {str(k) for k, v in gains.items() if v == best and v > 0}
-
-
-def _snippet(payload: dict[str, Any], limit: int = 100) -> str:
-    """A candidate's or query's text (shortened) or file name, as an HTML line."""
-    text = payload.get("text")
-    if not text:
-        path = payload.get("image") or payload.get("volume")
-        text = f"[{payload.get('form', 'image')}: {str(path).rsplit('/', 1)[-1]}]" if path else ""
-    if not text:
-        return ""
-    text = str(text)
-    short = text if len(text) <= limit else text[: limit - 1] + "…"
-    return f'<div style="color:#555;font-size:.85em">{html.escape(short)}</div>'
+def query_choices(
+    summary: Summary, task: str | None, models: list[str], failures_only: bool = False
+) -> list[tuple[str, str]]:
+    """(label with a ✓ / ✗ per model, query id) for a task; only misses when asked."""
+    if not task:
+        return []
+    models = [m for m in models if m in summary.models] or list(summary.models)
+    outcomes = drilldown.query_outcomes(summary, task, models)
+    return [
+        (outcome.label(models), outcome.id)
+        for outcome in outcomes
+        if outcome.failed or not failures_only
+    ]
 
 
 def query_ids(summary: Summary, task: str | None) -> list[str]:
-    """The query ids of a task, from the first model that ran it."""
-    if not task:
-        return []
-    for model, block in summary.models.items():
-        if task in block.tasks:
-            return [str(q["id"]) for q in summary.task_run(model, task).queries]
-    return []
+    """The query ids of a task (a regime for CXR-Retrieve), from the run's files."""
+    return [qid for _, qid in query_choices(summary, task, list(summary.models))]
 
 
 def ranked_lists_html(
     summary: Summary, task: str | None, query_id: str | None, models: list[str]
 ) -> str:
-    """Each chosen model's ranked list for one query, side by side, with the gold marked."""
+    """The query as what it is, then each chosen model's top-k side by side with thumbnails,
+    finding chips, the gold marked and each violated constraint named."""
     if not task or not query_id:
         return ui.notice_html("info", "Pick a task and a query.")
-    columns = []
-    for model in models:
-        if model not in summary.models or task not in summary.models[model].tasks:
-            continue
-        run = summary.task_run(model, task)
-        record = next((q for q in run.queries if str(q["id"]) == str(query_id)), None)
-        if record is None:
-            continue
-        gold = _gold(record)
-        scores = record.get("scores") or []
-        items = []
-        for rank, candidate in enumerate(record["ranked"][:RANKED_SHOWN]):
-            score = f" · {scores[rank]:.3f}" if rank < len(scores) else ""
-            mark = " <b>✓ GOLD</b>" if str(candidate) in gold else ""
-            style = ' style="background:#dff3e4"' if mark else ""
-            shown = _snippet(run.payloads.get(str(candidate), {}))
-            items.append(f"<li{style}>{html.escape(str(candidate))}{score}{mark}{shown}</li>")
-        found = [c for c in record["ranked"] if str(c) in gold]
-        rank_note = (
-            f"gold first at rank {record['ranked'].index(found[0]) + 1}"
-            if found
-            else f"gold not in the top {len(record['ranked'])}"
-        )
-        columns.append(
-            f'<div style="flex:1;min-width:240px"><h4>{html.escape(model)}</h4>'
-            f"<div>Hit@1 {100 * record.get('hit@1', 0):.0f} · MRR@5 "
-            f"{record.get('mrr@5', 0):.2f} · {rank_note}</div><ol>{''.join(items)}</ol></div>"
-        )
-    if not columns:
-        return ui.notice_html("warning", "No ranked list for this query in the chosen models.")
-    query_note = _snippet(record.get("query") or {}, limit=400)
-    gold_note = (
-        f"<div><b>Query {html.escape(str(query_id))}</b>{query_note}</div>"
-        f"<div>Gold: {html.escape(', '.join(sorted(_gold(record))))}</div>"
-    )
-    return f'{gold_note}<div style="display:flex;gap:16px;flex-wrap:wrap">{"".join(columns)}</div>'
+    chosen = [m for m in models if m in summary.models]
+    if not chosen:
+        return ui.notice_html("info", "Pick one or two models to compare.")
+    view = drilldown.query_view(summary, task, str(query_id), chosen)
+    return drilldown_html(view, drilldown.ranked_views(summary, task, str(query_id), chosen))
 
 
 # ---------------------------------------------------------------- layout
@@ -231,6 +157,11 @@ def ranked_lists_html(
 
 def _options(frame: pd.DataFrame, column: str) -> list[str]:
     return sorted(str(v) for v in frame[column].dropna().unique() if str(v))
+
+
+def _real_models(names: list[str]) -> list[str]:
+    """The run's models without the baselines (drawn as floor / ceiling marks, not bars)."""
+    return [name for name in names if name not in reports.BASELINES] or names
 
 
 BLINDED_NOTE = (
@@ -253,8 +184,16 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         forms = gr.Dropdown(label="Evidence form", choices=[], multiselect=True)
         splits = gr.Dropdown(label="Split", choices=[], multiselect=True)
         models = gr.Dropdown(label="Model", choices=[], multiselect=True)
-    board = gr.Dataframe(label="Leaderboard (task-macro over the filtered tasks, %)")
-    table4 = gr.Dataframe(label="MedHEB Table 4: Hit@1 (MRR@5) per family and split")
+    board = gr.Dataframe(
+        label="Leaderboard (task-macro over the filtered tasks, %, with 95% bootstrap CI)",
+        pinned_columns=1,
+        elem_id="explorer-board",
+    )
+    table4 = gr.Dataframe(
+        label="Paper table: MedHEB Table 4 (Hit@1 (MRR@5)) or CXR-Retrieve per finding",
+        pinned_columns=1,
+        elem_id="explorer-table",
+    )
     with gr.Row():
         family_plot = gr.Plot(label="Per family")
         split_plot = gr.Plot(label="ID vs held-out")
@@ -268,19 +207,31 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         model_x = gr.Dropdown(label="Scatter: model on x", choices=[])
         model_y = gr.Dropdown(label="Scatter: model on y", choices=[])
     scatter_plot = gr.Plot(label="Model vs model")
-    gr.Markdown("### Drill down: task → query → ranked lists")
+    gr.Markdown(
+        "### Drill down: task → query → two models side by side\n"
+        "Each query is marked ✓ (top 1 relevant) or ✗ per model compared."
+    )
     with gr.Row():
-        task = gr.Dropdown(label="Task", choices=[], elem_id="explorer-task")
-        query = gr.Dropdown(label="Query", choices=[])
-        compare_models = gr.Dropdown(label="Models to compare", choices=[], multiselect=True)
+        task = gr.Dropdown(
+            label="Task (regime for CXR-Retrieve)", choices=[], elem_id="explorer-task"
+        )
+        compare_models = gr.Dropdown(
+            label="Models to compare",
+            choices=[],
+            multiselect=True,
+            max_choices=2,
+            elem_id="explorer-compare",
+        )
+        failures = gr.Checkbox(label="Failures only", value=False, elem_id="explorer-failures")
+    query = gr.Dropdown(label="Query", choices=[], elem_id="explorer-query")
     ranked = gr.HTML(elem_id="explorer-ranked")
     summary_state = gr.State(None)
 
     def _load(run_id):
         try:
             summary = load_summary(services, run_id) if run_id is not None else None
-        except Exception as error:
-            log.exception("run %s unreadable", run_id)
+        except (KeyError, ValueError, FileNotFoundError, OSError) as error:
+            log.warning("run %s unreadable: %s", run_id, error)
             summary, message = None, f"Run {run_id} cannot be read: {error}"
         else:
             message = "" if summary else "No finished benchmark run yet."
@@ -299,50 +250,82 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
                 empty,
                 None,
             )
-        frame = task_frame(summary)
         names = list(summary.models)
-        tasks = sorted(frame["task"].unique())
+        tasks = drilldown.drill_tasks(summary)
+        compared = _real_models(names)[:2]
+        if summary.kind == "cxr-retrieve":
+            filters = [gr.update(choices=[], value=[])] * 4
+            paper = pd.DataFrame(cxr_finding_table(summary))
+            first_task = "negation"
+        else:
+            frame = task_frame(summary)
+            filters = [
+                gr.update(choices=_options(frame, "family"), value=[]),
+                gr.update(choices=_options(frame, "form"), value=[]),
+                gr.update(choices=_options(frame, "split"), value=[]),
+                gr.update(choices=names, value=[]),
+            ]
+            paper = pd.DataFrame(reports.table4_rows(summary))
+            first_task = tasks[0] if tasks else None
         return (
             summary,
             "",
-            gr.update(choices=_options(frame, "family"), value=[]),
-            gr.update(choices=_options(frame, "form"), value=[]),
-            gr.update(choices=_options(frame, "split"), value=[]),
-            gr.update(choices=names, value=[]),
+            *filters,
             gr.update(choices=names, value=names[0]),
             gr.update(choices=names, value=names[-1]),
-            gr.update(choices=tasks, value=tasks[0] if tasks else None),
-            gr.update(choices=names, value=names[:2]),
-            pd.DataFrame(reports.table4_rows(summary)),
+            gr.update(choices=tasks, value=first_task),
+            gr.update(choices=names, value=compared),
+            paper,
         )
 
     def _views(summary, fam, frm, spl, mdl, mx, my):
         if summary is None:
             blank = _empty_figure("No run selected.")
             return None, *[blank] * 7
+        if summary.kind == "cxr-retrieve":  # MedHEB's family / CV / difficulty charts hide
+            hidden = gr.update(value=None, visible=False)
+            return (
+                cxr_leaderboard(summary),
+                figures.cxr_regimes(summary),
+                figures.cxr_regimes(summary, metric="HNRR@5", kinds=("negation",)),
+                *[hidden] * 5,
+            )
         frame = filter_frame(task_frame(summary), fam, frm, spl, mdl)
         return (
-            leaderboard(frame),
+            leaderboard_with_ci(summary, frame),
             grouped_figure(frame, "family", "Hit@1 per family"),
             grouped_figure(frame, "split", "Hit@1: ID vs held-out source"),
-            figures.accuracy_vs_balance(summary),
-            figures.difficulty_buckets(summary),
-            figures.relation_gap(summary),
-            figures.graded_ndcg(summary),
-            scatter_figure(frame, mx, my),
+            *[
+                gr.update(value=figure, visible=True)
+                for figure in (
+                    figures.accuracy_vs_balance(summary),
+                    figures.difficulty_buckets(summary),
+                    figures.relation_gap(summary),
+                    figures.graded_ndcg(summary),
+                    scatter_figure(frame, mx, my),
+                )
+            ],
         )
 
-    def _queries(summary, name):
-        ids = query_ids(summary, name) if summary is not None else []
-        return gr.update(choices=ids, value=ids[0] if ids else None)
-
-    def _ranked(summary, name, qid, chosen, request: gr.Request):
+    def _blinded(summary, request: gr.Request) -> bool:
         from medheb_app.ui.blinding import run_is_blinded
 
+        admin = auth is not None and auth.is_admin(request)
+        return not admin and run_is_blinded(services, getattr(summary, "out_dir", None))
+
+    def _queries(summary, name, chosen, failures_only, request: gr.Request):
+        if summary is None:
+            return gr.update(choices=[], value=None)
+        if _blinded(summary, request):  # per-model hit / miss marks would unblind the study
+            ids = query_ids(summary, name)
+            return gr.update(choices=ids, value=ids[0] if ids else None)
+        choices = query_choices(summary, name, list(chosen or []), bool(failures_only))
+        return gr.update(choices=choices, value=choices[0][1] if choices else None)
+
+    def _ranked(summary, name, qid, chosen, request: gr.Request):
         if summary is None:
             return ""
-        admin = auth is not None and auth.is_admin(request)
-        if not admin and run_is_blinded(services, getattr(summary, "out_dir", None)):
+        if _blinded(summary, request):
             return ui.notice_html("warning", BLINDED_NOTE)
         return ranked_lists_html(summary, name, qid, list(chosen or []))
 
@@ -370,13 +353,15 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         graded_plot,
         scatter_plot,
     ]
+    query_inputs = [summary_state, task, compare_models, failures]
     run.change(_load, [run], load_outputs, api_name=False).then(
         _views, view_inputs, view_outputs, api_name=False
-    )
+    ).then(_queries, query_inputs, [query], api_name=False)
     for control in (families, forms, splits, models, model_x, model_y):
         # .input (user edits only): a run load sets all of them and redraws once, via .then
         control.input(_views, view_inputs, view_outputs, api_name=False)
-    task.change(_queries, [summary_state, task], [query], api_name=False)
+    for control in (task, compare_models, failures):
+        control.input(_queries, query_inputs, [query], api_name=False)
     for control in (query, compare_models):
         control.change(
             _ranked, [summary_state, task, query, compare_models], [ranked], api_name=False

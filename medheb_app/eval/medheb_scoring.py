@@ -1,0 +1,191 @@
+"""Score one MedHEB task with one ranker, and aggregate a model's tasks into MedHEB's tables.
+
+MedHEB section 5.1: a ranker scores every candidate for every query (the task instruction,
+Appendix A.6, goes to queries only); each query's top-k (ties in pool order, its excluded
+candidates never ranked) is scored by where the relevant targets land (Hit@1, MRR@5, Hit@5;
+NDCG@5/10 for graded tasks). `summarise_model` builds Tables 4 / 7 / 8 / 5 for one model.
+The runner (eval/runner.py) calls these; CXR-Retrieve's counterpart is eval/cxr_retrieve.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from medheb_app.eval import metrics
+from medheb_app.eval.rankers import Progress, Ranker
+from medheb_app.eval.results import ModelSummary, TaskRun
+from medheb_app.evidence.study import EmbedItem, Evidence, Study
+from medheb_app.tasks.base import FAMILIES, Task
+
+TOP_K = 10
+
+
+def instruction_for(task: Task) -> str:
+    """qry_inst followed by the task-level qry_text (e.g. Table 9's question), if any."""
+    return task.metadata.instruction
+
+
+def item_payload(item: EmbedItem) -> dict[str, Any]:
+    """What a person would be shown for an item: its text, its image file, or its form."""
+    if isinstance(item, str):
+        return {"text": item}
+    if isinstance(item, Study):
+        if item.form == "text":
+            return {"text": item.text or ""}
+        payload: dict[str, Any] = {"form": item.form}
+        if item.path:
+            payload["image" if item.form == "2d" else "volume"] = item.path
+        return payload
+    if isinstance(item, Evidence):
+        payload = {"form": "+".join(item.forms)}
+        if item.text is not None:
+            payload["text"] = item.text
+        return payload
+    return {}
+
+
+def rank(scores: np.ndarray, task: Task, k: int = TOP_K) -> list[list[int]]:
+    """Per query, the indices of its top-k candidates (best first, ties in pool order),
+    never including the query's excluded candidates."""
+    index = {c.id: j for j, c in enumerate(task.candidates)}
+    ranked: list[list[int]] = []
+    for i, query in enumerate(task.queries):
+        row = np.asarray(scores[i], dtype=np.float64).copy()
+        for cid in query.exclude:
+            if cid in index:
+                row[index[cid]] = -np.inf
+        allowed = len(row) - int(np.isneginf(row).sum())
+        order = np.argsort(-row, kind="stable")[: min(k, allowed)]
+        ranked.append([int(j) for j in order])
+    return ranked
+
+
+def score_query(ranked_ids: Sequence[str], relevance: dict[str, float], graded: bool) -> dict:
+    """Per-query metrics. For graded queries a hit is a candidate of the query's top gain."""
+    if graded:
+        best = max(relevance.values())
+        targets = {cid for cid, gain in relevance.items() if gain == best}
+    else:
+        targets = set(relevance)
+    values = {
+        "hit@1": metrics.hit_at_k(ranked_ids, targets, 1),
+        "mrr@5": metrics.reciprocal_rank_at_k(ranked_ids, targets, 5),
+        "hit@5": metrics.hit_at_k(ranked_ids, targets, 5),
+    }
+    if graded:
+        values["ndcg@5"] = metrics.ndcg_at_k(ranked_ids, relevance, 5)
+        values["ndcg@10"] = metrics.ndcg_at_k(ranked_ids, relevance, 10)
+    return values
+
+
+def evaluate_task(
+    task: Task, ranker: Ranker, progress: Progress | None = None, stop=None, k: int = TOP_K
+) -> TaskRun:
+    """Score one task with one ranker and return the full per-query record."""
+    started = time.perf_counter()
+    scores = ranker.score(task, progress, stop)
+    scored = time.perf_counter()
+    expected = (len(task.queries), len(task.candidates))
+    if scores.shape != expected:
+        raise ValueError(f"{ranker.spec} scored {scores.shape} on {task.name}; need {expected}.")
+    graded = task.metadata.graded
+    records: list[dict[str, Any]] = []
+    for i, (query, order) in enumerate(zip(task.queries, rank(scores, task, k), strict=True)):
+        ranked_ids = [task.candidates[j].id for j in order]
+        relevance = task.relevance(query)
+        record: dict[str, Any] = {
+            "id": query.id,
+            "query": item_payload(query.item),
+            "ranked": ranked_ids,
+            "scores": [round(float(scores[i, j]), 6) for j in order],
+        }
+        if graded:
+            record["gains"] = relevance
+        else:
+            record["positives"] = [pid for pid in query.positives if pid in relevance]
+        record.update(score_query(ranked_ids, relevance, graded))
+        records.append(record)
+    shown = {cid for record in records for cid in record["ranked"]}
+    payloads = {c.id: item_payload(c.item) for c in task.candidates if c.id in shown}
+    names = [key for key in records[0] if "@" in key]
+    task_scores = {name: metrics.macro_average(r[name] for r in records) for name in names}
+    task_scores["n_queries"] = len(records)
+    return TaskRun(
+        task=task.metadata.model_dump(),
+        model=ranker.spec,
+        model_card=ranker.card.to_dict(),
+        scores=task_scores,
+        queries=records,
+        instruction=instruction_for(task),
+        n_candidates=len(task.candidates),
+        payloads=payloads,
+        timing={
+            "score_s": round(scored - started, 3),
+            "rank_s": round(time.perf_counter() - scored, 3),
+        },
+        note=ranker.note,
+    )
+
+
+def _mean_percent(runs: Sequence[TaskRun], key: str) -> float:
+    return round(100.0 * metrics.macro_average(run.scores[key] for run in runs), 2)
+
+
+def _block(runs: Sequence[TaskRun], keys: Sequence[str]) -> dict[str, float]:
+    block: dict[str, float] = {key: _mean_percent(runs, key) for key in keys}
+    block["n_tasks"] = len(runs)
+    return block
+
+
+def summarise_model(spec: str, card: dict, note: str, runs: Sequence[TaskRun]) -> ModelSummary:
+    """Table 4 / 8 (family and split task-macro), Table 7 (CV) and Table 5 (graded NDCG@5)."""
+    keys = ("hit@1", "mrr@5", "hit@5")
+    single = [run for run in runs if not run.task["graded"]]
+    graded = [run for run in runs if run.task["graded"]]
+    families = {
+        family: _block(members, keys)
+        for family in FAMILIES
+        if (members := [run for run in single if run.task["family"] == family])
+    }
+    splits = {
+        split: _block(members, keys)
+        for split, members in (
+            ("ID", [run for run in single if run.task["split"] == "ID"]),
+            ("held-out-source", [run for run in single if run.task["split"] == "held-out-source"]),
+            ("all", single),
+        )
+        if members
+    }
+    consistency: dict[str, float] = {}
+    if families:
+        family_hit1 = [block["hit@1"] for block in families.values()]
+        consistency = {
+            "mu": round(float(np.mean(family_hit1)), 2),
+            "sigma": round(float(np.std(family_hit1)), 2),
+            "cv": round(metrics.coefficient_of_variation(family_hit1), 3),
+            "n_families": len(family_hit1),
+        }
+    relations: dict[str, dict[str, float]] = {}
+    for relation in sorted({run.task["relation"] for run in graded}):
+        members = [run for run in graded if run.task["relation"] == relation]
+        relations[relation] = _block(members, ("ndcg@5", "ndcg@10", "hit@1"))
+    if graded:
+        relations["all"] = _block(graded, ("ndcg@5", "ndcg@10", "hit@1"))
+    tasks = {
+        run.task_name: {
+            "family": run.task["family"],
+            "split": run.task["split"],
+            "graded": run.task["graded"],
+            "relation": run.task["relation"],
+            **{
+                key: (value if key == "n_queries" else round(100.0 * value, 2))
+                for key, value in run.scores.items()
+            },
+        }
+        for run in runs
+    }
+    return ModelSummary(spec, card, tasks, families, splits, consistency, relations, note)

@@ -1,0 +1,109 @@
+"""HTML of the explorer's drill-down: the query as what it is, and models side by side.
+
+Renders medheb_app.eval.drilldown's objects: each model's top-k as thumbnails (inlined PNG
+data, never a file path) with finding chips, the gold marked, and on a compositional query the
+constraint each wrong image violates ("VIOLATES: has Pneumonia"). All text is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from pathlib import Path
+from typing import Any
+
+from medheb_app.eval.drilldown import HitView, QueryView, RankedView
+from medheb_app.ui import components as ui
+from medheb_app.ui import evidence_view
+
+log = logging.getLogger(__name__)
+THUMB_SIDE = 112
+CSS = """
+.dd-models{display:flex;gap:16px;flex-wrap:wrap;align-items:flex-start}
+.dd-model{flex:1 1 320px;min-width:280px}
+.dd-grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:8px}
+.dd-hit{border:2px solid #d1d5db;border-radius:6px;padding:4px;font-size:12px;background:#fff}
+.dd-hit.gold{border-color:#16a34a;background:#f0fbf3}
+.dd-hit.wrong{border-color:#b3141f}
+.dd-hit img{display:block;width:100%;height:auto;background:#000;border-radius:4px}
+.dd-violates{color:#fff;background:#b3141f;border-radius:3px;padding:0 4px;font-weight:700}
+.dd-gold{color:#fff;background:#16a34a;border-radius:3px;padding:0 4px;font-weight:700}
+.dd-query{border:1px solid #d1d5db;border-radius:6px;padding:8px;margin-bottom:8px}
+"""
+
+
+def thumbnail_uri(path: str | Path, side: int = THUMB_SIDE) -> str | None:
+    """A small PNG of any readable image or volume (a montage of its slices) as a data: URI,
+    through the shared evidence renderer's pixel helpers; None, logged, when unreadable."""
+    try:
+        pixels = evidence_view._read(path)
+        image = evidence_view.montage(pixels) if evidence_view._is_volume(pixels) else pixels
+        return evidence_view.png_data_uri(image, max_side=side)
+    except (evidence_view.Unrenderable, OSError, ValueError) as error:
+        log.warning("thumbnail of %s failed: %s", path, error)
+        return None
+
+
+def evidence_html(payload: dict[str, Any], alt: str) -> str:
+    """An image or volume thumbnail, else the text (shortened), else nothing."""
+    parts = []
+    path = payload.get("image") or payload.get("volume")
+    if path:
+        uri = thumbnail_uri(path)
+        if uri:
+            parts.append(f'<img src="{uri}" alt="{html.escape(alt)}">')
+        else:
+            parts.append("<div><i>image unavailable</i></div>")
+    text = payload.get("text")
+    if text:
+        text = str(text)
+        short = text if len(text) <= 160 else text[:159] + "…"
+        parts.append(f"<div>{html.escape(short)}</div>")
+    return "".join(parts)
+
+
+def hit_html(hit: HitView, constraints: tuple[list[str], list[str]]) -> str:
+    positive, negative = constraints
+    css = "gold" if hit.gold else "wrong" if hit.violated else ""
+    mark = '<span class="dd-gold">✓ GOLD</span>' if hit.gold else ""
+    if not hit.gold and hit.violated:
+        words = "; ".join(ui.violation_words(hit.violated))
+        mark = f'<span class="dd-violates">✗ VIOLATES: {html.escape(words)}</span>'
+    score = f" · {hit.score:.3f}" if hit.score is not None else ""
+    chips = ui.finding_chips_html(hit.findings, positive, negative) if hit.findings else ""
+    return (
+        f'<div class="dd-hit {css}" data-rank="{hit.rank}">'
+        f"<div><b>#{hit.rank}</b>{score} {mark}</div>"
+        f"{evidence_html(hit.payload, f'rank {hit.rank}: {hit.id}')}"
+        f'<div style="color:#555">{html.escape(hit.id)}</div>{chips}</div>'
+    )
+
+
+def query_html(view: QueryView) -> str:
+    labels = "".join(
+        f'<span class="medheb-chip">{html.escape(label)}</span>' for label in view.labels
+    )
+    gold = html.escape(", ".join(view.gold[:12]) + (" …" if len(view.gold) > 12 else ""))
+    return (
+        f'<div class="dd-query"><b>Query {html.escape(view.id)}</b>'
+        f"{evidence_html(view.payload, f'query {view.id}')}"
+        f"<div>{labels}</div><div>Gold: {gold or 'none'}</div></div>"
+    )
+
+
+def drilldown_html(view: QueryView | None, ranked: list[RankedView]) -> str:
+    """The query, then each model's top-k side by side."""
+    if view is None or not ranked:
+        return ui.notice_html("warning", "No ranked list for this query in the chosen models.")
+    positive = [label.removeprefix("requires ") for label in view.labels if label.startswith("req")]
+    negative = [label.removeprefix("excludes ") for label in view.labels if label.startswith("exc")]
+    columns = []
+    for model in ranked:
+        verdict = "✓ hit" if model.hit else "✗ miss"
+        hits = "".join(hit_html(h, (positive, negative)) for h in model.hits)
+        columns.append(
+            f'<div class="dd-model"><h4>{html.escape(model.model)} · {verdict}</h4>'
+            f"<div>{html.escape(model.summary)}</div>"
+            f'<div class="dd-grid">{hits}</div></div>'
+        )
+    return f'<style>{CSS}</style>{query_html(view)}<div class="dd-models">{"".join(columns)}</div>'

@@ -1,0 +1,131 @@
+"""A researcher browses a CXR-Retrieve failure in a real browser (Playwright + Debian chromium).
+
+A stored `cxr-retrieve` run (random vs oracle over a small NIH-layout gallery) is opened in the
+explorer: the negation regime is shown, "Failures only" keeps the queries a model missed, and
+the drill-down shows each model's top 10 as thumbnails with the violated constraint named.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from medheb_app.settings import PROJECT_ROOT
+from tests.test_browser_app import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    SCREENSHOTS,
+    STARTUP_S,
+    _free_port,
+    _open,
+    _require_browser,
+    _tab,
+    _wait_until_serving,
+)
+from tests.test_cxr_cli import nih_fixture
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory) -> Iterator[dict]:
+    _require_browser()
+    root = tmp_path_factory.mktemp("browser-explorer")
+    data_dir = root / "data"
+    env = {
+        **os.environ,
+        "DATA_DIR": str(data_dir),
+        "MEDHEB_DEMO_SIZE": "40",
+        "MEDHEB_DEFAULT_MODEL": "oracle",
+        "PORT": str(_free_port()),
+        "HOST": "127.0.0.1",
+        "OMP_NUM_THREADS": "1",
+    }
+    from medheb_app.eval.runner import run_suite
+    from medheb_app.settings import Settings
+    from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
+
+    settings = Settings.from_env(data_dir=data_dir)
+    gallery = nih_fixture(root / "nih")
+    suite = CxrRetrieveSuite(data=f"nih:{gallery}", split=None)
+    run_suite(suite, ["oracle", "random"], root / "cxr-run", settings)
+    log = open(root / "app.log", "w")  # noqa: SIM115 - closed in teardown
+    process = subprocess.Popen(
+        [sys.executable, str(PROJECT_ROOT / "app.py")],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    port = int(env["PORT"])
+    try:
+        _wait_until_serving(process, port, STARTUP_S)
+        yield {"url": f"http://127.0.0.1:{port}"}
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / "app.log", SCREENSHOTS.parent / "app-explorer.log")
+
+
+@pytest.fixture
+def page(app):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        yield page
+        browser.close()
+
+
+def test_a_negation_failure_shows_thumbnails_and_the_violated_constraint(app, page):
+    _open(page, app["url"])
+    _tab(page, "Benchmark explorer")
+    page.locator("#explorer-ranked img").first.wait_for()
+    assert page.locator("#explorer-run input").input_value().startswith("Run 1: cxr-retrieve")
+    assert page.locator("#explorer-task input").input_value() == "negation"
+    assert " and no " in page.locator("#explorer-query input").input_value()
+
+    page.locator("#explorer-query input").click()
+    every = page.get_by_role("option").all_inner_texts()
+    page.keyboard.press("Escape")
+    assert len(every) == 90 and any("✓✓" in text for text in every)
+
+    page.locator("#explorer-failures input").check()
+    failures: list[str] = []
+    for _ in range(30):  # the list is replaced once the server answers
+        page.wait_for_timeout(1000)
+        page.locator("#explorer-query input").click()
+        page.wait_for_function("() => document.querySelectorAll('[role=option]').length > 0")
+        failures = page.get_by_role("option").all_inner_texts()
+        if failures and not any("✓✓" in text for text in failures):
+            break
+        page.locator("#explorer-task input").click()  # close the list
+        page.keyboard.press("Escape")
+    assert failures and not any("✓✓" in text for text in failures)  # only misses listed
+    assert len(failures) < len(every)
+    page.get_by_role("option").filter(has_text="✓✗").nth(1).click()  # random's miss
+    failure = page.locator("#explorer-query input").input_value()
+    assert failure.startswith("✓✗") and " and no " in failure  # oracle hit, random missed
+    ranked = page.locator("#explorer-ranked")
+    ranked.get_by_text("random · ✗ miss").wait_for()
+    ranked.get_by_text("✗ VIOLATES").first.wait_for()
+    random_column = ranked.locator(".dd-model").nth(1)
+    assert random_column.locator("img").count() == 10
+    assert "excludes" in ranked.locator(".dd-query").inner_text()  # the query with its labels
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "explorer-failure.png"), full_page=True)
