@@ -33,9 +33,7 @@ import numpy as np
 from medheb_app.evidence.study import Study
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.catalog import (
-    LoadedIndex,
     check_index_name,
-    load_index,
     study_content_key,
     study_metadata,
     write_index,
@@ -534,7 +532,3 @@ def _finish(
         model=embedder.card.name,
         failures=failures,
     )
-
-
-def open_built(name: str, fingerprint: str, settings: Settings) -> LoadedIndex:
-    return load_index(name, fingerprint, settings)
