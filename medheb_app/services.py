@@ -68,9 +68,9 @@ class DemoBootstrap:
         try:
             ensure = self._ensure
             if ensure is None:
-                from medheb_app.demo import ensure_demo
+                from medheb_app.demo import bootstrap_app
 
-                ensure = ensure_demo
+                ensure = bootstrap_app
             self.result = ensure(self.settings, self._progress)
             final = BootstrapState(fraction=1.0, message="demo ready", done=True)
         except Exception as error:  # shown in the page; the app keeps serving the other tabs
@@ -327,7 +327,26 @@ def index_job(settings: Settings) -> JobFn:
             f"built {name}: {report.n_items} items, {report.embedded} embedded, "
             f"{report.reused} reused, {report.failed} failed in {report.seconds:.1f} s"
         )
-        return {"index": name, "model": spec, "count": report.n_items, **report.to_json()}
+        from medheb_app.index.catalog import load_index
+        from medheb_app.models.registry import load_embedder
+        from medheb_app.ranking.index_logic import prepare_index_logic
+        from medheb_app.search import index_vocabulary, query_vocabulary
+
+        embedder = load_embedder(spec, settings)
+        loaded = load_index(name, embedder, settings)
+        vocabulary = index_vocabulary(loaded)
+        logic = False
+        if vocabulary is None or vocabulary.labelled:  # an unlabelled source has no probes
+            progress(1.0, "fitting the logic-aware probes")
+            logic = prepare_index_logic(loaded, embedder, settings, query_vocabulary(loaded))
+        log("logic-aware ranking prepared" if logic else "no labelled studies: similarity only")
+        return {
+            "index": name,
+            "model": spec,
+            "count": report.n_items,
+            "logic": logic,
+            **report.to_json(),
+        }
 
     return run
 
