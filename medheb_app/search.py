@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index
+from medheb_app.index.sources import Vocabulary
 from medheb_app.models.base import Embedder
 from medheb_app.query.parser import (
     ParsedQuery,
@@ -222,7 +224,49 @@ def _check_modality(embedder: Embedder, form: str, spec: str) -> None:
         raise SearchError(f"Model {spec!r} cannot embed {form} input; it reads: {readable}.")
 
 
-def _encode_text(text: str, embedder: Embedder, spec: str) -> tuple[np.ndarray, ParsedQuery]:
+def index_vocabulary(loaded: LoadedIndex) -> Vocabulary | None:
+    """The finding vocabulary the index's source labels (None for indices built before
+    indices recorded one: the demo, labelled with the CXR-Retrieve ten)."""
+    return Vocabulary.from_dict(loaded.info.get("vocabulary"))
+
+
+def query_vocabulary(loaded: LoadedIndex) -> tuple[str, ...]:
+    """Names a query is parsed against: the index's own labelled findings, else the ten."""
+    vocabulary = index_vocabulary(loaded)
+    return vocabulary.names if vocabulary is not None and vocabulary.labelled else CXR_RETRIEVE_10
+
+
+def vocabulary_warnings(
+    loaded: LoadedIndex, parsed: ParsedQuery | None, setting: str, ranking: str
+) -> list[str]:
+    """What the index's labels cannot do for this query, said plainly."""
+    vocabulary = index_vocabulary(loaded)
+    if vocabulary is None or parsed is None:
+        return []
+    if not vocabulary.labelled:
+        notes = [
+            f"Index {loaded.name!r} comes from a source without finding labels, so hits are "
+            "not checked against the query's findings."
+        ]
+        if ranking in ("logic", "auto") and parsed.has_constraints:
+            notes.append(
+                "Logic-aware ranking is unavailable for it (probes need labelled studies to "
+                "fit on); results are ranked by similarity."
+            )
+        return notes
+    if setting == "strict" and parsed.negative and not vocabulary.confirmed_negatives:
+        return [
+            f"Index {loaded.name!r} comes from {vocabulary.source}, whose labels are "
+            "positive-only: no study is a confirmed negative, so under the strict setting no "
+            "hit can satisfy an excluded finding. Use the main setting (not labelled positive "
+            "counts as absent)."
+        ]
+    return []
+
+
+def _encode_text(
+    text: str, embedder: Embedder, spec: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10
+) -> tuple[np.ndarray, ParsedQuery]:
     text = text.strip()
     if not text:
         raise SearchError(
@@ -230,7 +274,7 @@ def _encode_text(text: str, embedder: Embedder, spec: str) -> tuple[np.ndarray, 
             "cardiomegaly'."
         )
     _check_modality(embedder, "text", spec)
-    return embedder.encode([text]), parse_query(text)
+    return embedder.encode([text]), parse_query(text, vocabulary)
 
 
 PROJECTION_MODALITIES = {"CR", "DX", "XR", "RG"}
@@ -299,6 +343,8 @@ def search(
     ranking: str = "auto",
     study: Study | None = None,
     public: bool = False,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
 ) -> SearchResponse:
     """Rank the index's studies for a text query, an image/volume file or an already read
     study (exactly one).
@@ -309,7 +355,10 @@ def search(
     confirmed negative). `ranking` is "auto" (logic-aware when the query names findings and
     the index has labelled training studies for probes, else similarity), "logic" (the query's
     constraints over per-finding probes; a score is then log p(the study satisfies the
-    query)) or "similarity" (cosine).
+    query)) or "similarity" (cosine). The query is parsed against the index's own finding
+    vocabulary (its source's label names); an index whose source has no labels is ranked by
+    similarity. `nprobe` (IVF, IVF-PQ) and `ef_search` (HNSW) override the index's recorded
+    search parameters for this search.
 
     Nothing heavy happens here: a missing index is an error, never built. `public=True` is an
     anonymous request (the web app): the model and index must be among `offered(settings)` and
@@ -342,7 +391,7 @@ def search(
     started = time.perf_counter()
     parsed: ParsedQuery | None = None
     if query_text is not None:
-        vector, parsed = _encode_text(query_text, embedder, spec)
+        vector, parsed = _encode_text(query_text, embedder, spec, query_vocabulary(loaded))
         query = query_text.strip()
     else:
         try:
@@ -354,7 +403,10 @@ def search(
         query = "uploaded study" if file is None else Path(file).name  # type: ignore[arg-type]
     encoded = time.perf_counter()
     notes: list[str] = upload_mismatch(study, loaded) if study is not None else []
-    has_constraints = parsed is not None and parsed.has_constraints
+    vocabulary = index_vocabulary(loaded)
+    labelled = vocabulary is None or vocabulary.labelled
+    notes.extend(vocabulary_warnings(loaded, parsed, setting, ranking))
+    has_constraints = parsed is not None and parsed.has_constraints and labelled
     if ranking == "logic" and parsed is None:
         notes.append(FILE_LOGIC_WARNING)
     use_logic = False
@@ -375,7 +427,12 @@ def search(
             notes.extend(probe_warnings)
             scores, ids = top_scores[None], top_ids[None]
     if not use_logic:
-        scores, ids = loaded.search(np.asarray(vector, dtype=np.float32), int(k))
+        try:
+            scores, ids = loaded.search(
+                np.asarray(vector, dtype=np.float32), int(k), nprobe=nprobe, ef_search=ef_search
+            )
+        except ValueError as error:
+            raise SearchError(str(error)) from error
     searched = time.perf_counter()
 
     response = SearchResponse(
@@ -403,7 +460,7 @@ def search(
         if not parsed.has_constraints:
             known = ", ".join(name.lower() for name in parsed.vocabulary)
             response.warnings.append(NO_FINDING_WARNING.format(known=known))
-    response.results = _hits(scores[0], ids[0], loaded, parsed, setting)
+    response.results = _hits(scores[0], ids[0], loaded, parsed if labelled else None, setting)
     return response
 
 

@@ -181,7 +181,10 @@ def create_services(
 JobFn = Callable[
     [dict[str, Any], Callable[..., None], Callable[[str], None], threading.Event], dict
 ]
-INDEX_CORPORA = ("phantom-demo", "nih-1000")
+# Presets the admin panel offers ("nih-1000" is the shared NIH sample wherever settings put
+# it); any source spec (medheb_app/index/sources.py) is accepted.
+INDEX_CORPORA = ("phantom", "nih-1000")
+_LEGACY_CORPORA = {"phantom-demo": "phantom"}
 
 
 def _stamp() -> str:
@@ -286,57 +289,64 @@ def train_job(settings: Settings) -> JobFn:
     return run
 
 
-def _index_studies(settings: Settings, corpus: str, progress) -> list:
-    if corpus == "phantom-demo":
-        from medheb_app.demo import ensure_chest_corpus
-        from medheb_app.evidence.phantoms import load_corpus
-
-        directory, _ = ensure_chest_corpus(
-            settings, settings.demo_size, settings.demo_seed, progress
-        )
-        return load_corpus(directory)
-    if corpus == "nih-1000":
-        from medheb_app.evidence.sources.nih import load_nih
-
-        return list(load_nih(settings.shared_data_dir / "nih-cxr14-1000"))
-    raise ValueError(f"Unknown corpus {corpus!r}; known: {', '.join(INDEX_CORPORA)}.")
+def index_source(settings: Settings, params: dict[str, Any]) -> str:
+    """The job's source spec: params["source"] (any spec `index build --source` takes), or
+    the older params["corpus"] ("phantom-demo", "nih-1000")."""
+    source = str(params.get("source") or params.get("corpus") or "").strip()
+    if source == "nih-1000":
+        return f"nih:{settings.shared_data_dir / 'nih-cxr14-1000'}"
+    return _LEGACY_CORPORA.get(source, source)
 
 
 def index_job(settings: Settings) -> JobFn:
-    """Embed a corpus with a model and write a named index; the search pickers then offer it."""
+    """Build a named index from any source spec (the same builder as `index build`), with
+    items/s and an ETA in the progress messages; the search pickers then offer it."""
 
     def run(params, progress, log, stop) -> dict:
-        from medheb_app.index.catalog import build_index, check_index_name
+        from medheb_app.index.build import build_from_source
+        from medheb_app.index.catalog import check_index_name
         from medheb_app.jobs import JobCancelled
-        from medheb_app.models.registry import load_embedder
 
-        name, spec, corpus = check_index_name(params["name"]), params["model"], params["corpus"]
-        log(f"index {name}: corpus {corpus}, model {spec}")
-        studies = _index_studies(settings, corpus, lambda f, m: progress(0.2 * f, m))
-        embedder = load_embedder(spec, settings)
+        name, spec = check_index_name(str(params["name"])), str(params["model"])
+        source = index_source(settings, params)
+        log(f"index {name}: source {source}, model {spec}")
         try:
-            loaded = build_index(
+            report = build_from_source(
+                source,
+                spec,
                 name,
-                studies,
-                embedder,
                 settings,
-                progress=lambda f, m: progress(0.2 + 0.8 * f, m),
+                kind=str(params.get("kind", "auto")),
+                batch_size=int(params.get("batch_size", 32)),
+                progress=progress,
                 stop=stop,
-                corpus={"kind": corpus},
             )
         except InterruptedError as error:
             raise JobCancelled(str(error)) from error
-        log(f"built {name}: {loaded.index.count} items")
-        from medheb_app.ranking.index_logic import prepare_index_logic
-
-        progress(1.0, "fitting the logic-aware probes")
-        logic = prepare_index_logic(loaded, embedder, settings)
         log(
-            "logic-aware ranking prepared"
-            if logic
-            else "no labelled training studies: similarity only"
+            f"built {name}: {report.n_items} items, {report.embedded} embedded, "
+            f"{report.reused} reused, {report.failed} failed in {report.seconds:.1f} s"
         )
-        return {"index": name, "model": spec, "count": loaded.index.count, "logic": logic}
+        from medheb_app.index.catalog import load_index
+        from medheb_app.models.registry import load_embedder
+        from medheb_app.ranking.index_logic import prepare_index_logic
+        from medheb_app.search import index_vocabulary, query_vocabulary
+
+        embedder = load_embedder(spec, settings)
+        loaded = load_index(name, embedder, settings)
+        vocabulary = index_vocabulary(loaded)
+        logic = False
+        if vocabulary is None or vocabulary.labelled:  # an unlabelled source has no probes
+            progress(1.0, "fitting the logic-aware probes")
+            logic = prepare_index_logic(loaded, embedder, settings, query_vocabulary(loaded))
+        log("logic-aware ranking prepared" if logic else "no labelled studies: similarity only")
+        return {
+            "index": name,
+            "model": spec,
+            "count": report.n_items,
+            "logic": logic,
+            **report.to_json(),
+        }
 
     return run
 

@@ -26,7 +26,7 @@ class Settings:
     data_dir: Path = field(default_factory=_default_data_dir)
     database_url: str = ""
     admin_password: str = ""
-    device: str = "cpu"
+    device: str = "auto"  # MEDHEB_DEVICE: auto (CUDA when present), cpu, cuda, cuda:N
     default_model: str = "dual-lite"
     default_index: str = "demo-cxr"
     max_upload_bytes: int = 512 * 1024 * 1024
@@ -77,7 +77,7 @@ class Settings:
             "data_dir": _default_data_dir(),
             "database_url": env.get("DATABASE_URL", ""),
             "admin_password": env.get("ADMIN_PASSWORD", ""),
-            "device": env.get("MEDHEB_DEVICE", "cpu"),
+            "device": env.get("MEDHEB_DEVICE", "auto"),
             "default_model": env.get("MEDHEB_DEFAULT_MODEL", "dual-lite"),
             "default_index": env.get("MEDHEB_DEFAULT_INDEX", "demo-cxr"),
             "max_upload_bytes": int(env.get("MAX_UPLOAD_BYTES", 512 * 1024 * 1024)),

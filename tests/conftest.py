@@ -60,3 +60,12 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """Settings with a fresh DATA_DIR per test, so tests never touch each other's files."""
     monkeypatch.setenv("DATA_DIR", str(tmp_path / "data"))
     return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[object]:
+    """ONE local Ray cluster for the whole test session (2 CPUs, no dashboard)."""
+    ray = pytest.importorskip("ray", reason="ray[data] (requirements.txt) not installed")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

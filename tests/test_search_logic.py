@@ -105,16 +105,20 @@ def test_file_queries_and_queries_without_findings_fall_back_to_similarity(
     assert any("No known finding" in warning for warning in vague.warnings)
 
 
-def test_an_index_without_labelled_train_studies_is_refused_clearly(
+def test_an_index_without_a_train_split_cross_fits_and_one_without_labels_is_refused(
     biased: Settings, corpus
 ) -> None:
     _, studies = corpus
     from dataclasses import replace
 
-    unsplit = [replace(study, split="test") for study in studies[:30]]
+    unsplit = [replace(study, split=None) for study in studies[:60]]
     build_index("no-train", unsplit, AffirmationBiased(), biased)
-    with pytest.raises(SearchError, match="no labelled training studies"):
-        search(query_text=QUERY, index="no-train", settings=biased, ranking="logic")
+    crossed = search(query_text=QUERY, index="no-train", settings=biased, ranking="logic")
+    assert crossed.ranking == "logic" and len(crossed.results) == 10
+    unlabelled = [replace(study, findings={}) for study in studies[:30]]
+    build_index("no-labels", unlabelled, AffirmationBiased(), biased)
+    with pytest.raises(SearchError, match="no studies labelled"):
+        search(query_text=QUERY, index="no-labels", settings=biased, ranking="logic")
     with pytest.raises(SearchError, match="Unknown ranking 'fuzzy'"):
         search(query_text=QUERY, index=INDEX, settings=biased, ranking="fuzzy")
 
@@ -222,3 +226,22 @@ def test_concurrent_first_searches_fit_the_probe_once(corpus, monkeypatch) -> No
     for thread in threads:
         thread.join()
     assert len(fits) == 1 and len(answers) == 4 and all(a == answers[0] for a in answers)
+
+
+def test_cross_fit_scores_every_labelled_study_out_of_fold() -> None:
+    """On pure noise a probe memorises its training labels (in-sample AUC near 1); the
+    cross-fitted scores of the same studies are at chance, so none saw its own label."""
+    from sklearn.metrics import roc_auc_score
+
+    from medheb_app.ranking.index_logic import cross_fit_logits
+    from medheb_app.ranking.probes import ProbeConfig, fit_probe
+
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((120, 200)).astype(np.float32)
+    labels = [{"Mass": int(v)} for v in rng.integers(0, 2, 120)]
+    y = np.array([row["Mass"] for row in labels])
+    probe = fit_probe(vectors, labels, ("Mass",), "fp", ProbeConfig(views="whole", c_grid=(10.0,)))
+    in_sample = probe.logits(vectors)
+    assert roc_auc_score(y, in_sample[:, 0]) > 0.99
+    crossed = cross_fit_logits(in_sample.copy(), vectors, list(range(120)), labels, probe)
+    assert abs(roc_auc_score(y, crossed[:, 0]) - 0.5) < 0.15

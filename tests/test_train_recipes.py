@@ -61,4 +61,7 @@ def test_model_cache_evicts_a_superseded_checkpoint(settings, monkeypatch) -> No
     stamp["value"] = 2  # the weights file was rewritten
     second = registry.load_embedder("dual-lite@x", settings)
     assert second is not first and loads == [1, 2]
-    assert set(registry._CACHE) == {("open_clip:a",), ("dual-lite", "/models/x", 2)}
+    from medheb_app.models.device import resolve_device
+
+    device = resolve_device(settings.device)  # embedders are cached per device too
+    assert set(registry._CACHE) == {("open_clip:a",), ("dual-lite", "/models/x", 2, device)}

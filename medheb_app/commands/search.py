@@ -48,6 +48,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "per-finding probes fit on the index's labelled train studies; similarity: cosine"
         ),
     )
+    parser.add_argument(
+        "--nprobe", type=int, default=None,
+        help="IVF / IVF-PQ cells searched (default: recorded with the index)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ef-search", type=int, default=None,
+        help="HNSW search breadth (default: recorded with the index)",
+    )  # fmt: skip
     add_json_flag(parser)
     parser.set_defaults(handler=run)
 
@@ -66,6 +74,8 @@ def run(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, An
         settings=settings,
         setting=args.setting,
         ranking=args.ranking,
+        nprobe=args.nprobe,
+        ef_search=args.ef_search,
     )
     payload = response.to_json()
     return format_response(payload), payload

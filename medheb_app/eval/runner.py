@@ -246,9 +246,11 @@ def task_work(task: Any) -> int:
 
 def run_settings(settings: Settings) -> dict[str, Any]:
     """What of the settings a run's numbers depend on (kept in summary.json and the store)."""
+    from medheb_app.models.device import resolve_device
+
     return {
         "data_dir": str(settings.data_dir),
-        "device": settings.device,
+        "device": resolve_device(settings.device),  # what "auto" became on this machine
         "shared_data": str(settings.shared_data_dir),
     }
 

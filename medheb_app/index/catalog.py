@@ -113,8 +113,14 @@ class LoadedIndex:
     def item(self, item_id: str) -> dict[str, Any]:
         return self.items[item_id]
 
-    def search(self, queries: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        return self.index.search(queries, k)
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int = 10,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(queries, k, nprobe=nprobe, ef_search=ef_search)
 
 
 def index_path(settings: Settings, name: str, fingerprint: str) -> Path:
@@ -167,17 +173,45 @@ def build_index(
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "build_seconds": round(time.perf_counter() - started, 3),
     }
-    final = index_path(settings, name, fingerprint)
-    staging = final.parent / f".staging-{fingerprint}-{uuid.uuid4().hex[:8]}"
-    index.save(staging)
-    with open(staging / METADATA_FILE, "w", encoding="utf-8") as handle:
-        for study in studies:
-            handle.write(json.dumps(study_metadata(study)) + "\n")
-    (staging / CATALOG_FILE).write_text(json.dumps(info, indent=2))
-    _swap_into_place(staging, final)
+    write_index(name, index, [study_metadata(study) for study in studies], info, settings)
     if progress:
         progress(1.0, f"index {name} built: {index.count} items, {index.kind}")
     return load_index(name, fingerprint, settings)
+
+
+def write_index(
+    name: str,
+    index: VectorIndex,
+    rows: Sequence[dict[str, Any]],
+    info: dict[str, Any],
+    settings: Settings,
+    extra_files: dict[str, str] | None = None,
+) -> Path:
+    """Write the index, its metadata rows, its catalog entry (and any report files) into
+    index_dir/<name>/<fingerprint>/ atomically: a reader sees the old build or the new one."""
+    final = index_path(settings, name, index.fingerprint)
+    staging = final.parent / f".staging-{index.fingerprint}-{uuid.uuid4().hex[:8]}"
+    index.save(staging)
+    with open(staging / METADATA_FILE, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    for file_name, text in (extra_files or {}).items():
+        (staging / file_name).write_text(text, encoding="utf-8")
+    (staging / CATALOG_FILE).write_text(json.dumps(info, indent=2))
+    _swap_into_place(staging, final)
+    return final
+
+
+def remove_index(name: str, settings: Settings) -> list[str]:
+    """Delete every build of the index `name` (all models); returns the models removed."""
+    folder = settings.index_dir / check_index_name(name)
+    removed = [entry["model"] for entry in list_indices(settings) if entry["name"] == name]
+    if not folder.is_dir():
+        raise IndexNotFoundError(_missing_message(name, "", settings))
+    retired = folder.parent / f".removed-{name}-{uuid.uuid4().hex[:8]}"
+    os.replace(folder, retired)
+    shutil.rmtree(retired, ignore_errors=True)
+    return removed
 
 
 def _swap_into_place(staging: Path, final: Path) -> None:
@@ -259,6 +293,8 @@ def list_indices(settings: Settings) -> list[dict[str, Any]]:
                 "forms": info.get("forms", []),
                 "synthetic": info.get("synthetic", False),
                 "created": info.get("created", ""),
+                "vocabulary": info.get("vocabulary"),
+                "source": info.get("corpus", {}).get("spec") or info.get("corpus", {}).get("kind"),
                 "path": str(catalog_file.parent),
             }
         )

@@ -5,15 +5,24 @@ every candidate pool by cosine). Three kinds:
 - "exact": IndexFlatIP, brute force; the default and the reference for recall.
 - "ivf": IVF-Flat (inverted lists over k-means cells); `nlist` cells, `nprobe` searched.
 - "hnsw": HNSW graph; `m` links per node, `ef_construction`, `ef_search`.
+- "ivfpq": IVF with product-quantised codes (OPQ rotation first by default), `m` bytes per
+  vector instead of 4 * dims: for collections beyond RAM. Trained on a sample, filled chunk by
+  chunk; when the codes exceed a memory budget the inverted lists are written to
+  index.ivfdata beside index.faiss and memory-mapped (FAISS OnDiskInvertedLists).
 The approximate kinds trade recall for speed on large collections; bench/bench_retrieval.py
-measures their recall@10 against "exact".
+and bench/bench_scale.py measure their recall@10 against "exact". Search-time knobs (nprobe,
+ef_search) are recorded with the index and can be overridden per search.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
+import tempfile
+import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,10 +30,14 @@ from typing import Any, Literal
 import faiss
 import numpy as np
 
-IndexKind = Literal["exact", "ivf", "hnsw", "auto"]
-INDEX_KINDS: tuple[str, ...] = ("exact", "ivf", "hnsw")
-# Above this size an exact scan costs more than a text encode on a laptop core (BENCHMARKS.md)
-AUTO_EXACT_LIMIT = 50_000
+IndexKind = Literal["exact", "ivf", "hnsw", "ivfpq", "auto"]
+INDEX_KINDS: tuple[str, ...] = ("exact", "ivf", "hnsw", "ivfpq")
+# auto: exact up to ~200k items, IVF-Flat up to a few million, IVF-PQ above (full float
+# vectors of a few million 256-d items already take GBs of RAM).
+AUTO_EXACT_LIMIT = 200_000
+AUTO_IVF_LIMIT = 3_000_000
+DEFAULT_MEMORY_BUDGET_MB = 2048  # IVF-PQ codes above this go to memory-mapped on-disk lists
+ONDISK_FILE = "index.ivfdata"
 MANIFEST_VERSION = 1
 _NORM_TOLERANCE = 1e-3
 
@@ -38,9 +51,11 @@ def default_nlist(count: int) -> int:
 
 
 def resolve_kind(kind: str, count: int) -> str:
-    """'auto' is exact below AUTO_EXACT_LIMIT items and IVF-Flat from there on."""
+    """'auto': exact below AUTO_EXACT_LIMIT items, IVF-Flat below AUTO_IVF_LIMIT, IVF-PQ above."""
     if kind == "auto":
-        return "exact" if count < AUTO_EXACT_LIMIT else "ivf"
+        if count < AUTO_EXACT_LIMIT:
+            return "exact"
+        return "ivf" if count < AUTO_IVF_LIMIT else "ivfpq"
     if kind not in INDEX_KINDS:
         raise ValueError(
             f"Unknown index kind {kind!r}; choose one of {', '.join(INDEX_KINDS)} or auto."
@@ -76,6 +91,7 @@ class VectorIndex:
     kind: str = "exact"
     params: dict[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def dims(self) -> int:
@@ -103,6 +119,10 @@ class VectorIndex:
         """
         kind = resolve_kind(kind, len(ids))
         array = check_vectors(vectors)
+        if kind == "ivfpq":
+            return cls.build_ivfpq(
+                lambda: iter([array]), ids, array.shape[1], fingerprint, **params
+            )
         ids = [str(item) for item in ids]
         if len(ids) != array.shape[0]:
             raise ValueError(f"Got {array.shape[0]} vectors but {len(ids)} ids.")
@@ -136,21 +156,116 @@ class VectorIndex:
         built._apply_search_params()
         return built
 
-    def _apply_search_params(self) -> None:
-        """Search-time knobs are not all stored by faiss.write_index, so set them from params."""
-        if self.kind == "ivf":
-            faiss.extract_index_ivf(self.index).nprobe = int(self.params["nprobe"])
-        elif self.kind == "hnsw":
-            self.index.hnsw.efSearch = int(self.params["ef_search"])
+    @classmethod
+    def build_ivfpq(
+        cls,
+        chunks: Callable[[], Iterator[np.ndarray]],
+        ids: list[str],
+        dims: int,
+        fingerprint: str = "",
+        work_dir: Path | None = None,
+        **params: Any,
+    ) -> VectorIndex:
+        """IVF-PQ over vectors that arrive in chunks (`chunks()` restarts the stream).
 
-    def search(self, queries: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        params: nlist (4 * sqrt(n)), m (PQ bytes per vector; dims / 4, at most 64), nbits (8;
+        fewer when there are under 256 training rows),
+        opq (an OPQ rotation before IVF-PQ; default on from 1,000 training rows), nprobe
+        (max(16, nlist / 32)), train_size (rows sampled to train, default
+        min(n, max(30 * nlist, 20,000), 200,000)), seed (0),
+        memory_budget_mb (codes above this go to on-disk lists in `work_dir`).
+        """
+        ids = [str(item) for item in ids]
+        count = len(ids)
+        if not count:
+            raise ValueError("Cannot build an index over zero items.")
+        if len(set(ids)) != count:
+            duplicate = Counter(ids).most_common(1)[0][0]
+            raise ValueError(f"Index ids must be unique; {duplicate!r} appears more than once.")
+        nlist = int(params.get("nlist") or default_nlist(count))
+        m = int(params.get("m") or default_pq_m(dims))
+        if dims % m:
+            raise ValueError(f"IVF-PQ needs m dividing the dimension; {m} does not divide {dims}.")
+        nbits = int(params.get("nbits", 8))
+        seed = int(params.get("seed", 0))
+        budget = float(params.get("memory_budget_mb", DEFAULT_MEMORY_BUDGET_MB))
+        train_size = int(params.get("train_size") or min(count, max(30 * nlist, 20_000), 200_000))
+        sample = _sample_rows(chunks, count, min(train_size, count), seed)
+        # OPQ trains its own 256-centroid PQ: only with enough rows (and where asked)
+        opq = bool(params.get("opq", len(sample) >= 1000))
+        if "nbits" not in params:  # a small collection cannot train 256 centroids per sub-space
+            while nbits > 1 and 2**nbits > len(sample):
+                nbits -= 1
+        rotation = f"OPQ{m}," if opq else ""
+        factory = f"{rotation}IVF{nlist},PQ{m}x{nbits}"
+        index = faiss.index_factory(dims, factory, faiss.METRIC_INNER_PRODUCT)
+        ivf = faiss.extract_index_ivf(index)
+        ivf.cp.seed = seed
+        index.train(sample)
+        code_bytes = count * (ivf.code_size + 8)
+        on_disk = code_bytes > budget * 2**20
+        resolved: dict[str, Any] = {
+            "nlist": nlist,
+            "m": m,
+            "nbits": nbits,
+            "opq": opq,
+            "nprobe": min(int(params.get("nprobe") or max(16, nlist // 32)), nlist),
+            "train_size": len(sample),
+            "seed": seed,
+            "on_disk": on_disk,
+            "memory_budget_mb": budget,
+        }
+        if not on_disk:
+            start = 0
+            for chunk in chunks():
+                array = check_vectors(chunk)
+                index.add_with_ids(array, np.arange(start, start + len(array), dtype=np.int64))
+                start += len(array)
+        else:
+            resolved["ondisk_path"] = str(_fill_on_disk(index, chunks, work_dir))
+        if index.ntotal != count:
+            raise ValueError(f"Got {index.ntotal} vectors for {count} ids.")
+        built = cls(index=index, ids=ids, kind="ivfpq", params=resolved, fingerprint=fingerprint)
+        built._apply_search_params()
+        return built
+
+    def _apply_search_params(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        """Search-time knobs are not all stored by faiss.write_index, so set them from params
+        (or from the per-search overrides)."""
+        if self.kind in ("ivf", "ivfpq"):
+            ivf = faiss.extract_index_ivf(self.index)
+            ivf.nprobe = min(int(nprobe or self.params["nprobe"]), ivf.nlist)
+        elif self.kind == "hnsw":
+            self.index.hnsw.efSearch = int(ef_search or self.params["ef_search"])
+
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int = 10,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by cosine for each query: (scores (q, k) float32, ids (q, k) object).
 
         k is capped at the index size. An approximate index may find fewer than k items for a
-        query; those slots hold id None and score -inf.
+        query; those slots hold id None and score -inf. `nprobe` (IVF kinds) and `ef_search`
+        (HNSW) override the recorded search parameters for this search only.
         """
         if k < 1:
             raise ValueError(f"k must be at least 1; got {k}.")
+        for name, value in (("nprobe", nprobe), ("ef_search", ef_search)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1; got {value}.")
+        if nprobe is not None or ef_search is not None:
+            with self._lock:
+                self._apply_search_params(nprobe, ef_search)
+                try:
+                    return self._search(queries, k)
+                finally:
+                    self._apply_search_params()
+        return self._search(queries, k)
+
+    def _search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         array = check_vectors(np.atleast_2d(queries), "query vectors")
         if array.shape[1] != self.dims:
             raise ValueError(
@@ -168,15 +283,16 @@ class VectorIndex:
     def reconstruct(self, item_id: str) -> np.ndarray:
         """The stored vector of one item (exact and HNSW; IVF needs a direct map)."""
         row = self.ids.index(item_id)
-        if self.kind == "ivf":
+        if self.kind in ("ivf", "ivfpq"):
             ivf = faiss.extract_index_ivf(self.index)
             ivf.make_direct_map()
         return self.index.reconstruct(row)
 
     def vectors(self) -> np.ndarray:
         """(count, dims) float32: every stored vector in id order, for scoring the whole index
-        with something other than cosine (ranking/index_logic.py)."""
-        if self.kind == "ivf":
+        with something other than cosine (ranking/index_logic.py); IVF-PQ gives its decoded
+        (approximate) vectors."""
+        if self.kind in ("ivf", "ivfpq"):
             faiss.extract_index_ivf(self.index).make_direct_map()
         return np.asarray(self.index.reconstruct_n(0, self.count), dtype=np.float32)
 
@@ -186,7 +302,7 @@ class VectorIndex:
             "kind": self.kind,
             "dims": self.dims,
             "count": self.count,
-            "params": self.params,
+            "params": {k: v for k, v in self.params.items() if k != "ondisk_path"},
             "fingerprint": self.fingerprint,
             "faiss_version": faiss.__version__,
         }
@@ -195,6 +311,11 @@ class VectorIndex:
         """Write index.faiss, ids.json and manifest.json into `directory`."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        if self.params.get("on_disk"):  # the lists stay memory-mapped: move their file along
+            source = Path(self.params["ondisk_path"])
+            if source.resolve() != (directory / ONDISK_FILE).resolve():
+                shutil.move(str(source), directory / ONDISK_FILE)
+            self.params["ondisk_path"] = str(directory / ONDISK_FILE)
         faiss.write_index(self.index, str(directory / "index.faiss"))
         (directory / "ids.json").write_text(json.dumps(self.ids))
         (directory / "manifest.json").write_text(json.dumps(self.manifest(), indent=2))
@@ -213,19 +334,73 @@ class VectorIndex:
                 f"Index in {directory} has manifest version {manifest.get('version')}; "
                 f"this code reads version {MANIFEST_VERSION}. Rebuild the index."
             )
-        index = faiss.read_index(str(directory / "index.faiss"))
+        on_disk = bool(manifest.get("params", {}).get("on_disk"))
+        flags = faiss.IO_FLAG_ONDISK_SAME_DIR if on_disk else 0
+        index = faiss.read_index(str(directory / "index.faiss"), flags)
         ids = json.loads((directory / "ids.json").read_text())
         if index.ntotal != len(ids) or index.ntotal != manifest["count"]:
             raise ValueError(
                 f"Index in {directory} is inconsistent: {index.ntotal} vectors, {len(ids)} ids, "
                 f"manifest says {manifest['count']}. Rebuild the index."
             )
+        params = dict(manifest.get("params", {}))
+        if on_disk:
+            params["ondisk_path"] = str(directory / ONDISK_FILE)
         loaded = cls(
             index=index,
             ids=ids,
             kind=manifest["kind"],
-            params=manifest.get("params", {}),
+            params=params,
             fingerprint=manifest.get("fingerprint", ""),
         )
         loaded._apply_search_params()
         return loaded
+
+
+def default_pq_m(dims: int) -> int:
+    """PQ bytes per vector: a quarter of the dimension (4 dims per sub-quantiser), at most 64,
+    and a divisor of `dims`."""
+    for m in range(min(64, max(1, dims // 4)), 0, -1):
+        if dims % m == 0:
+            return m
+    return 1
+
+
+def _sample_rows(
+    chunks: Callable[[], Iterator[np.ndarray]], count: int, size: int, seed: int
+) -> np.ndarray:
+    """`size` rows drawn uniformly without replacement from the chunk stream (one pass)."""
+    chosen = np.sort(np.random.default_rng(seed).choice(count, size=size, replace=False))
+    picked, start = [], 0
+    for chunk in chunks():
+        array = np.asarray(chunk, dtype=np.float32)
+        lo, hi = np.searchsorted(chosen, [start, start + len(array)])
+        if hi > lo:
+            picked.append(array[chosen[lo:hi] - start])
+        start += len(array)
+    return check_vectors(np.concatenate(picked), "training vectors")
+
+
+def _fill_on_disk(
+    index: faiss.Index, chunks: Callable[[], Iterator[np.ndarray]], work_dir: Path | None
+) -> Path:
+    """Add chunks to per-chunk indices written to disk, then merge their inverted lists into
+    memory-mapped OnDiskInvertedLists (index.ivfdata in `work_dir`), never holding all codes."""
+    from faiss.contrib.ondisk import merge_ondisk
+
+    folder = Path(work_dir or tempfile.mkdtemp(prefix="ivfpq-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    parts, start = [], 0
+    for number, chunk in enumerate(chunks()):
+        array = check_vectors(chunk)
+        part = faiss.clone_index(index)
+        part.add_with_ids(array, np.arange(start, start + len(array), dtype=np.int64))
+        start += len(array)
+        path = folder / f"part-{number:06d}.faiss"
+        faiss.write_index(part, str(path))
+        parts.append(str(path))
+        del part
+    merge_ondisk(index, parts, str(folder / ONDISK_FILE))
+    for path in parts:
+        Path(path).unlink()
+    return folder / ONDISK_FILE

@@ -38,6 +38,7 @@ from torch import nn
 from medheb_app.evidence.readers import K_FRAMES
 from medheb_app.evidence.study import EmbedItem
 from medheb_app.models.base import ModelCard
+from medheb_app.models.device import autocast, is_shared, module_device, shared_on
 from medheb_app.models.fieldwise import encode_fieldwise, encode_volumes, with_instruction
 from medheb_app.models.towers import (
     IMAGE_ARCH,
@@ -206,33 +207,58 @@ class DualLiteEmbedder:
             image_size=int(config.get("image_size", IMAGE_SIZE)),
         )
 
+    # -- devices ---------------------------------------------------------------------------
+    @property
+    def device(self) -> str:
+        return module_device(self.heads)
+
+    def to_device(self, device: str) -> DualLiteEmbedder:
+        """Heads and towers to `device` (shared towers as a per-device copy); on CUDA the towers
+        run under autocast (bf16/fp16) and features come back as float32."""
+        shared_image, shared_text = shared_towers()
+        self.image_tower = (
+            shared_on(shared_image, device)
+            if is_shared(self.image_tower, shared_image)
+            else self.image_tower.to(device)
+        )
+        self.text_tower = (
+            shared_on(shared_text, device)
+            if is_shared(self.text_tower, shared_text)
+            else self.text_tower.to(device)
+        )
+        self.heads = self.heads.to(device)
+        return self
+
     # -- tower features (what the trainer caches) ------------------------------------------
     def image_features(self, images: Sequence[np.ndarray]) -> torch.Tensor:
-        """(n, 1280) frozen-tower features for images in [0, 1]."""
+        """(n, 1280) frozen-tower features for images in [0, 1] (float32, on the CPU)."""
         chunks = [torch.zeros(0, IMAGE_DIM)]
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device):
             for start in range(0, len(images), self.batch_size):
                 pixels = preprocess_images(images[start : start + self.batch_size], self.image_size)
-                chunks.append(self.image_tower(pixels))
+                chunks.append(self.image_tower(pixels).float().cpu())
         return torch.cat(chunks)
 
     def text_features(self, texts: Sequence[str]) -> torch.Tensor:
-        """(n, 384) frozen-tower sentence features."""
+        """(n, 384) frozen-tower sentence features (float32, on the CPU)."""
         chunks = [torch.zeros(0, TEXT_DIM)]
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device):
             for start in range(0, len(texts), self.batch_size):
-                chunks.append(self.text_tower.encode(texts[start : start + self.batch_size]))
+                batch = texts[start : start + self.batch_size]
+                chunks.append(self.text_tower.encode(batch).float().cpu())
         return torch.cat(chunks)
 
     # -- embeddings ------------------------------------------------------------------------
     def encode_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        features = self.image_features(images)
         with torch.inference_mode():
-            return self.heads.project_image(self.image_features(images)).numpy()
+            return self.heads.project_image(features.to(self.device)).float().cpu().numpy()
 
     def encode_text(self, texts: Sequence[str], instruction: str | None = None) -> np.ndarray:
         texts = with_instruction(texts, instruction)
+        features = self.text_features(texts)
         with torch.inference_mode():
-            return self.heads.project_text(self.text_features(texts)).numpy()
+            return self.heads.project_text(features.to(self.device)).float().cpu().numpy()
 
     def encode_volumes(self, volumes: Sequence[np.ndarray]) -> np.ndarray:
         return encode_volumes(volumes, self.encode_images, self.card.dims, self.frames)

@@ -40,6 +40,7 @@ from torch import nn
 from medheb_app.evidence.readers import K_FRAMES, sample_frames
 from medheb_app.evidence.study import EmbedItem, Evidence, as_evidence
 from medheb_app.models.base import ModelCard
+from medheb_app.models.device import autocast, module_device, shared_on
 from medheb_app.models.feature_cache import FeatureCache
 from medheb_app.models.medemb_projection import ChannelMoments, VisualProjection
 from medheb_app.models.towers import (
@@ -125,13 +126,26 @@ class MedEmbLiteEmbedder(nn.Module):
         self.batch_size = batch_size
         self.eval()
 
+    # -- devices ---------------------------------------------------------------------------
+    @property
+    def device(self) -> str:
+        return module_device(self.projection)
+
+    def to_device(self, device: str) -> MedEmbLiteEmbedder:
+        """Backbone, projection and (a per-device copy of the shared) image tower to `device`.
+
+        Visual features stay cached on the CPU in float32, so the cache serves every device."""
+        self.image_tower = shared_on(shared_image_tower(), device)
+        self.to(device)
+        return self
+
     # -- visual tokens ---------------------------------------------------------------------
     def _tower_tokens(self, images: Sequence[np.ndarray], size: int, grid: int) -> torch.Tensor:
-        """(n, grid*grid, 1280) pooled feature-map cells of the frozen EfficientNet."""
-        with torch.inference_mode():
-            pixels = preprocess_images(images, size)
+        """(n, grid*grid, 1280) pooled feature-map cells of the frozen EfficientNet (CPU, fp32)."""
+        with torch.inference_mode(), autocast(self.device):
+            pixels = preprocess_images(images, size).to(self.image_tower.device)
             maps = self.image_tower.net.forward_features(pixels)
-            cells = F.adaptive_avg_pool2d(maps, grid)
+            cells = F.adaptive_avg_pool2d(maps, grid).float().cpu()
         return cells.flatten(2).transpose(1, 2).clone()
 
     def visual_features(self, evidence: Evidence) -> torch.Tensor | None:
@@ -241,25 +255,26 @@ class MedEmbLiteEmbedder(nn.Module):
         if len(head) > 1:
             head.append(sep)
         tail = [*self._word_ids(evidence.text), sep]
-        parts = [words(torch.tensor(head))]
-        types = [torch.zeros(len(head), dtype=torch.long)]
+        device = self.device
+        parts = [words(torch.tensor(head, device=device))]
+        types = [torch.zeros(len(head), dtype=torch.long, device=device)]
         visual = self.visual_features(evidence)
         if visual is not None:
-            parts.append(
-                self.projection(visual, "image" if evidence.image is not None else "frame")
-            )
-            types.append(torch.ones(len(visual), dtype=torch.long))
-        parts.append(words(torch.tensor(tail)))
-        types.append(torch.zeros(len(tail), dtype=torch.long))
+            kind = "image" if evidence.image is not None else "frame"
+            parts.append(self.projection(visual.to(device), kind))
+            types.append(torch.ones(len(visual), dtype=torch.long, device=device))
+        parts.append(words(torch.tensor(tail, device=device)))
+        types.append(torch.zeros(len(tail), dtype=torch.long, device=device))
         return torch.cat(parts), torch.cat(types)
 
     def embed(self, items: Sequence[Evidence], instructions: Sequence[str | None]) -> torch.Tensor:
         """(n, 384) L2-normalised embeddings; carries gradients when enabled."""
         sequences = [self._sequence(e, i) for e, i in zip(items, instructions, strict=True)]
         longest = max(len(s) for s, _ in sequences)
-        embeds = torch.zeros(len(sequences), longest, TEXT_DIM)
-        types = torch.zeros(len(sequences), longest, dtype=torch.long)
-        mask = torch.zeros(len(sequences), longest, dtype=torch.long)
+        device = self.device
+        embeds = torch.zeros(len(sequences), longest, TEXT_DIM, device=device)
+        types = torch.zeros(len(sequences), longest, dtype=torch.long, device=device)
+        mask = torch.zeros(len(sequences), longest, dtype=torch.long, device=device)
         for row, (sequence, kinds) in enumerate(sequences):
             embeds[row, : len(sequence)] = sequence
             types[row, : len(sequence)] = kinds
@@ -275,10 +290,11 @@ class MedEmbLiteEmbedder(nn.Module):
         evidence = [as_evidence(item) for item in items]
         self.precompute_visual(evidence)
         chunks = [np.zeros((0, self.card.dims), dtype=np.float32)]
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device):
             for start in range(0, len(evidence), self.batch_size):
                 batch = evidence[start : start + self.batch_size]
-                chunks.append(self.embed(batch, [instruction] * len(batch)).numpy())
+                vectors = self.embed(batch, [instruction] * len(batch))
+                chunks.append(vectors.float().cpu().numpy())
         return np.concatenate(chunks).astype(np.float32)
 
     # -- checkpoints -------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ import torch
 from medheb_app.evidence.readers import K_FRAMES, sample_frames
 from medheb_app.evidence.study import EmbedItem, Evidence, EvidenceError, as_evidence
 from medheb_app.models.base import ModelCard, file_sha256
+from medheb_app.models.device import module_device
 
 PREFIX = "mllm:"
 DEFAULT_INSTRUCTION = "Represent the user's input."  # Qwen3-VL-Embedding's default system text
@@ -63,12 +65,33 @@ class MLLMConfig:
             raise ValueError("frames and batch_size must be at least 1")
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hub_snapshot(repo_id: str) -> Path:
+    """The folder of a Hugging Face hub model already in the local cache (HF_HUB_CACHE), as
+    on a Space or an air-gapped lab mirror; never downloads. A clear error when it is absent."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        raise FileNotFoundError(
+            f"MLLM {repo_id!r} is neither a folder nor in the local Hugging Face cache; "
+            "download it on a connected machine with "
+            f"`huggingface-cli download {repo_id}` and copy the cache over."
+        ) from None
+
+
 def parse_spec(spec: str) -> tuple[Path, MLLMConfig]:
     """'mllm:/dir?key=value&...' -> (folder, config); bad keys or values are one clear error."""
     if not spec.startswith(PREFIX):
         raise ValueError(f"Not an mllm spec: {spec!r} (expected {PREFIX}/path/to/model).")
     path, _, query = spec[len(PREFIX) :].partition("?")
     folder = Path(path).expanduser()
+    if path and not folder.is_dir() and _HUB_ID.match(path.removeprefix("hf-hub:")):
+        folder = hub_snapshot(path.removeprefix("hf-hub:"))
     if not path or not folder.is_dir():
         raise FileNotFoundError(f"MLLM folder not found: {path!r} (spec {spec!r}).")
     fields = {f.name: f.type for f in dataclasses.fields(MLLMConfig)}
@@ -132,6 +155,17 @@ class MLLMEmbedder:
         self.card = card
         self.config = config
 
+    @property
+    def device(self) -> str:
+        return module_device(self.backbone)
+
+    def to_device(self, device: str) -> MLLMEmbedder:
+        """The backbone to `device`, in bf16 (fp16 without bf16 support) on CUDA."""
+        from medheb_app.models.device import inference_dtype
+
+        self.backbone = self.backbone.to(device=device, dtype=inference_dtype(device))
+        return self
+
     @classmethod
     def from_folder(cls, folder: Path, config: MLLMConfig | None = None) -> MLLMEmbedder:
         """Load model and processor offline; a LoRA adapter folder loads its base first."""
@@ -186,7 +220,13 @@ class MLLMEmbedder:
                 "do_sample_frames": False,  # frames are already sampled (K = 64)
                 "cap_pixels_per_frame": True,
             }
-        return dict(self.processor(**kwargs))
+        device, dtype = self.backbone.device, self.backbone.dtype
+        return {
+            key: value.to(device=device, dtype=dtype if value.is_floating_point() else None)
+            if hasattr(value, "to")
+            else value
+            for key, value in dict(self.processor(**kwargs)).items()
+        }
 
     def embed(self, items: Sequence[Evidence], instructions: Sequence[str | None]) -> torch.Tensor:
         """(n, d) L2-normalised final-token states; carries gradients when enabled."""
@@ -208,7 +248,7 @@ class MLLMEmbedder:
         with torch.inference_mode():
             for start in range(0, len(evidence), step):
                 batch = evidence[start : start + step]
-                chunks.append(self.embed(batch, [instruction] * len(batch)).numpy())
+                chunks.append(self.embed(batch, [instruction] * len(batch)).float().cpu().numpy())
         return np.concatenate(chunks).astype(np.float32)
 
 

@@ -5,8 +5,10 @@ Specs (the part after "open_clip:"):
   /path/config.json@/path/weights.pt   a user's own architecture JSON (registered with
                                        open_clip.add_model_config under the file's stem)
   local-dir:/path/to/folder            open_clip's own folder format (open_clip_config.json)
-  hf-hub:org/name                      downloads from the hub: needs network (and fails with
-                                       a clear message when offline, as on the project machines)
+  hf-hub:org/name                      from the local Hugging Face cache when the model is
+                                       there (works with HF_HUB_OFFLINE=1, as on a Space or an
+                                       air-gapped mirror); otherwise downloads, or fails with a
+                                       clear message when offline
 
 Preprocessing is the model's own validation transform (its mean/std/size travel with the
 config). Text: open_clip tokenizers backed by hub files cannot load offline, so models whose
@@ -26,6 +28,7 @@ from PIL import Image
 from medheb_app.evidence.readers import K_FRAMES
 from medheb_app.evidence.study import EmbedItem
 from medheb_app.models.base import ModelCard, file_sha256, l2_normalise
+from medheb_app.models.device import autocast, module_device
 from medheb_app.models.fieldwise import encode_fieldwise
 
 PREFIX = "open_clip:"
@@ -128,6 +131,15 @@ class OpenClipEmbedder:
             weights_sha256=file_sha256(weights) if weights else target,
         )
 
+    @property
+    def device(self) -> str:
+        return module_device(self.model)
+
+    def to_device(self, device: str) -> OpenClipEmbedder:
+        """The CLIP model to `device`; on CUDA it runs under autocast (bf16/fp16)."""
+        self.model = self.model.to(device)
+        return self
+
     def _probe_dims(self) -> int:
         """Output size from one forward pass (configs spell embed_dim in several places)."""
         with torch.inference_mode():
@@ -135,22 +147,24 @@ class OpenClipEmbedder:
 
     def encode_text(self, texts: Sequence[str]) -> np.ndarray:
         chunks = [np.zeros((0, self.card.dims), dtype=np.float32)]
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device):
             for start in range(0, len(texts), self.batch_size):
                 tokens = self.tokenizer(list(texts[start : start + self.batch_size]))
-                chunks.append(self.model.encode_text(tokens, normalize=True).float().numpy())
+                vectors = self.model.encode_text(tokens.to(self.device), normalize=True)
+                chunks.append(vectors.float().cpu().numpy())
         return l2_normalise(np.concatenate(chunks))
 
     def encode_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
         chunks = [np.zeros((0, self.card.dims), dtype=np.float32)]
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device):
             for start in range(0, len(images), self.batch_size):
                 batch = [
                     self.preprocess(_to_pil(image))
                     for image in images[start : start + self.batch_size]
                 ]
-                pixels = torch.stack(batch)
-                chunks.append(self.model.encode_image(pixels, normalize=True).float().numpy())
+                pixels = torch.stack(batch).to(self.device)
+                vectors = self.model.encode_image(pixels, normalize=True)
+                chunks.append(vectors.float().cpu().numpy())
         return l2_normalise(np.concatenate(chunks))
 
     def encode(self, items: Sequence[EmbedItem], instruction: str | None = None) -> np.ndarray:

@@ -138,23 +138,29 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
     raise UnknownModelError(
         f"Unknown model spec {spec!r}. Valid specs: {', '.join(valid_specs(settings))}, "
         "open_clip:<ARCH>@/path/weights.pt, open_clip:/path/config.json@/path/weights.pt, "
-        "open_clip:hf-hub:org/name, mllm:/path/to/model"
+        "open_clip:hf-hub:org/name, mllm:/path/to/model, mllm:org/name (local HF cache)"
     )
 
 
-def load_embedder(spec: str, settings: Settings) -> Embedder:
-    """The embedder for `spec`, loaded once per process (the same object on later calls).
+def load_embedder(spec: str, settings: Settings, device: str | None = None) -> Embedder:
+    """The embedder for `spec` on `device` (default settings.device; "auto" picks CUDA when
+    present), loaded once per process and device (the same object on later calls).
 
     A checkpoint folder whose weights file changed (retrained in place) is reloaded, and the
-    superseded copy is evicted, so a long-running app holds one model per folder."""
+    superseded copy is evicted, so a long-running app holds one model per folder and device."""
+    from medheb_app.models.device import place, resolve_device
+
     spec = spec.strip()
+    resolved = resolve_device(device or settings.device)
     key, loader = _resolve(spec, settings)
+    cache_key = (*key, resolved)
     with _LOCK:
-        if key not in _CACHE:
-            for old in superseded(key, _CACHE):
-                del _CACHE[old]
-            _CACHE[key] = loader()
-        return _CACHE[key]
+        if cache_key not in _CACHE:
+            for old in superseded(key, [cached[:-1] for cached in _CACHE]):
+                for stale in [cached for cached in _CACHE if cached[:-1] == old]:
+                    del _CACHE[stale]
+            _CACHE[cache_key] = place(loader(), resolved)
+        return _CACHE[cache_key]
 
 
 def superseded(key: tuple, cached: Iterable[tuple]) -> list[tuple]:

@@ -85,7 +85,12 @@ class ImageTower(nn.Module):
             self.net.load_state_dict(map_state_dict_by_order(source, self.net.state_dict()))
         self.net.eval()
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        pixels = pixels.to(self.device)
         return self.net.forward_head(self.net.forward_features(pixels), pre_logits=True)
 
     def classify(self, pixels: torch.Tensor) -> torch.Tensor:
@@ -147,7 +152,8 @@ class TextTower(nn.Module):
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         tokens = self.tokenize(texts)
-        return self(tokens["input_ids"], tokens["attention_mask"])
+        device = next(self.parameters()).device
+        return self(tokens["input_ids"].to(device), tokens["attention_mask"].to(device))
 
 
 @cache

@@ -9,6 +9,11 @@ ones only load. Every study in the index is then scored with the query's logic (
 findings, NOT of excluded ones); the score is log p(the study satisfies the query) under the
 probes. On the phantom CXR-Retrieve test split this ranking over dual-lite's whole-image
 vectors reached negation P@5 76.0 against 28.2 for cosine (docs/cxr-retrieve.md).
+
+A lab's own index may have no split at all. Then the probes are fit on every labelled study
+and, so that no study is scored by a probe that saw its own label, each labelled study's
+log-odds come from k-fold cross-fitting (CROSS_FIT_FOLDS probes, each fit without the fold it
+scores, at the C the full probe chose): every labelled study's probability is out-of-fold.
 """
 
 from __future__ import annotations
@@ -46,6 +51,29 @@ class IndexLogicError(ValueError):
 
 class ProbesNotReady(IndexLogicError):
     """The probes were not fit in advance and this caller may not fit them (a web request)."""
+
+
+CROSS_FIT_FOLDS = 5
+
+
+def labelled_rows(loaded: LoadedIndex, vocabulary: tuple[str, ...]) -> list[int]:
+    """Row positions of the index's 2D studies whose source labels any vocabulary finding."""
+    rows = []
+    for row, item_id in enumerate(loaded.index.ids):
+        item = loaded.items.get(item_id, {})
+        findings = item.get("findings") or {}
+        if item.get("form", "2d") == "2d" and any(name in findings for name in vocabulary):
+            rows.append(row)
+    return rows
+
+
+def probe_rows(loaded: LoadedIndex, vocabulary: tuple[str, ...]) -> tuple[list[int], str]:
+    """(rows the probes fit on, how): the labelled train split when the source has one
+    ("split"), else every labelled study with out-of-fold scores ("cross-fit")."""
+    train = labelled_train_rows(loaded, vocabulary)
+    if train:
+        return train, "split"
+    return labelled_rows(loaded, vocabulary), "cross-fit"
 
 
 def labelled_train_rows(loaded: LoadedIndex, vocabulary: tuple[str, ...]) -> list[int]:
@@ -87,14 +115,15 @@ def index_probe(
     vocabulary: tuple[str, ...] = CXR_RETRIEVE_10,
     fit: bool = True,
 ) -> FindingProbe:
-    """The per-finding probe for this index, fit on its labelled train studies once.
+    """The per-finding probe for this index, fit on its labelled train studies once (or, with
+    no train split, on every labelled study; see probe_rows).
 
     With fit=False a probe that is not on disk raises ProbesNotReady instead of being fit."""
-    rows = labelled_train_rows(loaded, vocabulary)
+    rows, _how = probe_rows(loaded, vocabulary)
     if not rows:
         raise IndexLogicError(
-            f"Index {loaded.name!r} has no labelled training studies (split 'train' with "
-            "findings) to fit finding probes on; rank it by similarity instead."
+            f"Index {loaded.name!r} has no studies labelled with these findings to fit "
+            "finding probes on; rank it by similarity instead."
         )
     path = index_probe_path(settings, embedder, loaded, rows)
     if path.is_file():
@@ -132,9 +161,50 @@ def _index_state(
             vectors = loaded.index.vectors()
             probe = index_probe(loaded, embedder, settings, vectors, vocabulary, fit)
             ranker = LogicAwareRanker(embedder, probe, vocabulary=vocabulary)
-            held = (version, (vectors, probe, ranker.finding_logits(vectors, vectors)))
+            logits = ranker.finding_logits(vectors, vectors)
+            rows, how = probe_rows(loaded, vocabulary)
+            if how == "cross-fit":
+                labels = [loaded.items[loaded.index.ids[r]].get("findings") or {} for r in rows]
+                cross_fit_logits(logits, vectors, rows, labels, probe)
+            held = (version, (vectors, probe, logits))
             _LOADED[str(loaded.directory)] = held
     return held[1]
+
+
+def cross_fit_logits(
+    logits: np.ndarray,
+    vectors: np.ndarray,
+    rows: list[int],
+    labels: list[dict],
+    probe: FindingProbe,
+    folds: int = CROSS_FIT_FOLDS,
+    seed: int = 0,
+) -> np.ndarray:
+    """Overwrite `logits[rows]` for every fitted finding with out-of-fold log-odds, in place.
+
+    Each labelled study is scored by a probe fit on the other folds (same C as the full
+    probe), so a study's own label never shapes its score. Folds are stratified per finding.
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    x = np.asarray(vectors[rows], dtype=np.float64)
+    for i, name in enumerate(probe.findings):
+        if not probe.fitted[i]:
+            continue
+        y = np.array([row.get(name) == 1 for row in labels])
+        k = min(folds, int(y.sum()), int((~y).sum()))
+        if k < 2:
+            continue
+        c = float(probe.c[i]) if i < len(probe.c) and probe.c[i] > 0 else 1.0
+        splitter = StratifiedKFold(k, shuffle=True, random_state=seed)
+        for fit, held in splitter.split(x, y):
+            mean, scale = x[fit].mean(axis=0), x[fit].std(axis=0) + 1e-8
+            model = LogisticRegression(C=c, max_iter=5000, random_state=seed)
+            model.fit((x[fit] - mean) / scale, y[fit])
+            held_rows = [rows[j] for j in held]
+            logits[held_rows, i] = model.decision_function((x[held] - mean) / scale)
+    return logits
 
 
 def prepare_index_logic(

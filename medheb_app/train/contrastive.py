@@ -259,17 +259,18 @@ class _Features:
 
     def image(self, index: np.ndarray) -> torch.Tensor:
         if self.image_cache is not None:
-            return self.image_cache[torch.from_numpy(index)]
+            return self.image_cache[torch.from_numpy(index)].to(self.embedder.device)
         pixels = preprocess_images([self.images[i] for i in index], self.embedder.image_size)
-        return self.embedder.image_tower(pixels)
+        return self.embedder.image_tower(pixels).to(self.embedder.device)
 
     def text(self, texts: Sequence[str]) -> torch.Tensor:
         if "text" in self.tuned:
             # templated captions repeat within a batch: run the tuned tower once per distinct one
             position = {text: i for i, text in enumerate(sorted(set(texts)))}
             rows = torch.tensor([position[text] for text in texts])
-            return self.embedder.text_tower.encode(list(position))[rows]
-        return torch.stack([self.text_cache[t] for t in texts])
+            encoded = self.embedder.text_tower.encode(list(position))
+            return encoded[rows.to(encoded.device)].to(self.embedder.device)
+        return torch.stack([self.text_cache[t] for t in texts]).to(self.embedder.device)
 
 
 def _on_disk(cache_dir: Path | None, key: str, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
@@ -301,7 +302,7 @@ def _loss(
 ) -> torch.Tensor:
     image_emb = heads.project_image(features.image(pairs.image_index[rows]))
     text_emb = heads.project_text(features.text([pairs.texts[i] for i in rows]))
-    extras = {k: v[torch.from_numpy(rows)] for k, v in pairs.extras.items()}
+    extras = {k: v[torch.from_numpy(rows)].to(image_emb.device) for k, v in pairs.extras.items()}
     return loss_fn(image_emb, text_emb, heads.logit_scale(), **extras)
 
 
@@ -333,6 +334,9 @@ def train_contrastive(
     rng = np.random.default_rng(config.seed)
     init = init_folder(config.init, settings)
     embedder = build_embedder(config, init)
+    from medheb_app.models.device import resolve_device
+
+    embedder.to_device(resolve_device((settings or Settings.from_env()).device))
     init_info = None
     if init is not None:
         init_info = {
@@ -371,6 +375,7 @@ def train_contrastive(
     looped = run_steps(epochs(), loss_of, optimiser, schedule, total, progress, stop)
     step, epoch_losses, cancelled = looped.step, looped.epoch_losses, looped.cancelled
     embedder.heads.eval()
+    embedder.to_device("cpu")  # checkpoints and validation are written from the CPU
 
     val_loss = None
     if not cancelled and val_pairs is not None and val_images is not None:

@@ -204,8 +204,9 @@ def plan_batches(lengths: Sequence[int], config: MedEmbConfig, rng: np.random.Ge
     return epochs, budget
 
 
-def build_model(config: MedEmbConfig):
-    """The backbone to train, with fresh LoRA adapters (and medemb-lite's projection)."""
+def build_model(config: MedEmbConfig, device: str = "cpu"):
+    """The backbone to train, with fresh LoRA adapters (and medemb-lite's projection), on
+    `device` (a resolved torch device; float32 weights, so LoRA trains in full precision)."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(config.seed)
@@ -226,6 +227,10 @@ def build_model(config: MedEmbConfig):
     )
     model.backbone = get_peft_model(model.backbone, lora)
     trainable += [p for p in model.backbone.parameters() if p.requires_grad]
+    if config.model == "medemb-lite":
+        model.to_device(device)
+    else:
+        model.backbone = model.backbone.to(device)
     return model, trainable
 
 
@@ -262,7 +267,9 @@ def train_medemb(
             f"Stage-1 alignment needs image -> report pairs (tasks {', '.join(ALIGN_TASKS)}) "
             "among the training pairs; none were found. Use --align-steps 0."
         )
-    model, trainable = build_model(config)
+    from medheb_app.models.device import resolve_device
+
+    model, trainable = build_model(config, resolve_device(settings.device))
     if hasattr(model, "precompute_visual"):  # frozen tower: every image once, batched
         items = [p.query for p in pairs] + [p.target for p in pairs]
         stored = settings.cache_dir / "medemb-lite-visual.pt"
@@ -308,7 +315,7 @@ def train_medemb(
         batch = [pairs[i] for i in rows]
         queries = model.embed([p.query for p in batch], [p.instruction for p in batch])
         targets = model.embed([p.target for p in batch], [None] * len(batch))
-        same = same_target_matrix([keys[i] for i in rows])
+        same = same_target_matrix([keys[i] for i in rows]).to(queries.device)
         loss = masked_infonce_loss(queries, targets, config.temperature, margin, same)
         _count_masked(masked, queries.detach() @ targets.detach().T, config.margin, same)
         tally["padded"] += padded_cost([lengths[i] for i in rows])

@@ -302,7 +302,13 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
                 label="Index name", value="demo-cxr", elem_id="admin-index-name"
             )
             index_model = gr.Dropdown(label="Model", choices=[])
-            corpus = gr.Dropdown(label="Corpus", choices=list(INDEX_CORPORA), value="phantom-demo")
+            corpus = gr.Dropdown(
+                label="Source (phantom[:N], nih:PATH, mimic:PATH, chexpert:PATH, dicom:PATH, "
+                "folder:PATH, medmnist:FILE, manifest:FILE)",
+                choices=list(INDEX_CORPORA),
+                value="phantom",
+                allow_custom_value=True,
+            )
             index_start = gr.Button("Start index build", elem_id="admin-start-index")
         with gr.Tab("Create study"):
             run = gr.Dropdown(label="Benchmark run", choices=[])
@@ -422,7 +428,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         api_name=False,
     )
     index_start.click(
-        _start("index-build", lambda n, m, c: {"name": n, "model": m, "corpus": c}),
+        _start("index-build", lambda n, m, c: {"name": n, "model": m, "source": c}),
         [index_name, index_model, corpus],
         job_outputs,
         api_name=False,

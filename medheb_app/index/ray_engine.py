@@ -1,0 +1,211 @@
+"""The Ray engine of `index build --engine ray`: a Ray Data pipeline for what outgrows one machine.
+
+  pending items (cache misses only) -> read + decode on CPU tasks (map_batches)
+  -> embed in an actor pool (one model per actor; num_gpus=1 per actor when the cluster has
+     GPUs; concurrency = GPUs, else half the cluster's CPUs) -> back to the driver in order,
+  where each shard is written to the embedding cache and committed (index/build.py).
+
+The driver keeps the embedding cache (one SQLite file) as the single source of truth; actors
+only compute. `address` joins a running cluster ("auto" or host:port, as `ray start --head`
+prints); without one a local cluster is started for the build and stopped after it. On a real
+cluster the source files and model checkpoints must be readable at the same paths on every
+node (a shared filesystem), as Ray Data's own file readers assume.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from medheb_app.index.build import Shard, ShardResult, _reason, _result, decode
+from medheb_app.index.cache import EmbeddingCache
+from medheb_app.settings import Settings
+
+
+def _decode_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """CPU task: unpickle each study, read its pixels; the reason when it cannot be read."""
+    studies, errors = [], []
+    for blob in batch["study"]:
+        study = pickle.loads(blob)
+        reason = decode(study)
+        errors.append(reason or "")
+        studies.append(pickle.dumps(study) if reason is None else b"")
+    return {**batch, "study": np.array(studies, dtype=object), "error": np.array(errors)}
+
+
+class EmbedActor:
+    """One model per actor, loaded once; embeds a batch, one item at a time if it fails."""
+
+    def __init__(self, spec: str, settings: Settings, device: str) -> None:
+        from medheb_app.models.registry import load_embedder
+
+        self.embedder = load_embedder(spec, settings, device=device)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        errors = list(batch["error"])
+        readable = [i for i, error in enumerate(errors) if not error]
+        studies = [pickle.loads(batch["study"][i]) for i in readable]
+        vectors: list[bytes] = [b""] * len(errors)
+        try:
+            encoded = np.asarray(self.embedder.encode(studies), np.float32) if studies else []
+            for i, vector in zip(readable, encoded, strict=True):
+                vectors[i] = vector.tobytes()
+        except Exception:
+            for i, study in zip(readable, studies, strict=True):
+                try:
+                    vectors[i] = np.asarray(self.embedder.encode([study]), np.float32)[0].tobytes()
+                except Exception as error:
+                    errors[i] = f"cannot be embedded ({_reason(error)})"
+        return {
+            "shard": batch["shard"],
+            "key": batch["key"],
+            "id": batch["id"],
+            "label": batch["label"],
+            "vector": np.array(vectors, dtype=object),
+            "error": np.array(errors),
+        }
+
+
+def _connect(address: str | None) -> bool:
+    """Join `address` or start a local cluster; True when this call started it."""
+    import logging
+
+    import ray
+
+    for name in ("ray", "ray.data"):  # the build prints its own progress; keep stderr readable
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return False
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    return True
+
+
+def default_actors(resources: dict[str, float]) -> tuple[int, float]:
+    """(actors, GPUs per actor): one actor per GPU, else one per two CPUs (at least one)."""
+    gpus = int(resources.get("GPU", 0))
+    if gpus:
+        return gpus, 1.0
+    return max(1, int(resources.get("CPU", 1)) // 2), 0.0
+
+
+def ray_engine(
+    shards: Sequence[Shard],
+    model_spec: str,
+    settings: Settings,
+    batch_size: int,
+    device: str,
+    address: str | None = None,
+    stop: threading.Event | None = None,
+    actors: int | None = None,
+) -> Iterator[ShardResult]:
+    """Embed the shards' cache misses on a Ray cluster; yield each shard's result in order."""
+    import ray
+
+    started_here = _connect(address)
+    try:
+        yield from _run(shards, model_spec, settings, batch_size, device, stop, actors)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _run(
+    shards: Sequence[Shard],
+    model_spec: str,
+    settings: Settings,
+    batch_size: int,
+    device: str,
+    stop: threading.Event | None,
+    actors: int | None,
+) -> Iterator[ShardResult]:
+    import ray
+    import ray.data
+
+    from medheb_app.models.registry import load_embedder
+
+    fingerprint = load_embedder(model_spec, settings, device="cpu").card.fingerprint
+    cache = EmbeddingCache(settings.cache_dir)
+    found: dict[int, dict[str, np.ndarray]] = {}
+    rows: list[dict[str, Any]] = []
+    for shard in shards:
+        found[shard.number] = cache.get(fingerprint, shard.keys)
+        for study, key in zip(shard.studies, shard.keys, strict=True):
+            if key not in found[shard.number]:
+                rows.append(
+                    {
+                        "shard": shard.number,
+                        "key": key,
+                        "id": study.id,
+                        "label": study.path or study.id,
+                        "study": pickle.dumps(study),
+                    }
+                )
+    misses = {s.number: sum(r["shard"] == s.number for r in rows) for s in shards}
+    results: dict[str, dict[int, Any]] = {"vectors": {}, "failed": {}}
+    by_number = {s.number: s for s in shards}
+    pending = [s.number for s in shards]
+
+    def flush(complete_up_to: int | None) -> Iterator[ShardResult]:
+        while pending and (complete_up_to is None or pending[0] < complete_up_to):
+            number = pending.pop(0)
+            shard = by_number[number]
+            vectors = results["vectors"].pop(number, {})
+            failed = results["failed"].pop(number, {})
+            if vectors:
+                cache.put(fingerprint, list(vectors), np.stack(list(vectors.values())))
+            hits = found.pop(number)
+            reused = len(hits)
+            hits.update(vectors)
+            yield _result(shard, hits, failed, len(vectors), reused)
+
+    if rows:
+        context = ray.data.DataContext.get_current()
+        context.execution_options.preserve_order = True
+        context.enable_progress_bars = False
+        count, gpus = default_actors(ray.cluster_resources())
+        if actors:
+            count = actors
+        use_gpu = gpus if device.startswith("cuda") else 0.0
+        dataset = (
+            ray.data.from_items(rows)
+            .map_batches(_decode_batch, batch_size=batch_size, batch_format="numpy")
+            .map_batches(
+                EmbedActor,
+                fn_constructor_kwargs={
+                    "spec": model_spec,
+                    "settings": settings,
+                    "device": device if use_gpu else "cpu",
+                },
+                batch_size=batch_size,
+                batch_format="numpy",
+                concurrency=count,
+                num_gpus=use_gpu,
+                num_cpus=1,
+            )
+        )
+        for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+            if stop is not None and stop.is_set():
+                raise InterruptedError("The index build was cancelled.")
+            for shard, key, item_id, label, vector, error in zip(
+                batch["shard"], batch["key"], batch["id"], batch["label"],
+                batch["vector"], batch["error"], strict=True,
+            ):  # fmt: skip
+                shard = int(shard)
+                if error:
+                    results["failed"].setdefault(shard, {})[str(item_id)] = f"{label}: {error}"
+                else:
+                    array = np.frombuffer(vector, dtype=np.float32).copy()
+                    results["vectors"].setdefault(shard, {})[str(key)] = array
+                misses[shard] -= 1
+            # shards arrive in order: every shard before the first unfinished one is complete
+            unfinished = [n for n in pending if misses[n] > 0]
+            yield from flush(unfinished[0] if unfinished else None)
+    yield from flush(None)
