@@ -1,4 +1,5 @@
-"""A two-model benchmark run folder in the runner's DESIGN.md format, for the study tests.
+"""A two-model benchmark run folder in the runner's DESIGN.md format, for the study tests,
+and `text_bench_run`: a real (small) run of the random and oracle baselines through the runner.
 
 Model and task names end in "-secret" so blinding tests can search the page for them.
 """
@@ -6,10 +7,17 @@ Model and task names end in "-secret" so blinding tests can search the page for 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
+
+if TYPE_CHECKING:
+    from medheb_app.eval.results import Summary
+    from medheb_app.settings import Settings
+    from medheb_app.tasks.base import Item
 
 MODELS = ("model-alpha-secret", "model-beta-secret")
 TASK = "stratum-task-secret"
@@ -46,3 +54,24 @@ def write_run(run_dir: Path, with_images: bool = False) -> None:
         }
         (run_dir / model).mkdir(parents=True)
         (run_dir / model / f"{TASK}.json").write_text(json.dumps(payload))
+
+
+def text_bench_run(
+    name: str, pairs: Sequence[tuple[Item, Item]], out_dir: Path, settings: Settings
+) -> Summary:
+    """run_suite of the random and oracle baselines on one text-to-text task of (query, target)
+    pairs, recorded in the settings' store: what the admin and web tests build studies from."""
+    from medheb_app.eval.runner import run_suite
+    from medheb_app.tasks.base import TaskMetadata
+    from medheb_app.tasks.builders.generic import paired_task
+
+    meta = TaskMetadata(
+        name=name,
+        family="T-T",
+        form="text",
+        split="ID",
+        anatomy="chest",
+        source="unit",
+        qry_inst="Find the matching passage:",
+    )
+    return run_suite([paired_task(meta, list(pairs))], ["random", "oracle"], out_dir, settings)
