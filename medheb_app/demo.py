@@ -1,9 +1,13 @@
 """The demo bootstrap: the embedded phantom corpus and its indices, built once, then loaded.
 
 First start: generate the synthetic chest corpus (settings.demo_size studies, settings.demo_seed),
-save it under settings.demo_dir, and build the "demo-cxr" index for the default models
-(dual-lite, plus dual-lite@label-aware when its weights exist). Later starts find everything
-on disk and only load it. A file lock keeps the app and a CLI build from doing the work twice.
+save it under settings.demo_dir, build the "demo-cxr" index for the default models
+(dual-lite, plus dual-lite@label-aware when its weights exist) and fit each one's logic-aware
+probes. Later starts find everything on disk and only load it (probes into memory, so the
+first logic-aware search answers at once). A file lock keeps the app and a CLI build from
+doing the work twice. Searches never come here: the web app offers only what is built
+(medheb_app.search.offered), and other models' demo indices are built by `demo build
+--model` or an admin index job.
 """
 
 from __future__ import annotations
@@ -68,9 +72,16 @@ def corpus_dir(settings: Settings, kind: str, n: int, seed: int) -> Path:
 
 
 def default_demo_models(settings: Settings) -> list[str]:
-    """The app's default model, plus the label-aware fine-tune when its weights are present."""
+    """The models the demo index is built for, which are the models the public search offers:
+    MEDHEB_DEMO_MODELS (comma-separated) when set, else the app's default model plus the
+    label-aware fine-tune when its weights are present."""
+    import os
+
     from medheb_app.models.registry import list_models
 
+    listed = [spec.strip() for spec in os.environ.get("MEDHEB_DEMO_MODELS", "").split(",")]
+    if any(listed):
+        return [spec for spec in listed if spec]
     specs = [settings.default_model]
     available = {entry["spec"] for entry in list_models(settings)}
     if LABEL_AWARE_SPEC in available and LABEL_AWARE_SPEC not in specs:
@@ -199,6 +210,13 @@ def _ensure_index(
             name, studies(), embedder, settings, progress=progress, stop=stop, corpus=corpus
         )
         built = True
+    logic = False
+    if name == DEMO_CXR:  # fit the logic-aware probes now, so no search ever waits for them
+        from medheb_app.ranking.index_logic import prepare_index_logic
+
+        if progress:
+            progress(1.0, f"preparing logic-aware ranking of {name} for {spec}")
+        logic = prepare_index_logic(loaded, embedder, settings)
     return {
         "name": name,
         "model": spec,
@@ -206,6 +224,7 @@ def _ensure_index(
         "count": loaded.index.count,
         "kind": loaded.index.kind,
         "built": built,
+        "logic": logic,
         "seconds": round(time.perf_counter() - started, 2),
         "path": str(loaded.directory),
     }
@@ -281,7 +300,7 @@ def _ensure_volume_index(
 def ensure_demo_index(name: str, spec: str, settings: Settings) -> LoadedIndex:
     """A demo index for one more model, built from the corpus the index already uses.
 
-    Used by search when someone picks a model the demo was not built for. The corpus size and
+    For the command line and admin jobs only (a search never builds). The corpus size and
     seed are taken from an existing build of the same index, else from settings.
     """
     from medheb_app.models.registry import load_embedder
@@ -310,3 +329,23 @@ def ensure_demo_index(name: str, spec: str, settings: Settings) -> LoadedIndex:
             models=[spec],
         )
     return load_index(name, embedder, settings)
+
+
+def bootstrap_app(settings: Settings, progress: Progress | None = None) -> DemoAssets:
+    """What the app prepares on start: the demo (ensure_demo), then the small precomputed
+    benchmark run and demo study (medheb_app.demo_showcase). A showcase that cannot be built
+    is logged and skipped: search never depends on it."""
+    import logging
+
+    from medheb_app.demo_showcase import ensure_showcase
+
+    assets = ensure_demo(settings, _stage(progress, 0.0, 0.9))
+    try:
+        ensure_showcase(
+            settings, assets.corpus_dir, assets.n, assets.seed, _stage(progress, 0.9, 1.0)
+        )
+    except Exception:  # the explorer then says how to start a run
+        logging.getLogger(__name__).exception("the demo benchmark run could not be prepared")
+    if progress:
+        progress(1.0, "demo ready")
+    return assets

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from medheb_app.evidence.study import EvidenceError
+from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index
 from medheb_app.models.base import Embedder
 from medheb_app.query.parser import (
@@ -31,9 +31,18 @@ from medheb_app.query.parser import (
 from medheb_app.settings import Settings
 
 MAX_K = 1000
-RANKINGS = ("similarity", "logic")
+RANKINGS = ("auto", "logic", "similarity")
+# The strongest shipped models first: the default of the search tab and the CLI is the first
+# of these that has the chosen index built (BENCHMARKS.md, "Logic-aware search vs cosine":
+# dual-lite@label-aware leads on "A and no B" under both rankings).
+PREFERRED_MODELS = ("dual-lite@label-aware", "dual-lite", "medemb-lite")
+FILE_SPEC_MARKERS = ("/", "\\", ":", "..")
 FILE_LOGIC_WARNING = (
     "Logic-aware ranking reads a text query's findings; a file query is ranked by similarity."
+)
+PROBES_NOT_READY = (
+    "Logic-aware ranking is not prepared for this model and index yet (an admin index job or "
+    "`python -m medheb_app demo build` prepares it); ranked by similarity."
 )
 NO_FINDING_WARNING = (
     "No known finding in the query, so results are ranked by similarity only and not "
@@ -43,6 +52,94 @@ NO_FINDING_WARNING = (
 
 class SearchError(ValueError):
     """A search that cannot run as asked; the message tells the user what to change."""
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """A user-typed value quoted back briefly (a 1 MB spec is not echoed whole)."""
+    text = str(value)
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+_LISTED: dict[tuple, list[tuple[str, str]]] = {}
+
+
+def _listed_models(settings: Settings) -> list[tuple[str, str]]:
+    """(spec, fingerprint) of every listed model that names no file, remembered until a file
+    under the model folders changes (listing hashes weights: ~60 ms, too slow per search)."""
+    from medheb_app.models.registry import list_models
+
+    roots = (settings.models_dir, settings.trained_models_dir)
+    stamp = tuple(
+        sorted(
+            (str(path), path.stat().st_mtime_ns)
+            for root in roots
+            if root.is_dir()
+            for path in root.rglob("*")
+            if path.is_file()
+        )
+    )
+    key = (str(settings.models_dir), str(settings.trained_models_dir), stamp)
+    if key not in _LISTED:
+        specs = []
+        for entry in list_models(settings):
+            spec = str(entry["spec"])
+            card = entry.get("card") or {}
+            if any(marker in spec for marker in FILE_SPEC_MARKERS):
+                continue
+            fingerprint = str(card.get("fingerprint", "")) if isinstance(card, dict) else ""
+            specs.append((spec, fingerprint))
+        _LISTED.clear()
+        _LISTED[key] = specs
+    return _LISTED[key]
+
+
+def offered(settings: Settings) -> dict[str, list[str]]:
+    """What an anonymous request may search: index name -> the listed model specs that have it
+    built, strongest first. Only registered checkpoints and built-ins appear (never a spec
+    that names a file), and only for indices that exist, so picking from it never builds,
+    generates or loads anything by path."""
+    from medheb_app.index.catalog import list_indices
+
+    built: dict[str, set[str]] = {}
+    for entry in list_indices(settings):
+        built.setdefault(str(entry["name"]), set()).add(str(entry["fingerprint"]))
+    specs = _listed_models(settings)
+    order = {spec: rank for rank, spec in enumerate(PREFERRED_MODELS)}
+    result: dict[str, list[str]] = {}
+    for name in sorted(built):
+        models = [spec for spec, fingerprint in specs if fingerprint in built[name]]
+        if models:
+            result[name] = sorted(models, key=lambda spec: (order.get(spec, len(order)), spec))
+    return result
+
+
+def default_model(settings: Settings, index: str | None = None) -> str:
+    """The strongest shipped model that has `index` built; MEDHEB_DEFAULT_MODEL when it is set.
+
+    Falls back to settings.default_model when no preferred model has the index (the service
+    then says the index is missing for it)."""
+    import os
+
+    if os.environ.get("MEDHEB_DEFAULT_MODEL"):
+        return settings.default_model
+    models = offered(settings).get(index or settings.default_index, [])
+    for spec in PREFERRED_MODELS:
+        if spec in models:
+            return spec
+    return settings.default_model
+
+
+def check_offered(model: str, index: str, settings: Settings) -> None:
+    """Refuse, in words, a (model, index) an anonymous request may not pick."""
+    offer = offered(settings)
+    if index not in offer:
+        names = ", ".join(offer) or "none yet (the demo is being prepared)"
+        raise SearchError(f"Index {_shown(index)} is not offered here; pick one of: {names}.")
+    if model not in offer[index]:
+        raise SearchError(
+            f"Model {_shown(model)} is not offered for index {index!r}; pick one of: "
+            f"{', '.join(offer[index])}."
+        )
 
 
 @dataclass
@@ -107,25 +204,16 @@ class SearchResponse:
         }
 
 
-def resolve_index(
-    name: str, spec: str, embedder: Embedder, settings: Settings
-) -> tuple[LoadedIndex, bool]:
-    """(the index `name` for this model, whether it was just built).
-
-    A demo index that has not been built for this model yet is built now, from the demo
-    corpus (one-off, can take minutes for a large model); any other missing index is an error.
-    """
-    from medheb_app.demo import DEMO_3D, DEMO_CXR, ensure_demo_index
-
+def resolve_index(name: str, embedder: Embedder, settings: Settings) -> LoadedIndex:
+    """The built index `name` for this model. A search never builds one: a missing index is
+    an error that says how to build it (`demo build`, `index build` or an admin job)."""
     try:
-        return load_index(name, embedder, settings), False
-    except IndexNotFoundError:
-        if name not in (DEMO_CXR, DEMO_3D):
-            raise
-    try:
-        return ensure_demo_index(name, spec, settings), True
-    except ImportError as error:  # a part of the demo is not installed in this checkout
-        raise SearchError(f"The demo index {name!r} cannot be built here: {error}") from error
+        return load_index(name, embedder, settings)
+    except IndexNotFoundError as error:
+        raise SearchError(
+            f"{error} Indices are built from the command line or as an admin job, never by a "
+            "search."
+        ) from None
 
 
 def _check_modality(embedder: Embedder, form: str, spec: str) -> None:
@@ -145,12 +233,59 @@ def _encode_text(text: str, embedder: Embedder, spec: str) -> tuple[np.ndarray, 
     return embedder.encode([text]), parse_query(text)
 
 
-def _encode_file(path: Path, embedder: Embedder, spec: str, settings: Settings) -> np.ndarray:
-    from medheb_app.evidence.readers import study_from_file
+PROJECTION_MODALITIES = {"CR", "DX", "XR", "RG"}
+CHEST_PARTS = {"CHEST", "THORAX", "LUNG", "LUNGS", "CHEST_TO_PELVIS", "CHESTABDOMEN"}
+MODALITY_WORDS = {
+    "CR": "a radiograph",
+    "DX": "a radiograph",
+    "CT": "a CT",
+    "MR": "an MR",
+    "US": "an ultrasound",
+    "PT": "a PET",
+    "NM": "a nuclear medicine image",
+    "MG": "a mammogram",
+}
 
-    study = study_from_file(path, max_bytes=settings.max_upload_bytes)
+
+def upload_mismatch(study: Study, loaded: LoadedIndex) -> list[str]:
+    """Warnings when an uploaded study is not the kind the index holds (a head CT or prostate MR
+    against the chest radiograph index): its hits are then only the least unlike images."""
+    rows = list(loaded.items.values())
+    modalities = {str(row.get("modality") or "").upper() for row in rows} - {"", "OT"}
+    forms = {str(row.get("form") or "2d") for row in rows}
+    chest_index = bool(modalities) and modalities <= PROJECTION_MODALITIES
+    held = "chest radiographs" if chest_index else ", ".join(sorted(modalities)) or "other images"
+    notes = []
+    modality = (study.modality or "").upper()
+    if modality not in ("", "OT") and modalities and modality not in modalities:
+        kind = MODALITY_WORDS.get(modality, f"a {modality} study")
+        notes.append(
+            f"The upload is {kind}, but index {loaded.name!r} holds {held}: the hits are the "
+            "least unlike images there, not studies of the same kind."
+        )
+    part = str(study.meta.get("BodyPartExamined") or "").strip().upper()
+    if part and chest_index and part not in CHEST_PARTS:
+        notes.append(
+            f"The upload is labelled {part.lower()!r}, but index {loaded.name!r} holds {held}; "
+            "its hits cannot show the same anatomy."
+        )
+    if study.form == "3d" and forms == {"2d"} and not notes:
+        notes.append(
+            f"The upload is a volume, but index {loaded.name!r} holds 2D images only; pick "
+            "'this slice' to search with the slice shown."
+        )
+    return notes
+
+
+def _encode_study(study: Study, embedder: Embedder, spec: str) -> np.ndarray:
     _check_modality(embedder, study.form, spec)
     return embedder.encode([study])
+
+
+def _read_file(path: Path, settings: Settings) -> Study:
+    from medheb_app.evidence.readers import study_from_file
+
+    return study_from_file(path, max_bytes=settings.max_upload_bytes)
 
 
 def search(
@@ -161,38 +296,48 @@ def search(
     k: int = 10,
     settings: Settings | None = None,
     setting: str = "main",
-    ranking: str = "similarity",
+    ranking: str = "auto",
+    study: Study | None = None,
+    public: bool = False,
 ) -> SearchResponse:
-    """Rank the index's studies for a text query or an image/volume file (exactly one).
+    """Rank the index's studies for a text query, an image/volume file or an already read
+    study (exactly one).
 
-    model_spec defaults to settings.default_model, index to settings.default_index. `setting`
-    is the CXR-Retrieve relevance setting used for `satisfies`: "main" ("no B" holds when B is
-    not positive) or "strict" (only when B is confirmed negative). `ranking` is "similarity"
-    (cosine) or "logic" (a text query's constraints over per-finding probes; a score is then
-    log p(the study satisfies the query)).
+    model_spec defaults to the strongest shipped model that has the index (default_model),
+    index to settings.default_index. `setting` is the CXR-Retrieve relevance setting used for
+    `satisfies`: "main" ("no B" holds when B is not positive) or "strict" (only when B is
+    confirmed negative). `ranking` is "auto" (logic-aware when the query names findings and
+    the index has labelled training studies for probes, else similarity), "logic" (the query's
+    constraints over per-finding probes; a score is then log p(the study satisfies the
+    query)) or "similarity" (cosine).
+
+    Nothing heavy happens here: a missing index is an error, never built. `public=True` is an
+    anonymous request (the web app): the model and index must be among `offered(settings)` and
+    logic-aware ranking reads only probes prepared in advance (the demo bootstrap and index
+    jobs prepare them), falling back to similarity with a warning otherwise.
     """
     from medheb_app.models.registry import load_embedder
 
     settings = settings or Settings.from_env()
-    spec = model_spec or settings.default_model
     index_name = index or settings.default_index
-    if (query_text is None) == (file is None):
+    spec = (model_spec or default_model(settings, index_name)).strip()
+    if sum(value is not None for value in (query_text, file, study)) != 1:
         raise SearchError("Give either a text query or a file to search with (exactly one).")
     if not 1 <= int(k) <= MAX_K:
         raise SearchError(f"k must be between 1 and {MAX_K}; got {k}.")
     if setting not in ("main", "strict"):
-        raise SearchError(f"Unknown relevance setting {setting!r}; use 'main' or 'strict'.")
+        raise SearchError(f"Unknown relevance setting {_shown(setting)}; use 'main' or 'strict'.")
     if ranking not in RANKINGS:
-        raise SearchError(f"Unknown ranking {ranking!r}; use one of: {', '.join(RANKINGS)}.")
+        raise SearchError(f"Unknown ranking {_shown(ranking)}; use one of: {', '.join(RANKINGS)}.")
     if query_text is not None:
         try:  # before any model or index is loaded: a 1 MB query costs nothing
             check_query_length(query_text)
         except QueryTooLong as error:
             raise SearchError(str(error)) from error
+    if public:
+        check_offered(spec, index_name, settings)
     embedder = load_embedder(spec, settings)
-    build_started = time.perf_counter()
-    loaded, just_built = resolve_index(index_name, spec, embedder, settings)
-    build_seconds = time.perf_counter() - build_started
+    loaded = resolve_index(index_name, embedder, settings)
 
     started = time.perf_counter()
     parsed: ParsedQuery | None = None
@@ -200,29 +345,36 @@ def search(
         vector, parsed = _encode_text(query_text, embedder, spec)
         query = query_text.strip()
     else:
-        path = Path(file)  # type: ignore[arg-type]
         try:
-            vector = _encode_file(path, embedder, spec, settings)
+            if study is None:
+                study = _read_file(Path(file), settings)  # type: ignore[arg-type]
+            vector = _encode_study(study, embedder, spec)
         except EvidenceError as error:
             raise SearchError(str(error)) from error
-        query = path.name
+        query = "uploaded study" if file is None else Path(file).name  # type: ignore[arg-type]
     encoded = time.perf_counter()
-    notes: list[str] = []
-    use_logic = ranking == "logic" and parsed is not None and parsed.has_constraints
+    notes: list[str] = upload_mismatch(study, loaded) if study is not None else []
+    has_constraints = parsed is not None and parsed.has_constraints
     if ranking == "logic" and parsed is None:
         notes.append(FILE_LOGIC_WARNING)
-    if use_logic:
-        from medheb_app.ranking.index_logic import IndexLogicError, logic_search
+    use_logic = False
+    if ranking in ("logic", "auto") and has_constraints:
+        from medheb_app.ranking.index_logic import IndexLogicError, ProbesNotReady, logic_search
 
         try:
             top_scores, top_ids, probe_warnings = logic_search(
-                loaded, embedder, parsed, vector, int(k), settings
+                loaded, embedder, parsed, vector, int(k), settings, fit=not public
             )
+            use_logic = True
+        except ProbesNotReady:
+            notes.append(PROBES_NOT_READY)
         except IndexLogicError as error:
-            raise SearchError(str(error)) from error
-        notes.extend(probe_warnings)
-        scores, ids = top_scores[None], top_ids[None]
-    else:
+            if ranking == "logic":
+                raise SearchError(str(error)) from error
+        if use_logic:
+            notes.extend(probe_warnings)
+            scores, ids = top_scores[None], top_ids[None]
+    if not use_logic:
         scores, ids = loaded.search(np.asarray(vector, dtype=np.float32), int(k))
     searched = time.perf_counter()
 
@@ -240,11 +392,6 @@ def search(
             "search": round((searched - encoded) * 1000, 2),
         },
     )
-    if just_built:
-        response.warnings.append(
-            f"The {index_name} index had not been built for {spec}; it was built now "
-            f"({loaded.index.count} studies, {build_seconds:.0f} s). Later searches reuse it."
-        )
     if parsed is not None:
         response.positive = list(parsed.positive)
         response.negative = list(parsed.negative)

@@ -68,9 +68,9 @@ class DemoBootstrap:
         try:
             ensure = self._ensure
             if ensure is None:
-                from medheb_app.demo import ensure_demo
+                from medheb_app.demo import bootstrap_app
 
-                ensure = ensure_demo
+                ensure = bootstrap_app
             self.result = ensure(self.settings, self._progress)
             final = BootstrapState(fraction=1.0, message="demo ready", done=True)
         except Exception as error:  # shown in the page; the app keeps serving the other tabs
@@ -327,7 +327,16 @@ def index_job(settings: Settings) -> JobFn:
         except InterruptedError as error:
             raise JobCancelled(str(error)) from error
         log(f"built {name}: {loaded.index.count} items")
-        return {"index": name, "model": spec, "count": loaded.index.count}
+        from medheb_app.ranking.index_logic import prepare_index_logic
+
+        progress(1.0, "fitting the logic-aware probes")
+        logic = prepare_index_logic(loaded, embedder, settings)
+        log(
+            "logic-aware ranking prepared"
+            if logic
+            else "no labelled training studies: similarity only"
+        )
+        return {"index": name, "model": spec, "count": loaded.index.count, "logic": logic}
 
     return run
 

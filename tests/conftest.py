@@ -32,7 +32,9 @@ def require_shared(path: Path) -> Path:
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real PostgreSQL server for the session (pgserver ships the binaries as a wheel)."""
-    pgserver = pytest.importorskip("pgserver", reason="pgserver (requirements.txt) not installed")
+    pgserver = pytest.importorskip(
+        "pgserver", reason="pgserver (requirements-dev.txt) not installed"
+    )
     server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
     yield server
     server.cleanup()

@@ -101,10 +101,11 @@ def _wait_until_serving(process: subprocess.Popen, port: int, timeout: float) ->
 
 
 def _wait_for_demo(data_dir: Path, timeout: float) -> None:
-    """The bootstrap is done when the demo index has a catalog for some model."""
+    """The bootstrap is done when the demo index has a catalog and its logic-aware probes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if list((data_dir / "indices" / "demo-cxr").glob("*/catalog.json")):
+        index = list((data_dir / "indices" / "demo-cxr").glob("*/catalog.json"))
+        if index and list((data_dir / "probes").glob("*-index-*.npz")):
             return
         time.sleep(1.0)
     raise TimeoutError("the demo index was not built in time")
@@ -120,6 +121,7 @@ def app(tmp_path_factory) -> Iterator[dict]:
         "DATA_DIR": str(data_dir),
         "MEDHEB_DEMO_SIZE": "120",
         "MEDHEB_DEFAULT_MODEL": SEARCH_MODEL,
+        "MEDHEB_DEMO_MODELS": SEARCH_MODEL,
         "ADMIN_PASSWORD": ADMIN_PASSWORD,
         "PORT": str(_free_port()),
         "HOST": "127.0.0.1",
@@ -246,6 +248,47 @@ def _choose(page, elem_id: str, label_part: str) -> None:
     page.get_by_role("option").filter(has_text=label_part).first.click()
 
 
+FOLD = {"width": 1400, "height": 900}
+
+
+def _above_the_fold(locator) -> bool:
+    """Whether the element starts within the first screen of the page (in page coordinates,
+    so a scroll Gradio makes after an event does not count)."""
+    box = locator.bounding_box()
+    if box is None:
+        return False
+    top = box["y"] + locator.page.evaluate("window.scrollY")
+    return top >= 0 and top + min(box["height"], 40) <= FOLD["height"]
+
+
+def test_first_minute_description_examples_and_results_above_the_fold(app, browser):
+    """At 1400x900, a visitor sees what the app does, clickable examples and, after clicking
+    one, hits that meet it (the default ranking), without scrolling."""
+    _wait_for_demo(app["data_dir"], STARTUP_S)
+    context = browser.new_context(viewport=FOLD)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    try:
+        _open(page, app["url"])
+        description = page.locator("#app-description")
+        description.get_by_text("compositional queries").wait_for()
+        assert _above_the_fold(description)
+        examples = page.locator("#search-examples")
+        example = examples.get_by_text("pleural effusion and no cardiomegaly", exact=True).first
+        example.wait_for()
+        assert _above_the_fold(example)
+        example.click()
+        page.locator("#search-parsed").get_by_text("Pleural Effusion").wait_for()
+        thumbnails = page.locator("#search-hits img")
+        thumbnails.first.wait_for()
+        assert _above_the_fold(page.locator("#search-hits img").first)
+        captions = page.locator("#search-hits").inner_text()
+        assert "#1 · ✓ meets · " in captions and "violates" not in captions
+        _shot(page, "first-minute")
+    finally:
+        context.close()
+
+
 def test_search_returns_marked_results(app, page):
     _wait_for_demo(app["data_dir"], STARTUP_S)
     _open(page, app["url"])
@@ -254,36 +297,48 @@ def test_search_returns_marked_results(app, page):
     page.locator("#search-parsed").get_by_text("Pleural Effusion").wait_for()
     parsed = page.locator("#search-parsed").inner_text()
     assert "Must show: Pleural Effusion" in parsed and "Must not show: Cardiomegaly" in parsed
+    page.locator("#search-notice").get_by_text("Ranked logic-aware").wait_for()
     thumbnails = page.locator("#search-hits img")
     thumbnails.first.wait_for()
     assert thumbnails.count() == 10
     captions = page.locator("#search-hits").inner_text()
-    assert "#1 ·" in captions and "#10 ·" in captions
+    assert "#1 · " in captions and "#10 · " in captions
     thumbnails.first.click()
     page.locator("#search-detail").get_by_text("Report").wait_for()
     assert "SYNTHETIC phantom" in page.locator("#search-detail").inner_text()
+    assert "p(meets the query)" in page.locator("#search-detail").inner_text()
     page.get_by_text("SYNTHETIC DEMO DATA").wait_for()
     _shot(page, "search")
 
 
-def test_logic_aware_ranking_is_one_click_away(app, page):
+def test_similarity_is_one_click_away_and_shown_side_by_side(app, page):
     _wait_for_demo(app["data_dir"], STARTUP_S)
     _open(page, app["url"])
-    page.locator("#search-ranking").get_by_text("Logic-aware (wanted").click()
     page.locator("#search-query textarea").fill("pleural effusion and no cardiomegaly")
+    page.locator("#search-compare").get_by_text("side by side").click()
     page.locator("#search-button").click()
-    page.locator("#search-notice").get_by_text("Ranked logic-aware").wait_for()
-    page.locator("#search-hits img").first.wait_for()
-    captions = page.locator("#search-hits").inner_text()
-    assert "#1 · p " in captions and "#10 · p " in captions
-    page.locator("#search-hits img").first.click()
-    page.locator("#search-detail").get_by_text("p(meets the query)").wait_for()
-    _shot(page, "search-logic")
+    page.locator("#search-compare-hits img").first.wait_for()
+    assert " · cos " in page.locator("#search-compare-hits").inner_text()
+    assert "#1 · ✓ meets · " in page.locator("#search-hits").inner_text()
+    _shot(page, "search-side-by-side")
+    page.locator("#search-ranking").get_by_text("Similarity (cosine").click()
+    page.locator("#search-button").click()
+    page.locator("#search-notice").get_by_text("Ranked logic-aware").wait_for(state="detached")
+    page.locator("#search-hits").get_by_text("cos ").first.wait_for()
+    assert "#1 · " in page.locator("#search-hits").inner_text()
 
 
 def test_explorer_and_analysis_tabs_render(app, page):
     _open(page, app["url"])
     _tab(page, "Benchmark explorer")
+    # a fresh start lists the demo's own small run (random against the demo model) beside the
+    # stored one, Run 1, which is picked here
+    page.wait_for_function("() => document.querySelector('#explorer-run input')?.value")
+    page.locator("#explorer-run input").click()
+    page.get_by_role("option").filter(has_text="random, oracle").filter(
+        has_text="custom"
+    ).first.wait_for()
+    page.get_by_role("option").filter(has_text="Run 1:").first.click()
     page.get_by_text("100.00").filter(visible=True).first.wait_for()  # the oracle's Hit@1
     assert page.locator("#explorer-run input").input_value().startswith("Run 1:")
     assert page.locator("#explorer-task input").input_value() == "tt-browser"  # first task

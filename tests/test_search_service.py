@@ -8,7 +8,6 @@ import pytest
 from PIL import Image
 
 from medheb_app.demo import ensure_demo
-from medheb_app.index.catalog import IndexNotFoundError
 from medheb_app.query.parser import parse_query, satisfies
 from medheb_app.search import SearchError, search
 from medheb_app.settings import Settings
@@ -87,22 +86,22 @@ def test_bad_requests_get_one_clear_error(demo: Settings, tmp_path: Path) -> Non
         search(query_text="   ", model_spec="random", settings=demo)
     with pytest.raises(SearchError, match="between 1 and"):
         search(query_text="edema", model_spec="random", k=0, settings=demo)
-    with pytest.raises(IndexNotFoundError, match="does not exist"):
+    with pytest.raises(SearchError, match="does not exist"):
         search(query_text="edema", model_spec="random", index="my-index", settings=demo)
     with pytest.raises((KeyError, ValueError), match="no-such-model"):
         search(query_text="edema", model_spec="no-such-model", settings=demo)
 
 
-def test_a_model_the_demo_was_not_built_for_gets_its_index_built_once(
+def test_a_model_the_demo_was_not_built_for_is_an_error_and_builds_nothing(
     tmp_path: Path,
 ) -> None:
     settings = Settings(data_dir=tmp_path / "data", demo_size=30)
     ensure_demo(settings, models=["oracle"])
-    first = search(query_text="edema", model_spec="random", k=3, settings=settings)
-    assert any("had not been built for random" in warning for warning in first.warnings)
-    assert len(first.results) == 3
-    again = search(query_text="edema", model_spec="random", k=3, settings=settings)
-    assert again.warnings == []
+    before = sorted(p.relative_to(settings.data_dir) for p in settings.index_dir.rglob("*"))
+    with pytest.raises(SearchError, match="has not been built for model 'random'"):
+        search(query_text="edema", model_spec="random", k=3, settings=settings)
+    after = sorted(p.relative_to(settings.data_dir) for p in settings.index_dir.rglob("*"))
+    assert after == before
 
 
 def test_a_query_over_the_limit_is_refused_before_any_model_is_loaded(demo: Settings) -> None:

@@ -3,6 +3,7 @@ the SYNTHETIC label on every thumbnail, the detail view, and the messages for ba
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -42,7 +43,7 @@ def test_oracle_hits_all_match_and_are_labelled_synthetic(services):
     assert len(outcome.gallery) == 5
     for hit, (thumbnail, caption) in zip(outcome.hits, outcome.gallery, strict=True):
         assert hit["findings"]["Pleural Effusion"] == 1 and hit["findings"]["Cardiomegaly"] != 1
-        assert caption.startswith("✓ matches")
+        assert caption.startswith(f"#{hit['rank']} · ✓ meets · ")
         assert thumbnail.ndim == 3 and (thumbnail[:5, :, 0] > thumbnail[:5, :, 2]).mean() > 0.5
     image, detail = search_tab.hit_detail(outcome.hits, 0)
     assert image is not None and "SYNTHETIC phantom" in detail
@@ -50,11 +51,12 @@ def test_oracle_hits_all_match_and_are_labelled_synthetic(services):
 
 
 def test_random_model_hits_that_break_the_query_are_marked(services):
-    outcome = search_tab.run_search(services, QUERY, None, "random", "demo-cxr", 40)
+    outcome = search_tab.run_search(services, QUERY, None, "random", "demo-cxr", 40, "similarity")
     broken = [hit for hit in outcome.hits if hit["satisfies"] is False]
     assert broken, "a random ranking of 40 of 60 phantoms breaks the query somewhere"
     for hit, (_, caption) in zip(outcome.hits, outcome.gallery, strict=True):
-        assert caption.startswith("✗ VIOLATES") == (hit["satisfies"] is False)
+        assert ("✗ violates · cos " in caption) == (hit["satisfies"] is False)
+        assert caption.startswith(f"#{hit['rank']} · ") and " · cos " in caption
     first = outcome.hits.index(broken[0])
     _, detail = search_tab.hit_detail(outcome.hits, first)
     assert "Breaks the query" in detail and "medheb-chip violates" in detail
@@ -65,9 +67,9 @@ def test_query_without_known_finding_warns_and_unknown_model_errors(services):
     assert "No known finding" in outcome.notice and "warning" in outcome.notice
     bad = search_tab.run_search(services, QUERY, None, "no-such-model", "demo-cxr", 3)
     assert 'class="medheb-notice error"' in bad.notice and not bad.gallery
-    assert "Traceback" not in bad.notice
+    assert "is not offered" in bad.notice and "Traceback" not in bad.notice
     missing = search_tab.run_search(services, QUERY, None, "oracle", "no-such-index", 3)
-    assert "does not exist" in missing.notice
+    assert "is not offered here" in missing.notice and "demo-cxr" in missing.notice
 
 
 def test_a_query_over_the_limit_gets_the_message_and_no_search(services, monkeypatch):
@@ -112,13 +114,25 @@ def test_logic_ranking_shows_the_probability_of_meeting_the_query(services):
     assert len(outcome.hits) == 5
     for hit, (_, caption) in zip(outcome.hits, outcome.gallery, strict=True):
         assert hit["findings"]["Pleural Effusion"] == 1 and hit["findings"]["Cardiomegaly"] != 1
-        assert caption.startswith("✓ matches · #") and f"p {hit['p_query']:.3f}" in caption
+        score = search_tab.score_text(hit["score"], logic=True)
+        assert caption == f"#{hit['rank']} · ✓ meets · {score}"
         assert 0.0 < hit["p_query"] <= 1.0
     probabilities = [hit["p_query"] for hit in outcome.hits]
     assert probabilities == sorted(probabilities, reverse=True)
     _, detail = search_tab.hit_detail(outcome.hits, 0)
-    assert f"p(meets the query) {outcome.hits[0]['p_query']:.3f}" in detail
+    assert f"p(meets the query) {outcome.hits[0]['p_query']:.4f} · log-odds " in detail
     for position, hit in enumerate(outcome.hits):
         _, detail = search_tab.hit_detail(outcome.hits, position)
         assert ("training studies" in detail) == (hit["split"] == "train")
     assert {hit["split"] for hit in outcome.hits} >= {"train"}
+
+
+def test_scores_separate_hits_near_certainty():
+    near = [math.log(p) for p in (0.97312, 0.99912, 0.99987, 0.999991, 0.9999991)]
+    shown = [search_tab.score_text(score, logic=True) for score in near]
+    assert shown == ["p 0.973", "p 0.9991", "p 0.9999", "log-odds +11.6", "log-odds +13.9"]
+    assert len(set(shown)) == len(shown)
+    assert search_tab.caption(3, near[0], True, False, ["has Cardiomegaly"]) == (
+        "#3 · ✗ violates · p 0.973 · has Cardiomegaly"
+    )
+    assert search_tab.caption(1, 0.4123, False, None, []) == "#1 · cos 0.412"

@@ -20,7 +20,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument(
-        "--model", default=None, help="model spec (default: MEDHEB_DEFAULT_MODEL, else dual-lite)"
+        "--model",
+        default=None,
+        help="model spec (default: MEDHEB_DEFAULT_MODEL, else the strongest shipped model built "
+        "for the index: dual-lite@label-aware, then dual-lite)",
     )
     parser.add_argument(
         "--index", default=None, help="index name (default: MEDHEB_DEFAULT_INDEX, else demo-cxr)"
@@ -38,10 +41,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--ranking",
         choices=RANKINGS,
-        default="similarity",
+        default="auto",
         help=(
-            "similarity: cosine to the query (default); logic: the query's findings ANDed and "
-            "negated over per-finding probes fit on the index's labelled train studies"
+            "auto (default): logic where the query names findings and the index has labelled "
+            "train studies, else similarity; logic: the query's findings ANDed and negated over "
+            "per-finding probes fit on the index's labelled train studies; similarity: cosine"
         ),
     )
     add_json_flag(parser)

@@ -6,11 +6,14 @@ multi-frame files) before windowing. Only allowlisted, non-identifying tags leav
 
 from __future__ import annotations
 
+import functools
 import io
 import warnings
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -285,42 +288,149 @@ def volume_from_datasets(datasets: list[object], name: str) -> LoadedImage:
     return LoadedImage(pixels, "3d", modality, spacing, meta, "dicom-series")
 
 
-def _series_members(path: Path, max_bytes: int | None) -> list[tuple[str, bytes]]:
-    """(member name, bytes) of every file in a folder (recursive) or a .zip, size-checked."""
+# A series upload (zip or folder) is read under a memory budget: members are streamed one at
+# a time (headers first, then only the slices kept), never held all at once, so four parallel
+# 480 MB zips keep the app under 2.5 GB (bench/bench_upload_rss.py, BENCHMARKS.md).
+MAX_SERIES_MEMBERS = 4096
+# float32 voxels kept of one series (64 slices of 512x512); a longer series is sampled
+# uniformly along the slice order (the embedders read 64 frames of it anyway) and the upload
+# says how many were kept.
+MAX_VOLUME_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One file of a series upload: its name, declared size and how to open it."""
+
+    name: str
+    size: int
+    open: Callable[[], IO[bytes]]
+
+
+def _series_members(path: Path, max_bytes: int | None) -> list[_Member]:
+    """Every file of a folder (recursive) or a .zip, refused early when too many or too big.
+
+    Nothing is decompressed here: the zip's declared sizes are checked against max_bytes
+    (zipfile never decodes more than a member's declared size), so a zip bomb is refused
+    before any byte of it is inflated."""
+    kind = "folder" if path.is_dir() else "zip file"
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-        check_size(path.name, sum(p.stat().st_size for p in files), max_bytes)
-        return [(str(p.relative_to(path)), p.read_bytes()) for p in files]
+        members = [
+            _Member(str(p.relative_to(path)), p.stat().st_size, functools.partial(open, p, "rb"))
+            for p in files
+        ]
+    else:
+        try:
+            archive = zipfile.ZipFile(path)
+        except zipfile.BadZipFile:
+            raise EvidenceError(f"{path.name} is a damaged zip file.") from None
+        infos = [i for i in archive.infolist() if not i.is_dir() and "__MACOSX" not in i.filename]
+        members = [
+            _Member(i.filename, i.file_size, functools.partial(archive.open, i)) for i in infos
+        ]
+    if len(members) > MAX_SERIES_MEMBERS:
+        raise EvidenceError(
+            f"The {kind} {path.name} holds {len(members):,} files; at most "
+            f"{MAX_SERIES_MEMBERS:,} can be read. Upload one series."
+        )
+    check_size(f"{path.name} (unpacked)", sum(m.size for m in members), max_bytes)
+    return members
+
+
+def _read_member(member: _Member) -> bytes:
     try:
-        with zipfile.ZipFile(path) as archive:
-            infos = [
-                i for i in archive.infolist() if not i.is_dir() and "__MACOSX" not in i.filename
-            ]
-            check_size(f"{path.name} (unpacked)", sum(i.file_size for i in infos), max_bytes)
-            return [(i.filename, archive.read(i)) for i in infos]
-    except zipfile.BadZipFile:
-        raise EvidenceError(f"{path.name} is a damaged zip file.") from None
+        with member.open() as handle:
+            return handle.read(member.size + 1)[: member.size]
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        raise EvidenceError(f"{member.name} in the upload is damaged ({error}).") from None
 
 
-def group_series(members: list[tuple[str, bytes]]) -> dict[str, list[object]]:
-    """Parse every DICOM image among the members and group them by SeriesInstanceUID."""
+def _header(member: _Member) -> object | None:
+    """The member's DICOM header without its pixels, or None when it is no image slice."""
     import pydicom
 
-    series: dict[str, list[object]] = {}
-    for _member, data in members:
-        if data[128:132] != b"DICM":
-            continue  # README, DICOMDIR without preamble, thumbnails: not slices
-        try:
+    try:
+        with member.open() as handle:
+            if handle.read(132)[128:132] != b"DICM":
+                return None  # README, DICOMDIR without preamble, thumbnails: not slices
+            handle.seek(0)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                ds = pydicom.dcmread(io.BytesIO(data))
-        except Exception:  # damaged member: skip it, the rest may form a series
+                ds = pydicom.dcmread(handle, stop_before_pixels=True)
+    except Exception:  # damaged member: skip it, the rest may form a series
+        return None
+    return ds if "Rows" in ds and "Columns" in ds else None  # DICOMDIR, SR, presentation states
+
+
+def group_series(members: list[_Member]) -> dict[str, list[tuple[_Member, object]]]:
+    """Headers of every DICOM image among the members, grouped by SeriesInstanceUID."""
+    series: dict[str, list[tuple[_Member, object]]] = {}
+    for member in members:
+        ds = _header(member)
+        if ds is None:
             continue
-        if "PixelData" not in ds:
-            continue  # DICOMDIR, structured reports, presentation states
         key = str(getattr(ds, "SeriesInstanceUID", "") or "unknown-series")
-        series.setdefault(key, []).append(ds)
+        series.setdefault(key, []).append((member, ds))
     return series
+
+
+def _kept_positions(n: int, slice_bytes: int) -> list[int]:
+    """Which of n slices fit MAX_VOLUME_BYTES: all, or a uniform sample keeping both ends."""
+    keep = max(1, min(n, MAX_VOLUME_BYTES // max(slice_bytes, 1)))
+    return sorted(set(np.linspace(0, n - 1, keep).round().astype(int).tolist()))
+
+
+def _budgeted_volume(entries: list[tuple[_Member, object]], name: str) -> LoadedImage:
+    """Stack a series' slices in slice order, decoding one member at a time into a volume
+    of at most MAX_VOLUME_BYTES."""
+    headers = [ds for _, ds in entries]
+    ordered = [entries[i] for i in _slice_order(headers)]
+    first = ordered[0][1]
+    rows, columns = int(first.Rows), int(first.Columns)
+    frames = int(getattr(first, "NumberOfFrames", 1) or 1)
+    samples = int(getattr(first, "SamplesPerPixel", 1) or 1)
+    if len(ordered) == 1 and frames * rows * columns * samples * 4 > MAX_VOLUME_BYTES:
+        limit = MAX_VOLUME_BYTES // (1024 * 1024)
+        raise EvidenceError(
+            f"{name} holds one image of {frames} frames of {columns}x{rows}, more than the "
+            f"{limit} MB this app opens; upload it as a series of slices or fewer frames."
+        )
+    if len(ordered) == 1:
+        ds = _parse_dicom(_read_member(ordered[0][0]), name)
+        return image_from_dataset(ds, name)
+    positions = _kept_positions(len(ordered), rows * columns * 4)
+    volume = np.empty((len(positions), rows, columns), dtype=np.float32)
+    kept_headers = []
+    for slot, position in enumerate(positions):
+        member, _ = ordered[position]
+        ds = _parse_dicom(_read_member(member), name)
+        stored = _pixels_of(ds, name)
+        if stored.ndim != 2:
+            raise EvidenceError(
+                f"{name} mixes multi-frame or colour images into a slice series; "
+                "upload one series of single-frame greyscale slices."
+            )
+        if stored.shape != (rows, columns):
+            raise EvidenceError(f"{name} has slices of different sizes.")
+        volume[slot] = _rescale(stored, ds, 1)
+        del ds, stored
+        kept_headers.append(ordered[position][1])
+    modality = str(getattr(first, "Modality", "") or "OT")
+    photometric = str(getattr(first, "PhotometricInterpretation", "MONOCHROME2"))
+    pixels = to_unit_range(volume, modality, photometric, _window_of(first))
+    del volume
+    spacing = None
+    in_plane = _pixel_spacing(first)
+    coordinates = [_find(ds, "ImagePositionPatient") for ds in kept_headers]
+    if in_plane and all(p is not None for p in coordinates):
+        steps = np.linalg.norm(np.diff(np.asarray(coordinates, dtype=float), axis=0), axis=1)
+        spacing = (float(np.median(steps)), *in_plane) if len(steps) else None
+    meta = safe_meta_of(first)
+    meta["NumberOfSlices"] = len(ordered)
+    if len(positions) < len(ordered):
+        meta["SlicesKept"] = len(positions)
+    return LoadedImage(pixels, "3d", modality, spacing, meta, "dicom-series")
 
 
 def read_series(path: Path, max_bytes: int | None) -> LoadedImage:
@@ -332,6 +442,6 @@ def read_series(path: Path, max_bytes: int | None) -> LoadedImage:
     if not series:
         raise EvidenceError(f"The {kind} {path.name} contains no DICOM images.")
     largest = max(series.values(), key=len)  # a localizer or scout is the smaller series
-    loaded = volume_from_datasets(largest, path.name)
+    loaded = _budgeted_volume(largest, path.name)
     loaded.safe_meta["SeriesInUpload"] = len(series)
     return loaded

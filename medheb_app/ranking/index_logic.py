@@ -44,6 +44,10 @@ class IndexLogicError(ValueError):
     """The index cannot be ranked with logic (e.g. no labelled training studies)."""
 
 
+class ProbesNotReady(IndexLogicError):
+    """The probes were not fit in advance and this caller may not fit them (a web request)."""
+
+
 def labelled_train_rows(loaded: LoadedIndex, vocabulary: tuple[str, ...]) -> list[int]:
     """Row positions of the index's train-split 2D studies whose source labels the vocabulary.
 
@@ -81,8 +85,11 @@ def index_probe(
     settings: Settings,
     vectors: np.ndarray,
     vocabulary: tuple[str, ...] = CXR_RETRIEVE_10,
+    fit: bool = True,
 ) -> FindingProbe:
-    """The per-finding probe for this index, fit on its labelled train studies once."""
+    """The per-finding probe for this index, fit on its labelled train studies once.
+
+    With fit=False a probe that is not on disk raises ProbesNotReady instead of being fit."""
     rows = labelled_train_rows(loaded, vocabulary)
     if not rows:
         raise IndexLogicError(
@@ -94,6 +101,8 @@ def index_probe(
         probe = FindingProbe.load(path)
         if probe.cv_auc:  # files from before probes kept their CV AUC are refit
             return probe
+    if not fit:
+        raise ProbesNotReady(f"The finding probes of index {loaded.name!r} are not prepared.")
     labels = [loaded.items[loaded.index.ids[row]].get("findings") or {} for row in rows]
     probe = fit_probe(
         vectors[rows], labels, vocabulary, embedder.card.fingerprint, INDEX_PROBE_CONFIG
@@ -103,7 +112,11 @@ def index_probe(
 
 
 def _index_state(
-    loaded: LoadedIndex, embedder: Embedder, settings: Settings, vocabulary: tuple[str, ...]
+    loaded: LoadedIndex,
+    embedder: Embedder,
+    settings: Settings,
+    vocabulary: tuple[str, ...],
+    fit: bool = True,
 ) -> tuple[np.ndarray, FindingProbe, np.ndarray]:
     """(vectors, probe, per-finding log-odds of every study), kept in memory per index build.
 
@@ -117,11 +130,27 @@ def _index_state(
         held = _LOADED.get(str(loaded.directory))
         if held is None or held[0] != version:  # one entry per index: a rebuild replaces it
             vectors = loaded.index.vectors()
-            probe = index_probe(loaded, embedder, settings, vectors, vocabulary)
+            probe = index_probe(loaded, embedder, settings, vectors, vocabulary, fit)
             ranker = LogicAwareRanker(embedder, probe, vocabulary=vocabulary)
             held = (version, (vectors, probe, ranker.finding_logits(vectors, vectors)))
             _LOADED[str(loaded.directory)] = held
     return held[1]
+
+
+def prepare_index_logic(
+    loaded: LoadedIndex,
+    embedder: Embedder,
+    settings: Settings,
+    vocabulary: tuple[str, ...] = CXR_RETRIEVE_10,
+) -> bool:
+    """Fit (or load) the index's probes and keep them in memory, so the first logic-aware
+    search answers at once. For the demo bootstrap and index jobs, never a web request.
+    False when the index has no labelled training studies (it is ranked by similarity)."""
+    try:
+        _index_state(loaded, embedder, settings, vocabulary, fit=True)
+    except IndexLogicError:
+        return False
+    return True
 
 
 def probe_notes(probe: FindingProbe, parsed: ParsedQuery) -> list[str]:
@@ -155,13 +184,15 @@ def logic_search(
     query_vector: np.ndarray,
     k: int,
     settings: Settings,
+    fit: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Top-k (scores, ids) of every study in the index by the parsed query's logic, and
     warnings about the probes of the query's findings (probe_notes).
 
     `query_vector` is the query's embedding; its cosine to each study only breaks ties.
+    fit=False (a web request) raises ProbesNotReady rather than fitting probes.
     """
-    vectors, probe, logits = _index_state(loaded, embedder, settings, parsed.vocabulary)
+    vectors, probe, logits = _index_state(loaded, embedder, settings, parsed.vocabulary, fit)
     query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
     # einsum, not BLAS: a threaded BLAS call here leaves spinning threads that slow down the
     # next query's text encoder (measured p50 11 -> 24 ms).

@@ -32,6 +32,7 @@ CSS = """
 .medheb-chip.absent {background:#eef0f3;color:#555}
 .medheb-chip.uncertain {background:#fff3d6;border-color:#e2bf62}
 .medheb-chip.violates {background:#b3141f;color:#fff;border-color:#b3141f;font-weight:700}
+#search-parsed .medheb-parsed > div {display:inline-block;margin-right:1.4em}
 .medheb-progress {height:14px;background:#e5e7eb;border-radius:7px;overflow:hidden}
 .medheb-progress > div {height:100%;background:#2563eb}
 """

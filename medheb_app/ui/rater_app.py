@@ -301,7 +301,7 @@ def undo_vote(services: Services, auth: Authenticator, request: Any) -> tuple[bo
 
 def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
     """The /rate Blocks: header, instruction, query, two sides, a sticky row of buttons."""
-    with gr.Blocks(title="Reader study") as blocks:
+    with gr.Blocks(title="Reader study", delete_cache=(600, 1800)) as blocks:
         header = gr.HTML(elem_id="rater-header")
         message = gr.HTML(elem_id="rater-message")
         instruction = gr.HTML(elem_id="rater-instruction")

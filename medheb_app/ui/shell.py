@@ -26,6 +26,20 @@ from medheb_app.ui.search_tab import build_search_tab
 
 log = logging.getLogger(__name__)
 TITLE = "Clinical evidence retrieval workbench"
+DESCRIPTION = (
+    "Search chest radiographs with compositional queries (*pleural effusion and no "
+    "cardiomegaly*) or an uploaded study, and compare embedding models on the MedHEB and "
+    "CXR-Retrieve benchmarks. The demo images are synthetic phantoms; not for clinical use."
+)
+EXPLORER_INTRO = (
+    "Pick a benchmark run to see its leaderboard and charts, then a task and a query to see "
+    "both models' ranked lists. Runs come from the Admin tab or `python -m medheb_app bench "
+    "run`."
+)
+ANALYSIS_INTRO = (
+    "Admins: pick a study to see preference and tie rates, Bradley-Terry scores and rater "
+    "agreement once votes come in (the demo ships one small study)."
+)
 RATER_PATH = "rate"
 COMPARISON_NOTE = (
     "Blinded comparisons happen on the raters' own page, `/rate`, which raters reach through "
@@ -51,21 +65,28 @@ def _safely(refresh: Callable[[], Any], n_outputs: int = 1) -> tuple[Any, ...]:
     return tuple(result) if n_outputs > 1 else (result,)
 
 
+CACHE_SWEEP = (600, 1800)  # (how often, how old) in seconds
+
+
 def build_app(services: Services, auth: Authenticator | None = None) -> gr.Blocks:
     """Compose the workbench tabs into one Blocks app (served at "/" by the server).
 
     Without `auth` nobody is admin: analysis, exports, blinded drill-downs and the admin panel
     refuse every call."""
-    with gr.Blocks(title=TITLE) as demo:
-        gr.Markdown(f"## {TITLE}")
+    # Gradio keeps what it renders for a session (upload previews, galleries) in its cache
+    # folder under content-hashed names; drop files older than 30 minutes every 10 minutes.
+    with gr.Blocks(title=TITLE, delete_cache=CACHE_SWEEP) as demo:
+        gr.Markdown(f"## {TITLE}\n{DESCRIPTION}", elem_id="app-description")
         with gr.Tabs():
             with gr.Tab("Search", id="search"):
                 search = build_search_tab(services)
             with gr.Tab("Benchmark explorer", id="explorer"):
+                gr.Markdown(EXPLORER_INTRO, elem_id="explorer-intro")
                 explorer = build_explorer_tab(services, auth)
             with gr.Tab("Blinded comparison", id="compare"):
                 gr.Markdown(COMPARISON_NOTE, elem_id="compare-pointer")
             with gr.Tab("Study analysis", id="analysis"):
+                gr.Markdown(ANALYSIS_INTRO, elem_id="analysis-intro")
                 analysis = build_analysis_tab(services, auth)
             admin = None
             if services.admin_enabled and auth is not None:  # a public demo has no admin
