@@ -1,5 +1,6 @@
 """A two-model benchmark run folder in the runner's DESIGN.md format, for the study tests,
-and `text_bench_run`: a real (small) run of the random and oracle baselines through the runner.
+and real (small) runs of the random and oracle baselines through the runner: `text_bench_run`
+(one text task) and `small_medheb_lite_run` (every medheb-lite family).
 
 Model and task names end in "-secret" so blinding tests can search the page for them.
 """
@@ -12,12 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pytest
 from PIL import Image
 
 if TYPE_CHECKING:
     from medheb_app.eval.results import Summary
     from medheb_app.settings import Settings
-    from medheb_app.tasks.base import Item
+    from medheb_app.tasks.base import Item, Task
 
 MODELS = ("model-alpha-secret", "model-beta-secret")
 TASK = "stratum-task-secret"
@@ -75,3 +77,22 @@ def text_bench_run(
         qry_inst="Find the matching passage:",
     )
     return run_suite([paired_task(meta, list(pairs))], ["random", "oracle"], out_dir, settings)
+
+
+def small_medheb_lite_run(
+    monkeypatch: pytest.MonkeyPatch, settings: Settings, corpora: Path, run_dir: Path
+) -> list[Task]:
+    """Every medheb-lite task, shrunk to seconds (240 chest studies, 20 volume subjects, 6
+    queries a task) with its corpora under `corpora`, run for random and oracle into run_dir
+    without a store row: the studies built from it hold an item of every family."""
+    from medheb_app.eval.runner import run_suite
+    from medheb_app.tasks import medheb
+
+    monkeypatch.setattr(medheb, "CHEST_N", 240)
+    monkeypatch.setattr(medheb, "VOLUME_SUBJECTS", 20)  # a test part of 4 subjects
+    monkeypatch.setattr(medheb, "MAX_QUERIES", {"test": 6, "train": 6})
+    monkeypatch.setattr(medheb, "GRADED_MAX_QUERIES", 6)
+    monkeypatch.setattr(medheb, "corpus_root", lambda _settings: corpora)
+    tasks, _skipped = medheb.get_suite("medheb-lite").build(settings)
+    run_suite(tasks, ["random", "oracle"], run_dir, settings, record=False)
+    return tasks

@@ -16,6 +16,7 @@ from medheb_app.study import describe_with_tasks
 from medheb_app.tasks.base import Item, Query, Task, TaskMetadata
 from medheb_app.ui import evidence_view, rater_app
 from medheb_app.ui.evidence_view import Unrenderable, render_payload
+from tests.run_fixtures import small_medheb_lite_run
 
 DATA_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
@@ -129,18 +130,10 @@ def test_a_study_over_every_medheb_lite_family_renders_on_the_rater_page(
     """Issue 11: items with volumes or region crops rendered as 'item ?' with empty galleries.
     Every item of a medheb-lite study must render (query and both top-3 lists) with pixels
     for every image, volume and region."""
-    from medheb_app.eval.runner import run_suite
     from medheb_app.store.db import Store
     from medheb_app.study import create_study, next_item, record_vote, sign_in_open
-    from medheb_app.tasks import medheb
 
-    monkeypatch.setattr(medheb, "CHEST_N", 240)
-    monkeypatch.setattr(medheb, "VOLUME_SUBJECTS", 20)
-    monkeypatch.setattr(medheb, "MAX_QUERIES", {"test": 6, "train": 6})
-    monkeypatch.setattr(medheb, "GRADED_MAX_QUERIES", 6)
-    monkeypatch.setattr(medheb, "corpus_root", lambda _settings: tmp_path / "corpora")
-    tasks, _skipped = medheb.get_suite("medheb-lite").build(settings)
-    run_suite(tasks, ["random", "oracle"], tmp_path / "run", settings, record=False)
+    tasks = small_medheb_lite_run(monkeypatch, settings, tmp_path / "corpora", tmp_path / "run")
     store = Store.open(settings.database_url)
     created = create_study(
         store,
