@@ -1,6 +1,6 @@
 """A two-model benchmark run folder in the runner's DESIGN.md format, for the study tests,
 and real (small) runs of the random and oracle baselines through the runner: `text_bench_run`
-(one text task) and `small_medheb_lite_run` (every medheb-lite family).
+(one text task) and `medheb_lite_study` (a study over every medheb-lite family).
 
 Model and task names end in "-secret" so blinding tests can search the page for them.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -19,6 +19,7 @@ from PIL import Image
 if TYPE_CHECKING:
     from medheb_app.eval.results import Summary
     from medheb_app.settings import Settings
+    from medheb_app.store.db import Store
     from medheb_app.tasks.base import Item, Task
 
 MODELS = ("model-alpha-secret", "model-beta-secret")
@@ -79,13 +80,22 @@ def text_bench_run(
     return run_suite([paired_task(meta, list(pairs))], ["random", "oracle"], out_dir, settings)
 
 
-def small_medheb_lite_run(
-    monkeypatch: pytest.MonkeyPatch, settings: Settings, corpora: Path, run_dir: Path
-) -> list[Task]:
-    """Every medheb-lite task, shrunk to seconds (240 chest studies, 20 volume subjects, 6
-    queries a task) with its corpora under `corpora`, run for random and oracle into run_dir
-    without a store row: the studies built from it hold an item of every family."""
+def medheb_lite_study(
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Settings,
+    corpora: Path,
+    root: Path,
+    items_per_task: int,
+    **options: Any,
+) -> tuple[list[Task], Store, Any]:
+    """A study over every medheb-lite task: the suite shrunk to seconds (240 chest studies,
+    20 volume subjects, 6 queries a task) with its corpora under `corpora`, run for random and
+    oracle into root/run without a store row, then the study "every-family" of
+    items_per_task x tasks items (payload media under root/media). Returns the tasks, the
+    store and create_study's result."""
     from medheb_app.eval.runner import run_suite
+    from medheb_app.store.db import Store
+    from medheb_app.study import create_study, describe_with_tasks
     from medheb_app.tasks import medheb
 
     monkeypatch.setattr(medheb, "CHEST_N", 240)
@@ -94,5 +104,15 @@ def small_medheb_lite_run(
     monkeypatch.setattr(medheb, "GRADED_MAX_QUERIES", 6)
     monkeypatch.setattr(medheb, "corpus_root", lambda _settings: corpora)
     tasks, _skipped = medheb.get_suite("medheb-lite").build(settings)
-    run_suite(tasks, ["random", "oracle"], run_dir, settings, record=False)
-    return tasks
+    run_suite(tasks, ["random", "oracle"], root / "run", settings, record=False)
+    store = Store.open(settings.database_url)
+    created = create_study(
+        store,
+        "every-family",
+        ["random", "oracle"],
+        root / "run",
+        n_items=items_per_task * len(tasks),
+        describe=describe_with_tasks(tasks, root / "media"),
+        **options,
+    )
+    return tasks, store, created

@@ -17,7 +17,7 @@ from medheb_app.store.study_tables import StudyItem
 from medheb_app.study import create_study, describe_with_tasks, render_check
 from medheb_app.study.payloads import Renderer, Unrenderable, locate
 from medheb_app.tasks.base import Item, Query, Task, TaskMetadata
-from tests.run_fixtures import small_medheb_lite_run
+from tests.run_fixtures import medheb_lite_study
 
 
 def assert_real_content(payload: dict[str, Any]) -> str:
@@ -169,19 +169,11 @@ def test_a_study_from_every_medheb_lite_task_shows_real_content(
 ):
     """Attack: 7 of 30 items of a medheb-lite study (volumes, region crops) showed "item ?"
     with empty galleries, and votes on them were stored."""
-    tasks = small_medheb_lite_run(monkeypatch, settings, corpora, tmp_path / "run")
+    tasks, store, created = medheb_lite_study(
+        monkeypatch, settings, corpora, tmp_path, items_per_task=2, gold_share=0.1
+    )
     families = {task.metadata.family for task in tasks}
     assert {"MB-VR", "VG", "I-I", "I-Lab", "I-Rep", "T-I", "VQA"} <= families
-    store = Store.open(settings.database_url)
-    created = create_study(
-        store,
-        "every-family",
-        ["random", "oracle"],
-        tmp_path / "run",
-        n_items=2 * len(tasks),
-        describe=describe_with_tasks(tasks, tmp_path / "media"),
-        gold_share=0.1,
-    )
     assert created.withheld == [], created.withheld
     assert created.n_items == 2 * len(tasks) and created.n_gold >= 1
     forms: set[str] = set()

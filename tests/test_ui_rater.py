@@ -16,7 +16,7 @@ from medheb_app.study import describe_with_tasks
 from medheb_app.tasks.base import Item, Query, Task, TaskMetadata
 from medheb_app.ui import evidence_view, rater_app
 from medheb_app.ui.evidence_view import Unrenderable, render_payload
-from tests.run_fixtures import small_medheb_lite_run
+from tests.run_fixtures import medheb_lite_study
 
 DATA_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
@@ -130,19 +130,10 @@ def test_a_study_over_every_medheb_lite_family_renders_on_the_rater_page(
     """Issue 11: items with volumes or region crops rendered as 'item ?' with empty galleries.
     Every item of a medheb-lite study must render (query and both top-3 lists) with pixels
     for every image, volume and region."""
-    from medheb_app.store.db import Store
-    from medheb_app.study import create_study, next_item, record_vote, sign_in_open
+    from medheb_app.study import next_item, record_vote, sign_in_open
 
-    tasks = small_medheb_lite_run(monkeypatch, settings, tmp_path / "corpora", tmp_path / "run")
-    store = Store.open(settings.database_url)
-    created = create_study(
-        store,
-        "every-family",
-        ["random", "oracle"],
-        tmp_path / "run",
-        n_items=len(tasks),
-        describe=describe_with_tasks(tasks, tmp_path / "media"),
-        open_enrolment=True,
+    tasks, store, created = medheb_lite_study(
+        monkeypatch, settings, tmp_path / "corpora", tmp_path, items_per_task=1, open_enrolment=True
     )
     rater = sign_in_open(store, created.id, "renderer")
     families, n_pictures = set(), 0
