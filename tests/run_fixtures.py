@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from medheb_app.eval.results import Summary
     from medheb_app.settings import Settings
     from medheb_app.store.db import Store
-    from medheb_app.tasks.base import Item, Task
+    from medheb_app.tasks.base import Item, Task, TaskMetadata
 
 MODELS = ("model-alpha-secret", "model-beta-secret")
 TASK = "stratum-task-secret"
@@ -59,24 +59,24 @@ def write_run(run_dir: Path, with_images: bool = False) -> None:
         (run_dir / model / f"{TASK}.json").write_text(json.dumps(payload))
 
 
+def task_meta(name: str = "t", family: str = "I-I", form: str = "2d", **extra: Any) -> TaskMetadata:
+    """A unit-test task's metadata: an in-distribution chest task from source "unit" whose
+    query instruction is "Find:" unless `extra` says otherwise."""
+    from medheb_app.tasks.base import TaskMetadata
+
+    fields = {"split": "ID", "anatomy": "chest", "source": "unit", "qry_inst": "Find:", **extra}
+    return TaskMetadata(name=name, family=family, form=form, **fields)
+
+
 def text_bench_run(
     name: str, pairs: Sequence[tuple[Item, Item]], out_dir: Path, settings: Settings
 ) -> Summary:
     """run_suite of the random and oracle baselines on one text-to-text task of (query, target)
     pairs, recorded in the settings' store: what the admin and web tests build studies from."""
     from medheb_app.eval.runner import run_suite
-    from medheb_app.tasks.base import TaskMetadata
     from medheb_app.tasks.builders.generic import paired_task
 
-    meta = TaskMetadata(
-        name=name,
-        family="T-T",
-        form="text",
-        split="ID",
-        anatomy="chest",
-        source="unit",
-        qry_inst="Find the matching passage:",
-    )
+    meta = task_meta(name, "T-T", "text", qry_inst="Find the matching passage:")
     return run_suite([paired_task(meta, list(pairs))], ["random", "oracle"], out_dir, settings)
 
 

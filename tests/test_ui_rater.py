@@ -13,24 +13,12 @@ from PIL import Image
 
 from medheb_app.evidence.study import Evidence, Study
 from medheb_app.study import describe_with_tasks
-from medheb_app.tasks.base import Item, Query, Task, TaskMetadata
+from medheb_app.tasks.base import Item, Query, Task
 from medheb_app.ui import evidence_view, rater_app
 from medheb_app.ui.evidence_view import Unrenderable, render_payload
-from tests.run_fixtures import medheb_lite_study
+from tests.run_fixtures import medheb_lite_study, task_meta
 
 DATA_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
-
-
-def _meta(name: str, family: str) -> TaskMetadata:
-    return TaskMetadata(
-        name=name,
-        family=family,
-        form="2d",
-        split="ID",
-        anatomy="chest",
-        source="unit",
-        qry_inst="Find:",
-    )
 
 
 def _pictures(markup: str) -> list[np.ndarray]:
@@ -50,7 +38,7 @@ def payloads(tmp_path: Path) -> dict[str, dict]:
     xray[5:15, 8:20] = np.linspace(0.1, 0.9, 120, dtype=np.float32).reshape(10, 12)
     volume = np.stack([xray * (d / 20) for d in range(21)])
     task = Task(
-        metadata=_meta("unit-vg", "VG"),
+        metadata=task_meta("unit-vg", "VG"),
         queries=[Query("q0", Evidence(text="left upper zone", image=xray), positives=("crop",))],
         candidates=[
             Item("crop", Evidence(image=xray[5:15, 8:20].copy())),
