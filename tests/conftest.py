@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from medheb_app.settings import SHARED_DATA_DIR, Settings
+from medheb_app.store.db import Store
 
 NIH_DIR = SHARED_DATA_DIR / "nih-cxr14-1000"
 PUBMEDQA_DIR = SHARED_DATA_DIR / "pubmedqa"
@@ -53,6 +54,12 @@ def database_url(request: pytest.FixtureRequest, settings: Settings) -> str:
     if request.param == "sqlite":
         return settings.database_url
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def store(database_url: str) -> Store:
+    """The store on SQLite and on a real PostgreSQL server (each test runs on both)."""
+    return Store.open(database_url)
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""A two-model benchmark run folder in the runner's DESIGN.md format, for the study tests.
+"""A two-model benchmark run folder in the runner's DESIGN.md format, for the study tests,
+and real (small) runs of the random and oracle baselines through the runner: `text_bench_run`
+(one text task) and `medheb_lite_study` (a study over every medheb-lite family).
 
 Model and task names end in "-secret" so blinding tests can search the page for them.
 """
@@ -6,10 +8,19 @@ Model and task names end in "-secret" so blinding tests can search the page for 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pytest
 from PIL import Image
+
+if TYPE_CHECKING:
+    from medheb_app.eval.results import Summary
+    from medheb_app.settings import Settings
+    from medheb_app.store.db import Store
+    from medheb_app.tasks.base import Item, Task, TaskMetadata
 
 MODELS = ("model-alpha-secret", "model-beta-secret")
 TASK = "stratum-task-secret"
@@ -46,3 +57,62 @@ def write_run(run_dir: Path, with_images: bool = False) -> None:
         }
         (run_dir / model).mkdir(parents=True)
         (run_dir / model / f"{TASK}.json").write_text(json.dumps(payload))
+
+
+def task_meta(name: str = "t", family: str = "I-I", form: str = "2d", **extra: Any) -> TaskMetadata:
+    """A unit-test task's metadata: an in-distribution chest task from source "unit" whose
+    query instruction is "Find:" unless `extra` says otherwise."""
+    from medheb_app.tasks.base import TaskMetadata
+
+    fields = {"split": "ID", "anatomy": "chest", "source": "unit", "qry_inst": "Find:", **extra}
+    return TaskMetadata(name=name, family=family, form=form, **fields)
+
+
+def text_bench_run(
+    name: str, pairs: Sequence[tuple[Item, Item]], out_dir: Path, settings: Settings
+) -> Summary:
+    """run_suite of the random and oracle baselines on one text-to-text task of (query, target)
+    pairs, recorded in the settings' store: what the admin and web tests build studies from."""
+    from medheb_app.eval.runner import run_suite
+    from medheb_app.tasks.builders.generic import paired_task
+
+    meta = task_meta(name, "T-T", "text", qry_inst="Find the matching passage:")
+    return run_suite([paired_task(meta, list(pairs))], ["random", "oracle"], out_dir, settings)
+
+
+def medheb_lite_study(
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Settings,
+    corpora: Path,
+    root: Path,
+    items_per_task: int,
+    **options: Any,
+) -> tuple[list[Task], Store, Any]:
+    """A study over every medheb-lite task: the suite shrunk to seconds (240 chest studies,
+    20 volume subjects, 6 queries a task) with its corpora under `corpora`, run for random and
+    oracle into root/run without a store row, then the study "every-family" of
+    items_per_task x tasks items (payload media under root/media). Returns the tasks, the
+    store and create_study's result."""
+    from medheb_app.eval.runner import run_suite
+    from medheb_app.store.db import Store
+    from medheb_app.study import create_study, describe_with_tasks
+    from medheb_app.tasks import medheb
+
+    monkeypatch.setattr(medheb, "CHEST_N", 240)
+    monkeypatch.setattr(medheb, "VOLUME_SUBJECTS", 20)  # a test part of 4 subjects
+    monkeypatch.setattr(medheb, "MAX_QUERIES", {"test": 6, "train": 6})
+    monkeypatch.setattr(medheb, "GRADED_MAX_QUERIES", 6)
+    monkeypatch.setattr(medheb, "corpus_root", lambda _settings: corpora)
+    tasks, _skipped = medheb.get_suite("medheb-lite").build(settings)
+    run_suite(tasks, ["random", "oracle"], root / "run", settings, record=False)
+    store = Store.open(settings.database_url)
+    created = create_study(
+        store,
+        "every-family",
+        ["random", "oracle"],
+        root / "run",
+        n_items=items_per_task * len(tasks),
+        describe=describe_with_tasks(tasks, root / "media"),
+        **options,
+    )
+    return tasks, store, created

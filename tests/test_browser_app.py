@@ -12,52 +12,26 @@ Screenshots of each page land in test-artifacts/screenshots/.
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from medheb_app.settings import PROJECT_ROOT
+from tests.browser_harness import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    SCREENSHOTS,
+    STARTUP_S,
+    require_browser,
+    serve_app,
+)
 from tests.run_fixtures import MODELS, TASK, write_run
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
 ADMIN_PASSWORD = "browser-admin-pass"
 SEARCH_MODEL = os.environ.get("MEDHEB_BROWSER_MODEL", "oracle")
-STARTUP_S = 600
-
-
-def _require_browser() -> None:
-    if Path(CHROMIUM).exists():
-        return
-    message = f"{CHROMIUM} is not installed (apt-get install chromium)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI needs the browser tests to run: {message}")
-    pytest.skip(message)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _store_run(out_dir: Path, settings) -> None:
@@ -87,19 +61,6 @@ def _store_run(out_dir: Path, settings) -> None:
     run_suite(tasks, ["random", "oracle"], out_dir, settings)
 
 
-def _wait_until_serving(process: subprocess.Popen, port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"app.py exited with code {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"app.py did not serve on port {port} within {timeout:.0f} s")
-
-
 def _wait_for_demo(data_dir: Path, timeout: float) -> None:
     """The bootstrap is done when the demo index has a catalog and its logic-aware probes."""
     deadline = time.monotonic() + timeout
@@ -113,19 +74,14 @@ def _wait_for_demo(data_dir: Path, timeout: float) -> None:
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory) -> Iterator[dict]:
-    _require_browser()
+    require_browser()
     root = tmp_path_factory.mktemp("browser")
     data_dir = root / "data"
     env = {
-        **os.environ,
-        "DATA_DIR": str(data_dir),
         "MEDHEB_DEMO_SIZE": "120",
         "MEDHEB_DEFAULT_MODEL": SEARCH_MODEL,
         "MEDHEB_DEMO_MODELS": SEARCH_MODEL,
         "ADMIN_PASSWORD": ADMIN_PASSWORD,
-        "PORT": str(_free_port()),
-        "HOST": "127.0.0.1",
-        "OMP_NUM_THREADS": "1",
     }
     from medheb_app.services import create_services
     from medheb_app.settings import Settings
@@ -147,39 +103,15 @@ def app(tmp_path_factory) -> Iterator[dict]:
     invitations = create_invitations(services.store, study_id, 4)
     _store_run(root / "bench", settings)
     services.jobs.shutdown(wait=False)
-    log = open(root / "app.log", "w")  # noqa: SIM115 - closed in teardown
-    process = subprocess.Popen(
-        [sys.executable, str(PROJECT_ROOT / "app.py")],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    port = int(env["PORT"])
-    try:
-        _wait_until_serving(process, port, STARTUP_S)
+    with serve_app(root, data_dir, env) as url:
         yield {
-            "url": f"http://127.0.0.1:{port}",
+            "url": url,
             "data_dir": data_dir,
             "settings": settings,
             "study_id": study_id,
             "invitations": invitations,
             "log": root / "app.log",
         }
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-        log.close()
-        shutil.copy(root / "app.log", _artifacts() / "app.log")
-
-
-def _artifacts() -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    return SCREENSHOTS.parent
 
 
 @pytest.fixture(scope="module")

@@ -7,27 +7,12 @@ the drill-down shows each model's top 10 as thumbnails with the violated constra
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-from medheb_app.settings import PROJECT_ROOT
-from tests.test_browser_app import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    SCREENSHOTS,
-    STARTUP_S,
-    _free_port,
-    _open,
-    _require_browser,
-    _tab,
-    _wait_until_serving,
-)
+from tests.browser_harness import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, require_browser, serve_app
+from tests.test_browser_app import _open, _tab
 from tests.test_cxr_cli import nih_fixture
 
 pytestmark = pytest.mark.browser
@@ -35,18 +20,10 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory) -> Iterator[dict]:
-    _require_browser()
+    require_browser()
     root = tmp_path_factory.mktemp("browser-explorer")
     data_dir = root / "data"
-    env = {
-        **os.environ,
-        "DATA_DIR": str(data_dir),
-        "MEDHEB_DEMO_SIZE": "40",
-        "MEDHEB_DEFAULT_MODEL": "oracle",
-        "PORT": str(_free_port()),
-        "HOST": "127.0.0.1",
-        "OMP_NUM_THREADS": "1",
-    }
+    env = {"MEDHEB_DEMO_SIZE": "40", "MEDHEB_DEFAULT_MODEL": "oracle"}
     from medheb_app.eval.runner import run_suite
     from medheb_app.settings import Settings
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
@@ -55,28 +32,8 @@ def app(tmp_path_factory) -> Iterator[dict]:
     gallery = nih_fixture(root / "nih")
     suite = CxrRetrieveSuite(data=f"nih:{gallery}", split=None)
     run_suite(suite, ["oracle", "random"], root / "cxr-run", settings)
-    log = open(root / "app.log", "w")  # noqa: SIM115 - closed in teardown
-    process = subprocess.Popen(
-        [sys.executable, str(PROJECT_ROOT / "app.py")],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    port = int(env["PORT"])
-    try:
-        _wait_until_serving(process, port, STARTUP_S)
-        yield {"url": f"http://127.0.0.1:{port}"}
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-        log.close()
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(root / "app.log", SCREENSHOTS.parent / "app-explorer.log")
+    with serve_app(root, data_dir, env, log_name="app-explorer.log") as url:
+        yield {"url": url}
 
 
 @pytest.fixture

@@ -27,6 +27,18 @@ from medheb_app.ui import explorer_tab as ex
 from tests.test_cxr_cli import nih_fixture
 
 
+def _bench_cxr(tmp_path: Path, capsys: pytest.CaptureFixture, *flags: str) -> tuple[Path, Path]:
+    """`bench run` of the cxr-retrieve suite (oracle and random) over a small NIH-layout gallery
+    through the CLI; returns the gallery and the run folder, failing with the CLI's error if it
+    exits non-zero."""
+    data = nih_fixture(tmp_path / "nih")
+    out = tmp_path / "cxr-run"
+    args = ["bench", "run", "--suite", "cxr-retrieve", "--data", f"nih:{data}", "--split", "all"]
+    code = main([*args, "--model", "oracle", "--model", "random", "--out", str(out), *flags])
+    assert code == 0, capsys.readouterr().err
+    return data, out
+
+
 def _stored_run(settings: Settings, run_id: int):
     store = Store.open(settings.database_url)
     run = next(r for r in list_runs(store) if r.id == run_id)
@@ -36,11 +48,7 @@ def _stored_run(settings: Settings, run_id: int):
 def test_cxr_retrieve_suite_is_stored_and_reloads_into_the_same_tables(
     tmp_path: Path, settings: Settings, capsys
 ) -> None:
-    data = nih_fixture(tmp_path / "nih")
-    out = tmp_path / "cxr-run"
-    args = ["bench", "run", "--suite", "cxr-retrieve", "--data", f"nih:{data}", "--split", "all"]
-    code = main([*args, "--model", "oracle", "--model", "random", "--out", str(out), "--json"])
-    assert code == 0, capsys.readouterr().err
+    data, out = _bench_cxr(tmp_path, capsys, "--json")
     payload = json.loads(capsys.readouterr().out)
     assert payload["kind"] == "cxr-retrieve" and set(payload["models"]) == {"oracle", "random"}
 
@@ -138,10 +146,7 @@ def test_phantom_gallery_is_the_saved_corpus_on_disk(
 def test_cxr_drill_down_names_the_violated_constraint(
     tmp_path: Path, settings: Settings, capsys
 ) -> None:
-    data = nih_fixture(tmp_path / "nih")
-    out = tmp_path / "cxr-run"
-    args = ["bench", "run", "--suite", "cxr-retrieve", "--data", f"nih:{data}", "--split", "all"]
-    assert main([*args, "--model", "oracle", "--model", "random", "--out", str(out)]) == 0
+    data, out = _bench_cxr(tmp_path, capsys)
     capsys.readouterr()
     summary = Summary.from_disk(out)
     report = summary.cxr_report("random")

@@ -15,12 +15,6 @@ from medheb_app.store.jobs_table import Job
 
 
 @pytest.fixture
-def store(database_url: str) -> Store:
-    """The job table on SQLite and on a real PostgreSQL server (each test runs on both)."""
-    return Store.open(database_url)
-
-
-@pytest.fixture
 def runner(store: Store, settings: Settings):
     runner = JobRunner(store, settings)
     yield runner

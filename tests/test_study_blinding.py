@@ -8,7 +8,6 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from run_fixtures import MODELS, TASK, write_run
 
 from medheb_app.store.db import Store
@@ -35,11 +34,6 @@ def serialise(value: Any) -> str:
     if is_dataclass(value):
         value = asdict(value)
     return json.dumps(value, default=str)
-
-
-@pytest.fixture
-def store(database_url: str) -> Store:
-    return Store.open(database_url)
 
 
 def test_no_rater_facing_return_value_leaks_before_the_vote(store: Store, tmp_path: Path):

@@ -30,11 +30,6 @@ MODELS = ["oracle", "random"]
 
 
 @pytest.fixture
-def store(database_url: str) -> Store:
-    return Store.open(database_url)
-
-
-@pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     return write_run(tmp_path / "run", models=tuple(MODELS), payloads=True)
 

@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from medheb_app.eval.runner import run_suite
 from medheb_app.evidence.study import Evidence, Study
 from medheb_app.store.db import Store
 from medheb_app.store.study_tables import StudyItem
 from medheb_app.study import create_study, describe_with_tasks, render_check
 from medheb_app.study.payloads import Renderer, Unrenderable, locate
-from medheb_app.tasks import medheb
 from medheb_app.tasks.base import Item, Query, Task, TaskMetadata
+from tests.run_fixtures import medheb_lite_study
 
 
 def assert_real_content(payload: dict[str, Any]) -> str:
@@ -170,25 +169,11 @@ def test_a_study_from_every_medheb_lite_task_shows_real_content(
 ):
     """Attack: 7 of 30 items of a medheb-lite study (volumes, region crops) showed "item ?"
     with empty galleries, and votes on them were stored."""
-    monkeypatch.setattr(medheb, "CHEST_N", 240)
-    monkeypatch.setattr(medheb, "VOLUME_SUBJECTS", 20)  # a test part of 4 subjects
-    monkeypatch.setattr(medheb, "MAX_QUERIES", {"test": 6, "train": 6})
-    monkeypatch.setattr(medheb, "GRADED_MAX_QUERIES", 6)
-    monkeypatch.setattr(medheb, "corpus_root", lambda _settings: corpora)
-    tasks, _skipped = medheb.get_suite("medheb-lite").build(settings)
+    tasks, store, created = medheb_lite_study(
+        monkeypatch, settings, corpora, tmp_path, items_per_task=2, gold_share=0.1
+    )
     families = {task.metadata.family for task in tasks}
     assert {"MB-VR", "VG", "I-I", "I-Lab", "I-Rep", "T-I", "VQA"} <= families
-    run_suite(tasks, ["random", "oracle"], tmp_path / "run", settings, record=False)
-    store = Store.open(settings.database_url)
-    created = create_study(
-        store,
-        "every-family",
-        ["random", "oracle"],
-        tmp_path / "run",
-        n_items=2 * len(tasks),
-        describe=describe_with_tasks(tasks, tmp_path / "media"),
-        gold_share=0.1,
-    )
     assert created.withheld == [], created.withheld
     assert created.n_items == 2 * len(tasks) and created.n_gold >= 1
     forms: set[str] = set()

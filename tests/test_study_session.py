@@ -34,12 +34,6 @@ MODELS = ["oracle", "open_clip:secret/model"]
 
 
 @pytest.fixture
-def store(database_url: str) -> Store:
-    """The store on SQLite and on a real PostgreSQL server (each test runs on both)."""
-    return Store.open(database_url)
-
-
-@pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     return write_run(tmp_path / "run", models=tuple(MODELS), payloads=True)
 

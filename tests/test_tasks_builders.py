@@ -9,19 +9,11 @@ from conftest import NIH_DIR, PROSTATE_DIR, require_shared
 from medheb_app.evidence.study import Box, Evidence, Study
 from medheb_app.tasks.base import TaskMetadata, TaskUnavailable
 from medheb_app.tasks.builders import generic, phantom, real
+from tests.run_fixtures import task_meta
 
 
 def meta(family: str = "I-I", **extra) -> TaskMetadata:
-    return TaskMetadata(
-        name="t",
-        family=family,
-        form="2d",
-        split="ID",
-        anatomy="chest",
-        source="unit",
-        qry_inst="Find:",
-        **extra,
-    )
+    return task_meta("t", family, **extra)
 
 
 def chest(

@@ -8,11 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from medheb_app.eval.runner import run_suite
 from medheb_app.services import create_services
-from medheb_app.tasks.base import Item, TaskMetadata
-from medheb_app.tasks.builders.generic import paired_task
+from medheb_app.tasks.base import Item
 from medheb_app.ui import admin_tab, rater_access, search_tab
+from tests.run_fixtures import text_bench_run
 
 PASSWORD = "correct horse"
 
@@ -68,18 +67,7 @@ def test_create_study_from_a_stored_run(services, tmp_path):
     for i in range(12):
         text = " ".join(rng.choice([f"w{j}" for j in range(20)], size=3, replace=False))
         pairs.append((Item(f"q{i}", text), Item(f"t{i}", text + " target")))
-    meta = TaskMetadata(
-        name="tt",
-        family="T-T",
-        form="text",
-        split="ID",
-        anatomy="chest",
-        source="unit",
-        qry_inst="Find the matching passage:",
-    )
-    summary = run_suite(
-        [paired_task(meta, pairs)], ["random", "oracle"], tmp_path / "run", services.settings
-    )
+    summary = text_bench_run("tt", pairs, tmp_path / "run", services.settings)
     args = (summary.run_id, ["random", "oracle"], "Pilot", 5, 1, True, 0)
     assert "Sign in as admin" in admin_tab.create_study(services, False, *args)
     assert rater_access.public_studies(services) == []

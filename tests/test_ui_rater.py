@@ -13,23 +13,12 @@ from PIL import Image
 
 from medheb_app.evidence.study import Evidence, Study
 from medheb_app.study import describe_with_tasks
-from medheb_app.tasks.base import Item, Query, Task, TaskMetadata
+from medheb_app.tasks.base import Item, Query, Task
 from medheb_app.ui import evidence_view, rater_app
 from medheb_app.ui.evidence_view import Unrenderable, render_payload
+from tests.run_fixtures import medheb_lite_study, task_meta
 
 DATA_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
-
-
-def _meta(name: str, family: str) -> TaskMetadata:
-    return TaskMetadata(
-        name=name,
-        family=family,
-        form="2d",
-        split="ID",
-        anatomy="chest",
-        source="unit",
-        qry_inst="Find:",
-    )
 
 
 def _pictures(markup: str) -> list[np.ndarray]:
@@ -49,7 +38,7 @@ def payloads(tmp_path: Path) -> dict[str, dict]:
     xray[5:15, 8:20] = np.linspace(0.1, 0.9, 120, dtype=np.float32).reshape(10, 12)
     volume = np.stack([xray * (d / 20) for d in range(21)])
     task = Task(
-        metadata=_meta("unit-vg", "VG"),
+        metadata=task_meta("unit-vg", "VG"),
         queries=[Query("q0", Evidence(text="left upper zone", image=xray), positives=("crop",))],
         candidates=[
             Item("crop", Evidence(image=xray[5:15, 8:20].copy())),
@@ -129,27 +118,10 @@ def test_a_study_over_every_medheb_lite_family_renders_on_the_rater_page(
     """Issue 11: items with volumes or region crops rendered as 'item ?' with empty galleries.
     Every item of a medheb-lite study must render (query and both top-3 lists) with pixels
     for every image, volume and region."""
-    from medheb_app.eval.runner import run_suite
-    from medheb_app.store.db import Store
-    from medheb_app.study import create_study, next_item, record_vote, sign_in_open
-    from medheb_app.tasks import medheb
+    from medheb_app.study import next_item, record_vote, sign_in_open
 
-    monkeypatch.setattr(medheb, "CHEST_N", 240)
-    monkeypatch.setattr(medheb, "VOLUME_SUBJECTS", 20)
-    monkeypatch.setattr(medheb, "MAX_QUERIES", {"test": 6, "train": 6})
-    monkeypatch.setattr(medheb, "GRADED_MAX_QUERIES", 6)
-    monkeypatch.setattr(medheb, "corpus_root", lambda _settings: tmp_path / "corpora")
-    tasks, _skipped = medheb.get_suite("medheb-lite").build(settings)
-    run_suite(tasks, ["random", "oracle"], tmp_path / "run", settings, record=False)
-    store = Store.open(settings.database_url)
-    created = create_study(
-        store,
-        "every-family",
-        ["random", "oracle"],
-        tmp_path / "run",
-        n_items=len(tasks),
-        describe=describe_with_tasks(tasks, tmp_path / "media"),
-        open_enrolment=True,
+    tasks, store, created = medheb_lite_study(
+        monkeypatch, settings, tmp_path / "corpora", tmp_path, items_per_task=1, open_enrolment=True
     )
     rater = sign_in_open(store, created.id, "renderer")
     families, n_pictures = set(), 0

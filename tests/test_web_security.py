@@ -18,6 +18,7 @@ from fastapi import FastAPI
 
 from medheb_app.services import create_services
 from medheb_app.ui.server import BUSY_MESSAGE, bounded_queue, build_server
+from tests.run_fixtures import text_bench_run
 from tests.web_client import QueueClient, fn_index, serve
 
 PASSWORD = "web-admin-pass-7"
@@ -25,21 +26,10 @@ STUDY_NAME = "internal-name-secret"
 
 
 def _bench_run(out_dir: Path, settings) -> object:
-    from medheb_app.eval.runner import run_suite
-    from medheb_app.tasks.base import Item, TaskMetadata
-    from medheb_app.tasks.builders.generic import paired_task
+    from medheb_app.tasks.base import Item
 
-    meta = TaskMetadata(
-        name="tt-web",
-        family="T-T",
-        form="text",
-        split="ID",
-        anatomy="chest",
-        source="unit",
-        qry_inst="Find the matching passage:",
-    )
     pairs = [(Item(f"q{i}", f"w{i} w{i + 1}"), Item(f"t{i}", f"w{i} target")) for i in range(8)]
-    return run_suite([paired_task(meta, pairs)], ["random", "oracle"], out_dir, settings)
+    return text_bench_run("tt-web", pairs, out_dir, settings)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,20 +38,29 @@ BASELINE_SPECS = ("random", "oracle")
 
 
 class RunRecord:
-    """A run's row in the SQL store (or nothing, with record=False): start, results, finish."""
+    """A run's row in the SQL store (or nothing, with record=False) and its clock: created
+    when the run begins, started once its tasks are built, then results, then finish. Both
+    kinds of suite keep their books here, so their summaries time and close alike."""
 
     def __init__(self, settings: Settings, record: bool) -> None:
+        self.settings = settings
+        self.record = record
         self.store = None
         self.run_id: int | None = None
-        if record:
-            from medheb_app.store.db import Store
-
-            self.store = Store.open(settings.database_url)
+        self.started_iso = now_iso()
+        self.clock = time.perf_counter()
+        self.build_s = 0.0
+        self.model_timing: dict[str, float] = {}
 
     def start(self, suite: str, specs: list[str], out_dir: Path, settings: dict) -> None:
+        """The tasks are built: note how long that took and open the run's store row."""
         from medheb_app.store import runs as run_table
 
-        if self.store is not None:
+        self.build_s = time.perf_counter() - self.clock
+        if self.record:
+            from medheb_app.store.db import Store
+
+            self.store = Store.open(self.settings.database_url)
             self.run_id = run_table.start_run(self.store, suite, specs, str(out_dir), settings)
 
     def add(self, **values: Any) -> None:
@@ -69,6 +79,32 @@ class RunRecord:
         else:
             status = "cancelled" if isinstance(error, InterruptedError) else "failed"
             run_table.finish_run(self.store, self.run_id, status, error=str(error))
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Mark the run cancelled (InterruptedError) or failed when the block raises; re-raise."""
+        try:
+            yield
+        except BaseException as error:
+            self.finish(error)
+            raise
+
+    def close(self, **fields: Any) -> Summary:
+        """The run's Summary with its timing and store id; the store row is marked finished."""
+        timing = {
+            "build_tasks_s": round(self.build_s, 2),
+            **{f"{k}_s": v for k, v in self.model_timing.items()},
+        }
+        summary = Summary(
+            **fields,
+            started=self.started_iso,
+            finished=now_iso(),
+            timing=timing,
+            run_id=self.run_id,
+        )
+        summary.timing["total_s"] = round(time.perf_counter() - self.clock, 2)
+        self.finish()
+        return summary
 
 
 @dataclass(frozen=True)
@@ -136,8 +172,7 @@ def _run_medheb(
     suite: Suite | Sequence[Task], models: Sequence[str | Ranker], ctx: RunContext
 ) -> Summary:
     out_dir, settings, report, note, stop, record = ctx.unpack()
-    started_iso = now_iso()
-    started = time.perf_counter()
+    recorder = RunRecord(settings, record)
     if isinstance(suite, Suite):
         suite_name = suite.name
         tasks, skipped = suite.build(settings, only=ctx.only)
@@ -147,15 +182,12 @@ def _run_medheb(
         note(f"skipped {name}: {why}")
     if not tasks:
         raise ValueError(f"No task of suite {suite_name} could be built: {skipped}")
-    build_s = time.perf_counter() - started
     settings_record = run_settings(settings)
-    recorder = RunRecord(settings, record)
     recorder.start(suite_name, ctx.specs, out_dir, settings_record)
     summaries: dict[str, ModelSummary] = {}
-    model_timing: dict[str, float] = {}
     weights = [task_work(task) for task in tasks]
     total = len(models) * sum(weights)
-    try:
+    with recorder.guard():
         for m, model in enumerate(models):
             model_started = time.perf_counter()
             ranker = load_ranker(model, settings) if isinstance(model, str) else model
@@ -202,41 +234,15 @@ def _run_medheb(
                 )
             if runs:
                 summaries[spec] = summarise_model(spec, ranker.card.to_dict(), ranker.note, runs)
-            model_timing[spec] = round(time.perf_counter() - model_started, 2)
-    except BaseException as error:
-        recorder.finish(error)
-        raise
-    return _close_run(
-        recorder,
-        started,
-        build_s,
-        model_timing,
+            recorder.model_timing[spec] = round(time.perf_counter() - model_started, 2)
+    return recorder.close(
         suite=suite_name,
         models=summaries,
         tasks=[{**task.metadata.model_dump(), **task.counts()} for task in tasks],
         skipped=skipped,
         out_dir=str(out_dir),
-        started=started_iso,
         settings=settings_record,
     )
-
-
-def _close_run(
-    recorder: RunRecord,
-    clock: float,
-    build_s: float,
-    model_timing: dict[str, float],
-    **fields: Any,
-) -> Summary:
-    """The run's Summary with its timing and store id; the store row is marked finished."""
-    timing = {
-        "build_tasks_s": round(build_s, 2),
-        **{f"{k}_s": v for k, v in model_timing.items()},
-    }
-    summary = Summary(**fields, finished=now_iso(), timing=timing, run_id=recorder.run_id)
-    summary.timing["total_s"] = round(time.perf_counter() - clock, 2)
-    recorder.finish()
-    return summary
 
 
 def task_work(task: Any) -> int:
@@ -265,19 +271,15 @@ def _run_cxr_retrieve(
 
     if ctx.only:
         raise ValueError("The cxr-retrieve suite is one task; --task does not apply.")
-    started_iso = now_iso()
-    started = time.perf_counter()
+    recorder = RunRecord(settings, record)
     gallery, train = suite.build(settings)
     for line in gallery.notes:
         note(f"note: {line}")
-    build_s = time.perf_counter() - started
     settings_record = {**run_settings(settings), **suite.describe()}
-    recorder = RunRecord(settings, record)
     recorder.start(suite.name, ctx.specs, out_dir, settings_record)
     cache = EmbeddingCache(settings.cache_dir)
     summaries: dict[str, ModelSummary] = {}
-    model_timing: dict[str, float] = {}
-    try:
+    with recorder.guard():
         for m, model in enumerate(models):
             if stop is not None and stop.is_set():
                 raise InterruptedError("Benchmark run was cancelled.")
@@ -322,15 +324,8 @@ def _run_cxr_retrieve(
                 metrics={k: v for k, v in flat.items() if "/" in k},
                 path=str(path),
             )
-            model_timing[spec] = result.timing_s["total"]
-    except BaseException as error:
-        recorder.finish(error)
-        raise
-    return _close_run(
-        recorder,
-        started,
-        build_s,
-        model_timing,
+            recorder.model_timing[spec] = result.timing_s["total"]
+    return recorder.close(
         suite=suite.name,
         models=summaries,
         tasks=[
@@ -348,7 +343,6 @@ def _run_cxr_retrieve(
         ],
         skipped={},
         out_dir=str(out_dir),
-        started=started_iso,
         settings=settings_record,
         kind="cxr-retrieve",
     )

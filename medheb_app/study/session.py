@@ -147,16 +147,7 @@ def record_vote(store: Store, item_token: str, rater_id: int, choice: str) -> Vo
             _release(session, assignment, "taken")
             lost = True
         else:
-            vote = Vote(
-                kind="vote",
-                study_id=assignment.study_id,
-                assignment_id=assignment.id,
-                item_id=assignment.item_id,
-                rater_id=rater_id,
-                choice=choice,
-                model_left=assignment.model_left,
-                model_right=assignment.model_right,
-            )
+            vote = _event("vote", assignment, rater_id, choice=choice)
             session.add(vote)
             session.flush()
             locked = session.execute(
@@ -195,18 +186,7 @@ def reveal(store: Store, item_token: str, rater_id: int) -> dict[str, str]:
         session.refresh(assignment)
         if assignment.vote_id is None:  # undone at the same moment in another tab
             raise StudyError("Vote on this item first; the systems are shown only after a vote.")
-        session.add(
-            Vote(
-                kind="reveal",
-                study_id=assignment.study_id,
-                assignment_id=assignment.id,
-                item_id=assignment.item_id,
-                rater_id=rater_id,
-                model_left=assignment.model_left,
-                model_right=assignment.model_right,
-                retracts=assignment.vote_id,
-            )
-        )
+        session.add(_event("reveal", assignment, rater_id, retracts=assignment.vote_id))
         item = session.get(StudyItem, assignment.item_id)
         if item.is_gold:  # a quality-control item: say so, it has no models to name
             a_left = assignment.model_left == item.model_a
@@ -248,18 +228,7 @@ def undo_last_vote(
         ).rowcount
         if reopened != 1:
             raise StudyError("That vote was already undone or is final.")
-        session.add(
-            Vote(
-                kind="undo",
-                study_id=vote.study_id,
-                assignment_id=vote.assignment_id,
-                item_id=vote.item_id,
-                rater_id=rater_id,
-                model_left=vote.model_left,
-                model_right=vote.model_right,
-                retracts=vote.id,
-            )
-        )
+        session.add(_event("undo", assignment, rater_id, retracts=vote.id))
         return assignment.token
 
 
@@ -305,6 +274,21 @@ def progress(store: Store, study_id: int, rater_id: int | None = None) -> dict[s
         if rater_id is not None:
             result["done"], result["total"] = _progress(session, study_id, rater_id)
         return result
+
+
+def _event(kind: str, assignment: Assignment, rater_id: int, **values: Any) -> Vote:
+    """A row of the vote log about `assignment` ("vote", "reveal" or "undo"): the study, item
+    and the two sides as the rater was shown them, so that every event can be read alone."""
+    return Vote(
+        kind=kind,
+        study_id=assignment.study_id,
+        assignment_id=assignment.id,
+        item_id=assignment.item_id,
+        rater_id=rater_id,
+        model_left=assignment.model_left,
+        model_right=assignment.model_right,
+        **values,
+    )
 
 
 def _study(session: Session, study_id: int) -> PreferenceStudy:

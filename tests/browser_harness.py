@@ -1,0 +1,105 @@
+"""The browser tests' harness: Debian's chromium for Playwright, and `python app.py` served in
+a subprocess on a free port, so every browser test module launches the app the same way.
+
+Playwright drives /usr/bin/chromium (never `playwright install`); without it the tests skip
+with the reason, except under CI=true where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from medheb_app.settings import PROJECT_ROOT
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
+STARTUP_S = 600
+
+
+def require_browser() -> None:
+    """Skip (fail under CI=true) when chromium is not installed."""
+    if Path(CHROMIUM).exists():
+        return
+    message = f"{CHROMIUM} is not installed (apt-get install chromium)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI needs the browser tests to run: {message}")
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_serving(process: subprocess.Popen, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"app.py exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"app.py did not serve on port {port} within {timeout:.0f} s")
+
+
+@contextmanager
+def serve_app(
+    root: Path, data_dir: Path, env: dict[str, str], log_name: str = "app.log"
+) -> Iterator[str]:
+    """Run `python app.py` on a free local port with DATA_DIR=data_dir plus `env`; yield its
+    URL once it serves. On exit its process group is stopped and its output (root/app.log) is
+    copied to test-artifacts/<log_name>."""
+    port = free_port()
+    full_env = {
+        **os.environ,
+        "DATA_DIR": str(data_dir),
+        **env,
+        "PORT": str(port),
+        "HOST": "127.0.0.1",
+        "OMP_NUM_THREADS": "1",
+    }
+    log = open(root / "app.log", "w")  # noqa: SIM115 - closed in the finally below
+    process = subprocess.Popen(
+        [sys.executable, str(PROJECT_ROOT / "app.py")],
+        cwd=PROJECT_ROOT,
+        env=full_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_until_serving(process, port, STARTUP_S)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / "app.log", SCREENSHOTS.parent / log_name)
