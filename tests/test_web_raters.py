@@ -86,6 +86,13 @@ def test_invitation_link_sets_the_cookie_and_strips_the_secret(site):
         assert secret not in shown, secret
 
 
+def test_the_raters_page_answers_without_its_trailing_slash(site):
+    client = QueueClient(site["base"])
+    reply = client.http.get("/rate")
+    assert reply.status_code == 307 and reply.headers["location"] == "/rate/"
+    assert client.http.get("/rate/").status_code == 200
+
+
 def test_a_second_client_with_the_raters_session_hash_is_not_signed_in(site):
     client = QueueClient(site["base"])
     client.post_form("/auth/rater", {"code": site["invitations"][1].code})

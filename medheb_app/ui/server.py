@@ -236,6 +236,8 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             except rater_access.SignInError as error:
                 return _rater_refused(request, str(error), 401)
             return _rater_signed_in(claim)
+        if request.url.path == RATER_PATH:  # the raters' page lives at /rate/ (mounted app)
+            return RedirectResponse(f"{RATER_PATH}/", status_code=307)
         return await call_next(request)
 
     for prefix in ("", RATER_PATH):
