@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from medheb_app.evidence.study import Study
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.catalog import (
     check_index_name,
+    index_info,
     study_content_key,
     study_metadata,
     write_index,
@@ -493,21 +493,15 @@ def _finish(
         index = VectorIndex.build(
             vectors, ids, kind=kind, fingerprint=fingerprint, **(params or {})
         )
-    info = {
-        "name": name,
-        "model": embedder.card.to_dict(),
-        "fingerprint": fingerprint,
-        "kind": index.kind,
-        "params": index.params,
-        "count": index.count,
-        "dims": index.dims,
-        "forms": sorted({by_id[i].form for i in ids}),
-        "synthetic": all(by_id[i].synthetic for i in ids),
-        "corpus": loaded.spec.describe(),
-        "vocabulary": loaded.vocabulary.to_dict(),
-        "failed": len(failures),
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
+    info = index_info(
+        name,
+        embedder,
+        index,
+        [by_id[i] for i in ids],
+        corpus=loaded.spec.describe(),
+        vocabulary=loaded.vocabulary.to_dict(),
+        failed=len(failures),
+    )
     report_text = "".join(json.dumps(f) + "\n" for f in failures)
     final = write_index(
         name,

@@ -159,24 +159,42 @@ def build_index(
     index = VectorIndex.build(
         vectors, [study.id for study in studies], kind=kind, fingerprint=fingerprint, **params
     )
-    info = {
+    info = index_info(
+        name,
+        embedder,
+        index,
+        studies,
+        corpus=corpus or {},
+        build_seconds=round(time.perf_counter() - started, 3),
+    )
+    write_index(name, index, [study_metadata(study) for study in studies], info, settings)
+    if progress:
+        progress(1.0, f"index {name} built: {index.count} items, {index.kind}")
+    return load_index(name, fingerprint, settings)
+
+
+def index_info(
+    name: str,
+    embedder: Embedder,
+    index: VectorIndex,
+    studies: Sequence[Study],
+    **extra: Any,
+) -> dict[str, Any]:
+    """The catalog entry of a built index: model card, FAISS kind and parameters, size, the
+    evidence forms it holds, whether it is synthetic, and `extra` (corpus, vocabulary, ...)."""
+    return {
         "name": name,
         "model": embedder.card.to_dict(),
-        "fingerprint": fingerprint,
+        "fingerprint": embedder.card.fingerprint,
         "kind": index.kind,
         "params": index.params,
         "count": index.count,
         "dims": index.dims,
         "forms": sorted({study.form for study in studies}),
         "synthetic": all(study.synthetic for study in studies),
-        "corpus": corpus or {},
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "build_seconds": round(time.perf_counter() - started, 3),
+        **extra,
     }
-    write_index(name, index, [study_metadata(study) for study in studies], info, settings)
-    if progress:
-        progress(1.0, f"index {name} built: {index.count} items, {index.kind}")
-    return load_index(name, fingerprint, settings)
 
 
 def write_index(
