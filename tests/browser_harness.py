@@ -53,6 +53,28 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def start_app(argv: list[str], cwd: Path, env: dict[str, str], log, **popen) -> subprocess.Popen:
+    """`python app.py` (or `argv`) in its own process group, output to `log`."""
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        **popen,
+    )
+
+
+def stop_app(process: subprocess.Popen) -> None:
+    """SIGTERM the app's process group, SIGKILL it if it has not exited after 20 s."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
 def wait_until_serving(process: subprocess.Popen, port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -83,23 +105,12 @@ def serve_app(
         "OMP_NUM_THREADS": "1",
     }
     log = open(root / "app.log", "w")  # noqa: SIM115 - closed in the finally below
-    process = subprocess.Popen(
-        [sys.executable, str(PROJECT_ROOT / "app.py")],
-        cwd=PROJECT_ROOT,
-        env=full_env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    process = start_app([sys.executable, str(PROJECT_ROOT / "app.py")], PROJECT_ROOT, full_env, log)
     try:
         wait_until_serving(process, port, STARTUP_S)
         yield f"http://127.0.0.1:{port}"
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_app(process)
         log.close()
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copy(root / "app.log", SCREENSHOTS.parent / log_name)

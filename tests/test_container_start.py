@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from medheb_app.settings import PROJECT_ROOT, Settings
+from tests.browser_harness import free_port, start_app, stop_app
 
 pytestmark = pytest.mark.slow
 UID = 1000
@@ -76,12 +75,6 @@ def _as_uid(uid: int) -> list[str] | None:
         "--ambient-caps=+dac_read_search",
         "--",
     ]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _read_only_copy(target: Path) -> Path:
@@ -152,7 +145,7 @@ def test_the_app_serves_as_uid_1000_from_a_read_only_folder_within_20_s_warm(
     _chown_tree(data, UID)
     _chown_tree(home, UID)
     tmp_path.chmod(0o755)
-    port = _free_port()
+    port = free_port()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
@@ -171,15 +164,7 @@ def test_the_app_serves_as_uid_1000_from_a_read_only_folder_within_20_s_warm(
     }
     log = (tmp_path / "app.log").open("w")
     switch: dict = {} if prefix else {"user": UID, "group": UID, "extra_groups": []}
-    process = subprocess.Popen(
-        [*prefix, sys.executable, "app.py"],
-        cwd=app,
-        env=env,
-        **switch,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    process = start_app([*prefix, sys.executable, "app.py"], app, env, log, **switch)
     try:
         limit = _start_limit()
         seconds = _wait_for(f"http://127.0.0.1:{port}/", process, limit)
@@ -188,11 +173,7 @@ def test_the_app_serves_as_uid_1000_from_a_read_only_folder_within_20_s_warm(
             assert time.monotonic() < deadline, "the warm bootstrap did not finish"
             time.sleep(0.5)
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_app(process)
         log.close()
     text = (tmp_path / "app.log").read_text()
     assert seconds < limit, text[-2000:]
