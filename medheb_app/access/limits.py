@@ -102,18 +102,24 @@ class RateLimiter:
             self._events.pop(next(iter(self._events)))
 
 
+def trust_proxy_headers() -> bool:
+    """Whether X-Forwarded-* headers are believed: only when TRUST_PROXY_HEADERS says a proxy
+    we control (a Space, a reverse proxy) sets them; otherwise any client could forge them."""
+    import os
+
+    return os.environ.get("TRUST_PROXY_HEADERS", "").lower() in {"1", "true", "yes"}
+
+
 def client_key(request: Any) -> str:
     """Who a Gradio request comes from: the peer address, or the first X-Forwarded-For hop when
     TRUST_PROXY_HEADERS is set (a Space or a reverse proxy in front of the app).
 
     Never the session hash: that is chosen by the client and travels in URLs.
     """
-    import os
-
     if request is None:
         return "local"
     headers = getattr(request, "headers", None) or {}
-    if os.environ.get("TRUST_PROXY_HEADERS", "").lower() in {"1", "true", "yes"}:
+    if trust_proxy_headers():
         forwarded = headers.get("x-forwarded-for", "")
         if forwarded:
             return forwarded.split(",")[0].strip()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import logging
-import os
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,7 @@ from medheb_app.access.auth import (
     load_secret,
     oauth_available,
 )
-from medheb_app.access.limits import RateLimiter, client_key
+from medheb_app.access.limits import RateLimiter, client_key, trust_proxy_headers
 from medheb_app.services import Services
 from medheb_app.ui import rater_access
 
@@ -133,7 +132,7 @@ def _same_origin(request: Request) -> bool:
     if not origin or origin == "null":
         return origin is None
     hosts = {request.headers.get("host", "")}
-    if os.environ.get("TRUST_PROXY_HEADERS", "").lower() in {"1", "true", "yes"}:
+    if trust_proxy_headers():
         hosts.add(request.headers.get("x-forwarded-host", "").split(",")[0].strip())
     return urllib.parse.urlsplit(origin).netloc in hosts - {""}
 
