@@ -34,6 +34,7 @@ class Settings:
     models_dir: Path = PROJECT_ROOT / "models"
     demo_seed: int = 0
     demo_size: int = 2000
+    index_memory_mb: float | None = None  # IVF-PQ lists go to disk above it (None: the default)
     session_secret: str = ""
     secure_cookies: bool = False
     queue_max_size: int = 64
@@ -90,6 +91,8 @@ class Settings:
                 name.strip() for name in env.get("ADMIN_USERS", "").split(",") if name.strip()
             ),
         }
+        if env.get("MEDHEB_INDEX_MEMORY_MB"):
+            values["index_memory_mb"] = float(env["MEDHEB_INDEX_MEMORY_MB"])
         if env.get("MEDHEB_SHARED_DATA"):
             values["shared_data_dir"] = Path(env["MEDHEB_SHARED_DATA"])
         values.update(overrides)

@@ -73,12 +73,17 @@ def test_on_disk_lists_match_in_memory_and_survive_a_move(data, tmp_path: Path) 
 
 
 def test_index_build_kind_ivfpq_on_disk_and_search_nprobe(settings, tmp_path, monkeypatch) -> None:
+    from dataclasses import replace
+
     from medheb_app.index.build import build_from_source
     from medheb_app.index.catalog import load_index
     from medheb_app.search import search
+    from medheb_app.settings import Settings
     from tests.test_index_command import png_folder
 
     monkeypatch.setenv("MEDHEB_INDEX_MEMORY_MB", "0")  # force the memory-mapped lists
+    assert Settings.from_env().index_memory_mb == 0.0
+    settings = replace(settings, index_memory_mb=0.0)
     root = png_folder(tmp_path / "pngs", n=40, corrupt=0)
     report = build_from_source(f"folder:{root}", "random", "pq", settings, kind="ivfpq",
                                shard_size=16)  # fmt: skip

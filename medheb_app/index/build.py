@@ -483,8 +483,8 @@ def _finish(
     dims = next(chunks()).shape[1]
     params = dict(params or {})
     if resolve_kind(kind, len(ids)) == "ivfpq":  # filled shard by shard, never all in RAM
-        if "MEDHEB_INDEX_MEMORY_MB" in os.environ:
-            params.setdefault("memory_budget_mb", float(os.environ["MEDHEB_INDEX_MEMORY_MB"]))
+        if settings.index_memory_mb is not None:
+            params.setdefault("memory_budget_mb", settings.index_memory_mb)
         index = VectorIndex.build_ivfpq(
             chunks, ids, dims, fingerprint, work_dir=directory / "ivfpq", **params
         )
