@@ -135,6 +135,42 @@ def vectors(kind: str, n: int, base: np.ndarray | None, seed: int, start: int = 
         yield x.astype(np.float32)
 
 
+def materialise(kind: str, n: int, base: np.ndarray | None, path: Path) -> np.ndarray:
+    """The n vectors written chunk by chunk into a float32 .npy file and memory-mapped, so
+    10M x 256 (10 GB) never sits in RAM; a file already there with the right shape is reused."""
+    if path.is_file():
+        array = np.load(path, mmap_mode="r")
+        if array.shape == (n, 256):
+            return array
+        path.unlink()
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, 256))
+    for lo, chunk in zip(range(0, n, CHUNK), vectors(kind, n, base, seed=1), strict=True):
+        array[lo : lo + len(chunk)] = chunk
+    array.flush()
+    del array
+    return np.load(path, mmap_mode="r")
+
+
+def file_chunks(array: np.ndarray):
+    """A restartable chunk stream over a memory-mapped vector file."""
+    return lambda: (np.asarray(array[lo : lo + CHUNK]) for lo in range(0, len(array), CHUNK))
+
+
+def exact_truth(array: np.ndarray, queries: np.ndarray, k: int = 10) -> np.ndarray:
+    """Exact top-k rows for each query, by scanning the vector file chunk by chunk."""
+    best_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+    best_rows = np.full((len(queries), k), -1, dtype=np.int64)
+    for lo, chunk in zip(range(0, len(array), CHUNK), file_chunks(array)(), strict=True):
+        scores = queries @ chunk.T
+        top = np.argpartition(-scores, k, axis=1)[:, :k]
+        scores = np.concatenate([best_scores, np.take_along_axis(scores, top, 1)], axis=1)
+        rows = np.concatenate([best_rows, top + lo], axis=1)
+        keep = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        best_scores = np.take_along_axis(scores, keep, 1)
+        best_rows = np.take_along_axis(rows, keep, 1)
+    return best_rows
+
+
 def serving_rss(directory: Path, queries: Path) -> float:
     """Peak RSS (MB) of a fresh process that loads the index and answers 200 queries."""
     from bench.rss import peak_rss_of_command
@@ -148,7 +184,32 @@ def serving_rss(directory: Path, queries: Path) -> float:
     return round(float(peak_rss_of_command([sys.executable, "-c", code])["peak_rss_mb"]), 1)
 
 
-def ann(n: int, kinds: list[str], data_kind: str, base: np.ndarray | None, work: Path):
+def recall_at_10(found: np.ndarray, truth: np.ndarray) -> float:
+    return float(
+        np.mean([len(set(map(int, f)) & set(t)) / 10 for f, t in zip(found, truth, strict=True)])
+    )
+
+
+def p50_ms(index: Any, queries: np.ndarray, **knobs: Any) -> float:
+    """Median single-query search time (ms) over 300 queries, at one thread."""
+    times = []
+    for i in range(300):
+        t0 = time.perf_counter()
+        index.search(queries[i : i + 1], 10, **knobs)
+        times.append((time.perf_counter() - t0) * 1000)
+    return round(float(np.percentile(times, 50)), 2)
+
+
+def ann(
+    n: int,
+    kinds: list[str],
+    data_kind: str,
+    base: np.ndarray | None,
+    work: Path,
+    pq_params: dict[str, Any],
+    keep: Path | None = None,
+) -> list[dict[str, Any]]:
+    """One row per index kind over the same n vectors (a memory-mapped file in `work`)."""
     import faiss
 
     from medheb_app.index.faiss_index import VectorIndex
@@ -157,54 +218,61 @@ def ann(n: int, kinds: list[str], data_kind: str, base: np.ndarray | None, work:
     queries = next(vectors(data_kind, 1000, base, seed=99))
     qfile = work / "queries.npy"
     np.save(qfile, queries)
-    flat = faiss.IndexFlatIP(256)
-    for chunk in vectors(data_kind, n, base, seed=1):
-        flat.add(chunk)
-    _, truth = flat.search(queries, 10)
-    del flat
+    started = time.perf_counter()
+    data = materialise(data_kind, n, base, work / f"vectors-{data_kind}-{n}.npy")
+    print(f"{data_kind} {n}: vectors file in {time.perf_counter() - started:.0f} s", flush=True)
+    started = time.perf_counter()
+    truth = exact_truth(data, queries)
+    print(f"exact truth in {time.perf_counter() - started:.0f} s", flush=True)
     rows = []
     for kind in kinds:
         started = time.perf_counter()
         if kind == "ivfpq":
             index = VectorIndex.build_ivfpq(
-                lambda: vectors(data_kind, n, base, seed=1), ids, 256, "bench",
-                work_dir=work / f"pq-{data_kind}",
+                file_chunks(data), ids, 256, "bench", work_dir=work / f"pq-{data_kind}",
                 memory_budget_mb=float(os.environ.get("MEDHEB_INDEX_MEMORY_MB", 2048)),
+                **pq_params,
             )  # fmt: skip
         else:
-            array = np.concatenate(list(vectors(data_kind, n, base, seed=1)))
-            index = VectorIndex.build(array, ids, kind=kind)
-            del array
+            index = VectorIndex.build(np.asarray(data), ids, kind=kind)
         build_s = time.perf_counter() - started
         folder = work / f"{kind}-{data_kind}"
         index.save(folder)
         size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
         faiss.omp_set_num_threads(1)
-        found = index.search(queries, 10)[1]
-        hits = np.mean(
-            [len(set(map(int, f)) & set(t)) / 10 for f, t in zip(found, truth, strict=True)]
-        )
-        times = []
-        for i in range(300):
-            t0 = time.perf_counter()
-            index.search(queries[i : i + 1], 10)
-            times.append((time.perf_counter() - t0) * 1000)
+        row: dict[str, Any] = {
+            "data": data_kind,
+            "kind": kind,
+            "n": n,
+            "params": {k: v for k, v in index.params.items() if not k.endswith("_path")},
+            "build_s": round(build_s, 1),
+            "disk_mb": round(size, 1),
+            "recall_at_10": round(recall_at_10(index.search(queries, 10)[1], truth), 3),
+            "search_p50_ms": p50_ms(index, queries),
+        }
+        if index.params.get("rerank"):  # what the PQ codes alone give, on the same index
+            row["recall_pq_only"] = round(
+                recall_at_10(index.search(queries, 10, rerank=0)[1], truth), 3
+            )
+            row["p50_pq_only_ms"] = p50_ms(index, queries, rerank=0)
+            row["sweep"] = [  # the per-search knobs: recall@10 and p50 at other settings
+                {"nprobe": nprobe, "rerank": factor,
+                 "recall_at_10": round(recall_at_10(
+                     index.search(queries, 10, nprobe=nprobe, rerank=factor)[1], truth), 3),
+                 "p50_ms": p50_ms(index, queries, nprobe=nprobe, rerank=factor)}
+                for nprobe in (16, 32, 64, 128) for factor in (4, 16, 64)
+            ]  # fmt: skip
         faiss.omp_set_num_threads(os.cpu_count() or 1)
         del index
-        rows.append(
-            {
-                "data": data_kind,
-                "kind": kind,
-                "n": n,
-                "build_s": round(build_s, 1),
-                "disk_mb": round(size, 1),
-                "serving_rss_mb": serving_rss(folder, qfile),
-                "recall_at_10": round(float(hits), 3),
-                "search_p50_ms": round(float(np.percentile(times, 50)), 2),
-            }
-        )
-        print(rows[-1], flush=True)
+        row["serving_rss_mb"] = serving_rss(folder, qfile)
+        rows.append(row)
+        print(row, flush=True)
+        if keep is not None and kind == "ivfpq":
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.move(str(folder), keep)
         shutil.rmtree(folder, ignore_errors=True)
+    del data
+    (work / f"vectors-{data_kind}-{n}.npy").unlink(missing_ok=True)
     return rows
 
 
@@ -279,10 +347,17 @@ def main() -> None:
     parser.add_argument("--kinds", default="exact,ivf,hnsw,ivfpq")
     parser.add_argument("--data", default="perturbed,isotropic")
     parser.add_argument("--base-index", default=None, help="a built index folder (real vectors)")
+    parser.add_argument("--work", default=None, help="folder for the vector files (default: a "
+                        "temporary one; 10M x 256 float32 needs 10 GB free)")  # fmt: skip
+    parser.add_argument("--pq-params", default="{}", help="IVF-PQ build params as JSON")
+    parser.add_argument("--keep-ivfpq", default=None, help="move the built IVF-PQ folder here")
+    parser.add_argument("--save-json", default=None, help="write the report as JSON here")
+    parser.add_argument("--include", action="append", default=[],
+                        help="an earlier report JSON: its ANN rows join the table")  # fmt: skip
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
     parser.add_argument("--note", action="append", default=[])
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    work = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=args.work))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
     report: dict[str, Any] = {
@@ -301,16 +376,24 @@ def main() -> None:
             report["engines"] = engines(args.studies, work)
             if args.resume:
                 report["resume"] = resume(args.studies, work)
+        report["ann"] = []
+        for earlier in args.include:
+            report["ann"] += json.loads(Path(earlier).read_text()).get("ann", [])
         if args.ann_n:
             base = base_vectors(args.base_index)
-            report["ann"] = []
+            keep = Path(args.keep_ivfpq) if args.keep_ivfpq else None
             for data_kind in args.data.split(","):
                 if data_kind == "perturbed" and base is None:
                     continue
-                report["ann"] += ann(args.ann_n, args.kinds.split(","), data_kind, base, work)
+                report["ann"] += ann(args.ann_n, args.kinds.split(","), data_kind, base, work,
+                                     json.loads(args.pq_params), keep)  # fmt: skip
+                if args.save_json:  # a long run keeps what it has measured so far
+                    Path(args.save_json).write_text(json.dumps(report, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(report, indent=2))
+    if args.save_json:
+        Path(args.save_json).write_text(json.dumps(report, indent=2))
     text = section(report)
     write_section(Path(args.out), text)
     print(text)

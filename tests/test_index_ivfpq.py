@@ -40,7 +40,7 @@ def test_auto_kind_thresholds_and_pq_size() -> None:
     assert resolve_kind("auto", 199_999) == "exact"
     assert resolve_kind("auto", 200_000) == "ivf"
     assert resolve_kind("auto", 10_000_000) == "ivfpq"
-    assert default_pq_m(256) == 64 and default_pq_m(384) == 64 and default_pq_m(12) == 3
+    assert default_pq_m(256) == 32 and default_pq_m(384) == 32 and default_pq_m(12) == 3
 
 
 def test_on_disk_lists_match_in_memory_and_survive_a_move(data, tmp_path: Path) -> None:

@@ -8,7 +8,10 @@ every candidate pool by cosine). Three kinds:
 - "ivfpq": IVF with product-quantised codes (OPQ rotation first by default), `m` bytes per
   vector instead of 4 * dims: for collections beyond RAM. Trained on a sample, filled chunk by
   chunk; when the codes exceed a memory budget the inverted lists are written to
-  index.ivfdata beside index.faiss and memory-mapped (FAISS OnDiskInvertedLists).
+  index.ivfdata beside index.faiss and memory-mapped (FAISS OnDiskInvertedLists). PQ codes
+  only approximate the cosine, so by default the IVF-PQ shortlist of k * `rerank` candidates
+  is re-scored exactly against the original vectors, kept as float16 in vectors.f16.npy
+  beside the index and memory-mapped (only the candidates' rows are read; RAM stays small).
 The approximate kinds trade recall for speed on large collections; bench/bench_retrieval.py
 and bench/bench_scale.py measure their recall@10 against "exact". Search-time knobs (nprobe,
 ef_search) are recorded with the index and can be overridden per search.
@@ -38,7 +41,14 @@ AUTO_EXACT_LIMIT = 200_000
 AUTO_IVF_LIMIT = 3_000_000
 DEFAULT_MEMORY_BUDGET_MB = 2048  # IVF-PQ codes above this go to memory-mapped on-disk lists
 ONDISK_FILE = "index.ivfdata"
+RERANK_FILE = "vectors.f16.npy"  # IVF-PQ: the original vectors (float16) for the exact re-rank
+# IVF-PQ defaults, chosen on perturbed real dual-lite embeddings (BENCHMARKS.md, bench_scale):
+# 32 PQ bytes per vector + OPQ, a k * 16 shortlist re-scored exactly
+DEFAULT_PQ_M = 32
+DEFAULT_RERANK = 16
+PQ_MAX_NLIST = 4096  # k-means of 4,096 cells on a 123k-row sample: minutes on 2 cores
 MANIFEST_VERSION = 1
+_LOCAL_PATHS = ("ondisk_path", "rerank_path")  # where files lie now: not in the manifest
 _NORM_TOLERANCE = 1e-3
 
 
@@ -92,6 +102,8 @@ class VectorIndex:
     params: dict[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _lookup: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _stored: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def dims(self) -> int:
@@ -168,12 +180,17 @@ class VectorIndex:
     ) -> VectorIndex:
         """IVF-PQ over vectors that arrive in chunks (`chunks()` restarts the stream).
 
-        params: nlist (4 * sqrt(n)), m (PQ bytes per vector; dims / 4, at most 64), nbits (8;
-        fewer when there are under 256 training rows),
-        opq (an OPQ rotation before IVF-PQ; default on from 1,000 training rows), nprobe
-        (max(16, nlist / 32)), train_size (rows sampled to train, default
+        params: nlist (4 * sqrt(n), at most PQ_MAX_NLIST), quantizer ("flat", or "hnsw": an
+        HNSW graph over the cell centroids, the default from 4,096 cells), m (PQ bytes per
+        vector; dims / 4, at most DEFAULT_PQ_M), nbits (8; fewer when there are under 256
+        training rows),
+        opq (an OPQ rotation before IVF-PQ; default on from 1,000 training rows when there is
+        no re-rank), nprobe (max(16, nlist / 128)), train_size (rows sampled to train, default
         min(n, max(30 * nlist, 20,000), 200,000)), seed (0),
-        memory_budget_mb (codes above this go to on-disk lists in `work_dir`).
+        memory_budget_mb (codes above this go to on-disk lists in `work_dir`),
+        rerank (DEFAULT_RERANK: search takes a k * rerank shortlist from the PQ codes and
+        re-scores it exactly with the float16 vectors written to `work_dir`; 0 keeps no
+        vectors and ranks by the PQ codes alone).
         """
         ids = [str(item) for item in ids]
         count = len(ids)
@@ -182,22 +199,33 @@ class VectorIndex:
         if len(set(ids)) != count:
             duplicate = Counter(ids).most_common(1)[0][0]
             raise ValueError(f"Index ids must be unique; {duplicate!r} appears more than once.")
-        nlist = int(params.get("nlist") or default_nlist(count))
+        nlist = int(params.get("nlist") or min(default_nlist(count), PQ_MAX_NLIST))
+        # assigning millions of vectors to thousands of cells by brute force dominates the
+        # build: an HNSW graph over the centroids finds the cell in a few hundred products
+        quantizer = str(params.get("quantizer") or ("hnsw" if nlist >= 4096 else "flat"))
+        if quantizer not in ("flat", "hnsw"):
+            raise ValueError(f"IVF-PQ quantizer must be 'flat' or 'hnsw'; got {quantizer!r}.")
         m = int(params.get("m") or default_pq_m(dims))
         if dims % m:
             raise ValueError(f"IVF-PQ needs m dividing the dimension; {m} does not divide {dims}.")
         nbits = int(params.get("nbits", 8))
         seed = int(params.get("seed", 0))
         budget = float(params.get("memory_budget_mb", DEFAULT_MEMORY_BUDGET_MB))
+        rerank = int(params.get("rerank", DEFAULT_RERANK))
+        if rerank < 0:
+            raise ValueError(f"rerank must be 0 (off) or a shortlist factor >= 1; got {rerank}.")
         train_size = int(params.get("train_size") or min(count, max(30 * nlist, 20_000), 200_000))
         sample = _sample_rows(chunks, count, min(train_size, count), seed)
-        # OPQ trains its own 256-centroid PQ: only with enough rows (and where asked)
-        opq = bool(params.get("opq", len(sample) >= 1000))
+        # OPQ trains its own 256-centroid PQ: only with enough rows, and by default only
+        # without the re-rank (which restores more than the rotation, and OPQ's training was
+        # most of a 200k build's 13 minutes on this machine)
+        opq = bool(params.get("opq", len(sample) >= 1000 and not rerank))
         if "nbits" not in params:  # a small collection cannot train 256 centroids per sub-space
             while nbits > 1 and 2**nbits > len(sample):
                 nbits -= 1
         rotation = f"OPQ{m}," if opq else ""
-        factory = f"{rotation}IVF{nlist},PQ{m}x{nbits}"
+        cells = f"IVF{nlist}_HNSW32" if quantizer == "hnsw" else f"IVF{nlist}"
+        factory = f"{rotation}{cells},PQ{m}x{nbits}"
         index = faiss.index_factory(dims, factory, faiss.METRIC_INNER_PRODUCT)
         ivf = faiss.extract_index_ivf(index)
         ivf.cp.seed = seed
@@ -206,28 +234,53 @@ class VectorIndex:
         on_disk = code_bytes > budget * 2**20
         resolved: dict[str, Any] = {
             "nlist": nlist,
+            "quantizer": quantizer,
             "m": m,
             "nbits": nbits,
             "opq": opq,
-            "nprobe": min(int(params.get("nprobe") or max(16, nlist // 32)), nlist),
+            "nprobe": min(int(params.get("nprobe") or max(16, nlist // 128)), nlist),
             "train_size": len(sample),
             "seed": seed,
             "on_disk": on_disk,
             "memory_budget_mb": budget,
+            "rerank": rerank,
         }
+        folder = Path(work_dir or tempfile.mkdtemp(prefix="ivfpq-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        stored = None
+        if rerank:
+            resolved["rerank_dtype"] = "float16"
+            resolved["rerank_path"] = str(folder / RERANK_FILE)
+            stored = np.lib.format.open_memmap(
+                folder / RERANK_FILE, mode="w+", dtype=np.float16, shape=(count, dims)
+            )
+        feed = _keeping(chunks, stored, count)
         if not on_disk:
             start = 0
-            for chunk in chunks():
-                array = check_vectors(chunk)
+            for array in feed():
                 index.add_with_ids(array, np.arange(start, start + len(array), dtype=np.int64))
                 start += len(array)
         else:
-            resolved["ondisk_path"] = str(_fill_on_disk(index, chunks, work_dir))
+            resolved["ondisk_path"] = str(_fill_on_disk(index, feed, folder))
         if index.ntotal != count:
             raise ValueError(f"Got {index.ntotal} vectors for {count} ids.")
+        if stored is not None:
+            stored.flush()
+            del stored
         built = cls(index=index, ids=ids, kind="ivfpq", params=resolved, fingerprint=fingerprint)
+        built._open_stored()
         built._apply_search_params()
         return built
+
+    def _open_stored(self) -> None:
+        """Memory-map the float16 vectors of the exact re-rank (IVF-PQ with rerank > 0)."""
+        path = self.params.get("rerank_path")
+        self._stored = np.load(path, mmap_mode="r") if path else None
+        if self._stored is not None and self._stored.shape != (self.count, self.dims):
+            raise ValueError(
+                f"{path} holds {self._stored.shape} vectors for an index of "
+                f"{(self.count, self.dims)}. Rebuild the index."
+            )
 
     def _apply_search_params(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
         """Search-time knobs are not all stored by faiss.write_index, so set them from params
@@ -235,6 +288,9 @@ class VectorIndex:
         if self.kind in ("ivf", "ivfpq"):
             ivf = faiss.extract_index_ivf(self.index)
             ivf.nprobe = min(int(nprobe or self.params["nprobe"]), ivf.nlist)
+            if self.params.get("quantizer") == "hnsw":  # the graph must reach nprobe cells
+                cells = faiss.downcast_index(ivf.quantizer)
+                cells.hnsw.efSearch = max(64, 2 * ivf.nprobe)
         elif self.kind == "hnsw":
             self.index.hnsw.efSearch = int(ef_search or self.params["ef_search"])
 
@@ -244,28 +300,40 @@ class VectorIndex:
         k: int = 10,
         nprobe: int | None = None,
         ef_search: int | None = None,
+        rerank: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by cosine for each query: (scores (q, k) float32, ids (q, k) object).
 
         k is capped at the index size. An approximate index may find fewer than k items for a
         query; those slots hold id None and score -inf. `nprobe` (IVF kinds) and `ef_search`
-        (HNSW) override the recorded search parameters for this search only.
+        (HNSW) override the recorded search parameters for this search only; so does
+        `rerank` (IVF-PQ built with stored vectors: shortlist factor, 0 = PQ scores only).
         """
         if k < 1:
             raise ValueError(f"k must be at least 1; got {k}.")
         for name, value in (("nprobe", nprobe), ("ef_search", ef_search)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1; got {value}.")
+        if rerank is not None and rerank < 0:
+            raise ValueError(f"rerank must be 0 (off) or at least 1; got {rerank}.")
+        factor = int(self.params.get("rerank", 0) if rerank is None else rerank)
+        if factor and self._stored is None:
+            if rerank is not None:
+                raise ValueError("This index keeps no vectors to re-rank with; rebuild it as "
+                                 "IVF-PQ with rerank > 0.")  # fmt: skip
+            factor = 0
         if nprobe is not None or ef_search is not None:
             with self._lock:
                 self._apply_search_params(nprobe, ef_search)
                 try:
-                    return self._search(queries, k)
+                    return self._search(queries, k, factor)
                 finally:
                     self._apply_search_params()
-        return self._search(queries, k)
+        return self._search(queries, k, factor)
 
-    def _search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _search(
+        self, queries: np.ndarray, k: int, rerank: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
         array = check_vectors(np.atleast_2d(queries), "query vectors")
         if array.shape[1] != self.dims:
             raise ValueError(
@@ -273,12 +341,33 @@ class VectorIndex:
                 "was the index built with a different model?"
             )
         k = min(k, self.count)
-        scores, rows = self.index.search(array, k)
-        lookup = np.asarray([*self.ids, None], dtype=object)
+        if rerank and self._stored is not None:
+            scores, rows = self._rerank(array, k, rerank)
+        else:
+            scores, rows = self.index.search(array, k)
+        if self._lookup is None or len(self._lookup) != len(self.ids) + 1:
+            self._lookup = np.asarray([*self.ids, None], dtype=object)  # once, not per search
         found = rows >= 0
-        ids = lookup[np.where(found, rows, len(self.ids))]
+        ids = self._lookup[np.where(found, rows, len(self.ids))]
         scores = np.where(found, scores, -np.inf).astype(np.float32)
         return scores, ids
+
+    def _rerank(self, array: np.ndarray, k: int, factor: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top k of a k * factor PQ shortlist by exact cosine with the stored vectors.
+
+        Never worse than the shortlist's own top k: the exact top k of a superset of it."""
+        stored = self._stored
+        assert stored is not None
+        _, shortlist = self.index.search(array, min(k * factor, self.count))
+        scores = np.full((len(array), k), -np.inf, dtype=np.float32)
+        rows = np.full((len(array), k), -1, dtype=np.int64)
+        for i, (query, candidates) in enumerate(zip(array, shortlist, strict=True)):
+            candidates = np.unique(candidates[candidates >= 0])  # sorted: sequential reads
+            exact = np.asarray(stored[candidates], dtype=np.float32) @ query
+            top = np.argsort(-exact, kind="stable")[:k]
+            scores[i, : len(top)] = exact[top]
+            rows[i, : len(top)] = candidates[top]
+        return scores, rows
 
     def reconstruct(self, item_id: str) -> np.ndarray:
         """The stored vector of one item (exact and HNSW; IVF needs a direct map)."""
@@ -292,6 +381,8 @@ class VectorIndex:
         """(count, dims) float32: every stored vector in id order, for scoring the whole index
         with something other than cosine (ranking/index_logic.py); IVF-PQ gives its decoded
         (approximate) vectors."""
+        if self._stored is not None:  # IVF-PQ keeping its vectors: the originals, not codes
+            return np.asarray(self._stored, dtype=np.float32)
         if self.kind in ("ivf", "ivfpq"):
             faiss.extract_index_ivf(self.index).make_direct_map()
         return np.asarray(self.index.reconstruct_n(0, self.count), dtype=np.float32)
@@ -302,7 +393,7 @@ class VectorIndex:
             "kind": self.kind,
             "dims": self.dims,
             "count": self.count,
-            "params": {k: v for k, v in self.params.items() if k != "ondisk_path"},
+            "params": {k: v for k, v in self.params.items() if k not in _LOCAL_PATHS},
             "fingerprint": self.fingerprint,
             "faiss_version": faiss.__version__,
         }
@@ -316,6 +407,13 @@ class VectorIndex:
             if source.resolve() != (directory / ONDISK_FILE).resolve():
                 shutil.move(str(source), directory / ONDISK_FILE)
             self.params["ondisk_path"] = str(directory / ONDISK_FILE)
+        if self.params.get("rerank_path"):  # the re-rank vectors too (memory-mapped)
+            source = Path(self.params["rerank_path"])
+            if source.resolve() != (directory / RERANK_FILE).resolve():
+                self._stored = None  # release the map before the file moves
+                shutil.move(str(source), directory / RERANK_FILE)
+            self.params["rerank_path"] = str(directory / RERANK_FILE)
+            self._open_stored()
         faiss.write_index(self.index, str(directory / "index.faiss"))
         (directory / "ids.json").write_text(json.dumps(self.ids))
         (directory / "manifest.json").write_text(json.dumps(self.manifest(), indent=2))
@@ -346,6 +444,8 @@ class VectorIndex:
         params = dict(manifest.get("params", {}))
         if on_disk:
             params["ondisk_path"] = str(directory / ONDISK_FILE)
+        if params.get("rerank"):
+            params["rerank_path"] = str(directory / RERANK_FILE)
         loaded = cls(
             index=index,
             ids=ids,
@@ -353,14 +453,15 @@ class VectorIndex:
             params=params,
             fingerprint=manifest.get("fingerprint", ""),
         )
+        loaded._open_stored()
         loaded._apply_search_params()
         return loaded
 
 
 def default_pq_m(dims: int) -> int:
-    """PQ bytes per vector: a quarter of the dimension (4 dims per sub-quantiser), at most 64,
-    and a divisor of `dims`."""
-    for m in range(min(64, max(1, dims // 4)), 0, -1):
+    """PQ bytes per vector: a quarter of the dimension (4 dims per sub-quantiser), at most
+    DEFAULT_PQ_M (the exact re-rank restores what fewer bytes lose), and a divisor of `dims`."""
+    for m in range(min(DEFAULT_PQ_M, max(1, dims // 4)), 0, -1):
         if dims % m == 0:
             return m
     return 1
@@ -381,6 +482,25 @@ def _sample_rows(
     return check_vectors(np.concatenate(picked), "training vectors")
 
 
+def _keeping(
+    chunks: Callable[[], Iterator[np.ndarray]], stored: np.ndarray | None, count: int
+) -> Callable[[], Iterator[np.ndarray]]:
+    """The checked chunk stream, each chunk also written (float16) into `stored` when given."""
+
+    def feed() -> Iterator[np.ndarray]:
+        start = 0
+        for chunk in chunks():
+            array = check_vectors(chunk)
+            if stored is not None:
+                if start + len(array) > count:
+                    raise ValueError(f"Got more than {count} vectors for {count} ids.")
+                stored[start : start + len(array)] = array
+            start += len(array)
+            yield array
+
+    return feed
+
+
 def _fill_on_disk(
     index: faiss.Index, chunks: Callable[[], Iterator[np.ndarray]], work_dir: Path | None
 ) -> Path:
@@ -391,8 +511,7 @@ def _fill_on_disk(
     folder = Path(work_dir or tempfile.mkdtemp(prefix="ivfpq-"))
     folder.mkdir(parents=True, exist_ok=True)
     parts, start = [], 0
-    for number, chunk in enumerate(chunks()):
-        array = check_vectors(chunk)
+    for number, array in enumerate(chunks()):
         part = faiss.clone_index(index)
         part.add_with_ids(array, np.arange(start, start + len(array), dtype=np.int64))
         start += len(array)
