@@ -126,7 +126,9 @@ class VectorIndex:
 
         kind: "exact", "ivf", "hnsw", or "auto" (see resolve_kind).
 
-        ivf params: nlist (default 4 * sqrt(n)), nprobe (default max(16, nlist / 32)), seed (0).
+        ivf params: nlist (default 4 * sqrt(n)), nprobe (default max(16, nlist / 32)), seed (0),
+        train_size (rows sampled for k-means; default min(n, 50 * nlist): k-means on all of a
+        million rows would dominate the build; FAISS itself samples 256 rows per cell).
         hnsw params: m (32), ef_construction (80), ef_search (64).
         """
         kind = resolve_kind(kind, len(ids))
@@ -154,7 +156,12 @@ class VectorIndex:
             quantiser = faiss.IndexFlatIP(dims)
             index = faiss.IndexIVFFlat(quantiser, dims, nlist, faiss.METRIC_INNER_PRODUCT)
             index.cp.seed = int(resolved["seed"])
-            index.train(array)
+            train_size = int(params.get("train_size") or min(len(ids), 50 * nlist))
+            resolved["train_size"] = train_size
+            rows = np.random.default_rng(int(resolved["seed"])).choice(
+                len(ids), size=min(train_size, len(ids)), replace=False
+            )
+            index.train(array[np.sort(rows)])
         else:
             resolved = {
                 "m": int(params.get("m", 32)),
