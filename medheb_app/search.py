@@ -294,9 +294,13 @@ MODALITY_WORDS = {
 def upload_mismatch(study: Study, loaded: LoadedIndex) -> list[str]:
     """Warnings when an uploaded study is not the kind the index holds (a head CT or prostate MR
     against the chest radiograph index): its hits are then only the least unlike images."""
-    rows = list(loaded.items.values())
-    modalities = {str(row.get("modality") or "").upper() for row in rows} - {"", "OT"}
-    forms = {str(row.get("form") or "2d") for row in rows}
+    if "modalities" in loaded.info:  # recorded at build time: no pass over a large index
+        modalities = {str(m).upper() for m in loaded.info["modalities"]} - {"", "OT"}
+        forms = {str(form) for form in loaded.info.get("forms") or ["2d"]}
+    else:
+        rows = list(loaded.items.values())
+        modalities = {str(row.get("modality") or "").upper() for row in rows} - {"", "OT"}
+        forms = {str(row.get("form") or "2d") for row in rows}
     chest_index = bool(modalities) and modalities <= PROJECTION_MODALITIES
     held = "chest radiographs" if chest_index else ", ".join(sorted(modalities)) or "other images"
     notes = []
@@ -345,6 +349,7 @@ def search(
     public: bool = False,
     nprobe: int | None = None,
     ef_search: int | None = None,
+    rerank: int | None = None,
 ) -> SearchResponse:
     """Rank the index's studies for a text query, an image/volume file or an already read
     study (exactly one).
@@ -357,8 +362,9 @@ def search(
     constraints over per-finding probes; a score is then log p(the study satisfies the
     query)) or "similarity" (cosine). The query is parsed against the index's own finding
     vocabulary (its source's label names); an index whose source has no labels is ranked by
-    similarity. `nprobe` (IVF, IVF-PQ) and `ef_search` (HNSW) override the index's recorded
-    search parameters for this search.
+    similarity. `nprobe` (IVF, IVF-PQ), `ef_search` (HNSW) and `rerank` (IVF-PQ: the shortlist
+    factor of the exact re-rank, 0 = PQ scores only) override the index's recorded search
+    parameters for this search.
 
     Nothing heavy happens here: a missing index is an error, never built. `public=True` is an
     anonymous request (the web app): the model and index must be among `offered(settings)` and
@@ -429,7 +435,11 @@ def search(
     if not use_logic:
         try:
             scores, ids = loaded.search(
-                np.asarray(vector, dtype=np.float32), int(k), nprobe=nprobe, ef_search=ef_search
+                np.asarray(vector, dtype=np.float32),
+                int(k),
+                nprobe=nprobe,
+                ef_search=ef_search,
+                rerank=rerank,
             )
         except ValueError as error:
             raise SearchError(str(error)) from error

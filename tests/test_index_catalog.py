@@ -126,3 +126,34 @@ def test_missing_index_errors_say_what_exists(settings, tmp_path) -> None:
         load_index("demo-test", ThumbnailEmbedder(version="9"), settings)
     with pytest.raises(ValueError, match="not allowed"):
         load_index("../escape", ThumbnailEmbedder(), settings)
+
+
+def test_a_large_index_reads_metadata_rows_from_disk_per_hit(tmp_path, settings, monkeypatch):
+    """Above LAZY_METADATA_ROWS the rows stay in metadata.jsonl (memory-mapped, by byte offset)
+    and read the same as the eager dict; the modalities a file search checks come from the
+    catalog entry, not from a pass over every row."""
+    from medheb_app.index import catalog
+    from medheb_app.search import upload_mismatch
+
+    studies = _studies(tmp_path)
+    eager = build_index("big", studies, ThumbnailEmbedder(), settings)
+    assert isinstance(eager.items, dict)
+    assert (eager.directory / catalog.OFFSETS_FILE).is_file()
+    monkeypatch.setattr(catalog, "LAZY_METADATA_ROWS", 5)
+    lazy = build_index("big", studies, ThumbnailEmbedder("2"), settings)
+    assert isinstance(lazy.items, catalog.MetadataRows)
+    assert len(lazy.items) == len(studies) and list(lazy.items) == list(eager.items)
+    for item_id, row in eager.items.items():
+        assert lazy.item(item_id) == row
+    assert "cxr-003" in lazy.items and "nope" not in lazy.items and lazy.items.get("nope") is None
+    with pytest.raises(KeyError):
+        lazy.item("nope")
+    assert lazy.info["modalities"] == sorted({s.modality for s in studies if s.modality})
+
+    def no_row_pass():
+        raise AssertionError("upload_mismatch read every row")
+
+    monkeypatch.setattr(lazy.items, "values", no_row_pass)
+    odd = Study(id="u", form="2d", modality="MR", path=None)
+    warned = upload_mismatch(odd, lazy)
+    assert warned and warned == upload_mismatch(odd, eager)  # an MR study vs chest radiographs

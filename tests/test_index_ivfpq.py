@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,9 @@ import numpy as np
 import pytest
 
 from medheb_app.index.faiss_index import (
+    DEFAULT_RERANK,
     ONDISK_FILE,
+    RERANK_FILE,
     VectorIndex,
     default_pq_m,
     resolve_kind,
@@ -94,3 +97,108 @@ def test_index_build_kind_ivfpq_on_disk_and_search_nprobe(settings, tmp_path, mo
     response = search(query_text="nodule", model_spec="random", index="pq", settings=settings,
                       k=5, nprobe=1)  # fmt: skip
     assert 1 <= len(response.results) <= 5
+
+
+@pytest.fixture(scope="module")
+def clustered() -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """20k vectors in 200 tight clusters (like perturbed copies of real embeddings): PQ codes
+    alone cannot tell the near copies apart; the exact re-rank can."""
+    rng = np.random.default_rng(1)
+    d, n = 32, 20_000
+    centres = rng.standard_normal((200, d)).astype(np.float32)
+    x = centres[rng.integers(0, 200, n)] + 0.15 * rng.standard_normal((n, d)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    queries = centres[rng.integers(0, 200, 100)] + 0.15 * rng.standard_normal((100, d))
+    queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
+    ids = [f"c{i}" for i in range(n)]
+    truth = VectorIndex.build(x, ids, kind="exact").search(queries, 10)[1]
+    return x, ids, queries, truth, centres
+
+
+PQ_SMALL = {"nlist": 64, "m": 4, "nprobe": 8, "train_size": 6000}
+
+
+def test_rerank_reaches_recall_the_pq_codes_alone_do_not(clustered, tmp_path: Path) -> None:
+    x, ids, queries, truth, _ = clustered
+
+    def chunks():
+        return (x[i : i + 5000] for i in range(0, len(x), 5000))
+
+    index = VectorIndex.build_ivfpq(chunks, ids, 32, "fp", work_dir=tmp_path, **PQ_SMALL)
+    assert index.params["rerank"] == DEFAULT_RERANK and index.params["rerank_dtype"] == "float16"
+    pq_only = recall(index.search(queries, 10, rerank=0)[1], truth)
+    reranked = recall(index.search(queries, 10)[1], truth)
+    assert reranked >= 0.90 > pq_only
+    # the re-ranked scores are the exact cosines (to float16 precision), best first
+    scores, found = index.search(queries[:5], 10)
+    lookup = {item: row for row, item in enumerate(ids)}
+    for query, row_scores, row_ids in zip(queries[:5], scores, found, strict=True):
+        exact = x[[lookup[i] for i in row_ids]] @ query
+        np.testing.assert_allclose(row_scores, exact, atol=2e-3)
+        assert (np.diff(row_scores) <= 0).all()
+
+
+def test_rerank_is_never_worse_than_the_shortlist(clustered, tmp_path: Path) -> None:
+    x, ids, queries, truth, _ = clustered
+    index = VectorIndex.build_ivfpq(lambda: iter([x]), ids, 32, "fp", work_dir=tmp_path,
+                                    **PQ_SMALL)  # fmt: skip
+    lookup = {item: row for row, item in enumerate(ids)}
+    plain = index.search(queries, 10, rerank=0)[1]
+    for factor in (1, 2, 4, 16):
+        found = index.search(queries, 10, rerank=factor)[1]
+        for query, mine, theirs, best in zip(queries, found, plain, truth, strict=True):
+            exact_mine = np.sort(x[[lookup[i] for i in mine]] @ query)[::-1]
+            exact_theirs = np.sort(x[[lookup[i] for i in theirs]] @ query)[::-1]
+            assert (exact_mine >= exact_theirs - 2e-3).all()  # rank by rank
+            assert len(set(mine) & set(best)) >= len(set(theirs) & set(best))
+    with pytest.raises(ValueError, match="rerank must be 0"):
+        index.search(queries[:1], 10, rerank=-1)
+
+
+def test_rerank_vectors_are_memory_mapped_and_params_round_trip(clustered, tmp_path) -> None:
+    x, ids, queries, _, _ = clustered
+    index = VectorIndex.build_ivfpq(lambda: iter([x]), ids, 32, "fp", work_dir=tmp_path / "w",
+                                    rerank=8, **PQ_SMALL)  # fmt: skip
+    before = index.search(queries, 10)
+    index.save(tmp_path / "saved")
+    shutil.move(tmp_path / "saved", tmp_path / "moved")
+    assert not (tmp_path / "w" / RERANK_FILE).exists()  # moved along, not copied
+    loaded = VectorIndex.load(tmp_path / "moved")
+    assert isinstance(loaded._stored, np.memmap) and loaded._stored.dtype == np.float16
+    assert loaded._stored.filename == str((tmp_path / "moved" / RERANK_FILE).resolve())
+    manifest = json.loads((tmp_path / "moved" / "manifest.json").read_text())
+    assert manifest["params"]["rerank"] == 8 and manifest["params"]["nprobe"] == 8
+    assert not any(key.endswith("_path") for key in manifest["params"])  # no stale paths
+    assert {k: v for k, v in loaded.params.items() if not k.endswith("_path")} == manifest["params"]
+    after = loaded.search(queries, 10)
+    assert (after[1] == before[1]).all()
+    np.testing.assert_allclose(after[0], before[0])
+    # per-search overrides leave the recorded values in place
+    loaded.search(queries, 10, rerank=1, nprobe=1)
+    assert (loaded.search(queries, 10)[1] == before[1]).all()
+    # the stored vectors are the originals (float16), not the PQ reconstruction
+    np.testing.assert_allclose(loaded.vectors(), x, atol=1e-3)
+
+
+def test_rerank_zero_keeps_no_vectors_and_refuses_a_rerank(clustered, tmp_path) -> None:
+    x, ids, queries, _, _ = clustered
+    index = VectorIndex.build_ivfpq(lambda: iter([x]), ids, 32, "fp", work_dir=tmp_path / "w",
+                                    rerank=0, **PQ_SMALL)  # fmt: skip
+    assert not (tmp_path / "w" / RERANK_FILE).exists() and "rerank_dtype" not in index.params
+    assert index.search(queries, 10)[1].shape == (100, 10)
+    with pytest.raises(ValueError, match="keeps no vectors to re-rank"):
+        index.search(queries, 10, rerank=4)
+
+
+def test_large_ivfpq_uses_an_hnsw_cell_quantizer(tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((9000, 16)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    ids = [str(i) for i in range(len(x))]
+    index = VectorIndex.build_ivfpq(lambda: iter([x]), ids, 16, "fp", work_dir=tmp_path,
+                                    nlist=4096, m=4, nbits=4, train_size=9000)  # fmt: skip
+    assert index.params["quantizer"] == "hnsw" and index.params["nprobe"] == 32
+    found = index.search(x[:20], 1)[1][:, 0]
+    assert (found == np.asarray(ids[:20], dtype=object)).mean() >= 0.9  # finds itself
+    with pytest.raises(ValueError, match="quantizer must be"):
+        VectorIndex.build_ivfpq(lambda: iter([x]), ids, 16, "fp", quantizer="lsh", m=4)

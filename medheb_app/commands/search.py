@@ -56,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--ef-search", type=int, default=None,
         help="HNSW search breadth (default: recorded with the index)",
     )  # fmt: skip
+    parser.add_argument(
+        "--rerank", type=int, default=None,
+        help="IVF-PQ: re-score a k * RERANK shortlist exactly (0: PQ scores only; default: "
+        "recorded with the index)",
+    )  # fmt: skip
     add_json_flag(parser)
     parser.set_defaults(handler=run)
 
@@ -76,6 +81,7 @@ def run(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, An
         ranking=args.ranking,
         nprobe=args.nprobe,
         ef_search=args.ef_search,
+        rerank=args.rerank,
     )
     payload = response.to_json()
     return format_response(payload), payload

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import re
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +35,10 @@ from medheb_app.settings import Settings
 Progress = Callable[[float, str], None]
 CATALOG_FILE = "catalog.json"
 METADATA_FILE = "metadata.jsonl"
+OFFSETS_FILE = "metadata.offsets.npy"  # byte offset of each metadata row, in index row order
+# Above this many items the metadata rows stay on disk and are read per hit (MetadataRows):
+# 10M rows as dicts would take many GB of RAM next to an IVF-PQ index of a few hundred MB.
+LAZY_METADATA_ROWS = 200_000
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}$")
 
 
@@ -92,6 +97,49 @@ def study_metadata(study: Study) -> dict[str, Any]:
     }
 
 
+class MetadataRows(Mapping[str, dict[str, Any]]):
+    """The metadata rows of a large index, read from the memory-mapped metadata.jsonl when a
+    hit needs one (byte offsets from OFFSETS_FILE) instead of all held as dicts in RAM.
+
+    Rows are in index row order (write_index writes the offsets only then), so the id of row
+    r is ids[r]; the id -> row table is built on the first lookup."""
+
+    def __init__(self, path: Path, offsets: np.ndarray, ids: Sequence[str]) -> None:
+        if len(offsets) != len(ids) + 1:
+            raise ValueError(f"{path}: {len(offsets) - 1} row offsets for {len(ids)} items.")
+        self._offsets = offsets
+        self._ids = ids
+        self._rows: dict[str, int] | None = None
+        self._lock = threading.Lock()
+        with open(path, "rb") as handle:
+            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def _row(self, key: str) -> int:
+        if self._rows is None:
+            with self._lock:
+                if self._rows is None:
+                    self._rows = {item: row for row, item in enumerate(self._ids)}
+        return self._rows[key]
+
+    def __getitem__(self, key: str) -> dict[str, Any]:
+        row = self._row(key)
+        start, end = int(self._offsets[row]), int(self._offsets[row + 1])
+        return json.loads(self._map[start:end])
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self._row(key)  # type: ignore[arg-type]
+        except (KeyError, TypeError):
+            return False
+        return True
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+
 @dataclass
 class LoadedIndex:
     """A built index with its per-item metadata and its catalog entry."""
@@ -99,7 +147,7 @@ class LoadedIndex:
     name: str
     directory: Path
     index: VectorIndex
-    items: dict[str, dict[str, Any]]
+    items: Mapping[str, dict[str, Any]]
     info: dict[str, Any]
 
     @property
@@ -119,8 +167,9 @@ class LoadedIndex:
         k: int = 10,
         nprobe: int | None = None,
         ef_search: int | None = None,
+        rerank: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        return self.index.search(queries, k, nprobe=nprobe, ef_search=ef_search)
+        return self.index.search(queries, k, nprobe=nprobe, ef_search=ef_search, rerank=rerank)
 
 
 def index_path(settings: Settings, name: str, fingerprint: str) -> Path:
@@ -191,6 +240,7 @@ def index_info(
         "count": index.count,
         "dims": index.dims,
         "forms": sorted({study.form for study in studies}),
+        "modalities": sorted({study.modality for study in studies if study.modality}),
         "synthetic": all(study.synthetic for study in studies),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         **extra,
@@ -210,9 +260,16 @@ def write_index(
     final = index_path(settings, name, index.fingerprint)
     staging = final.parent / f".staging-{index.fingerprint}-{uuid.uuid4().hex[:8]}"
     index.save(staging)
-    with open(staging / METADATA_FILE, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row) + "\n")
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    in_order = len(rows) == len(index.ids)
+    with open(staging / METADATA_FILE, "wb") as handle:
+        for number, row in enumerate(rows):
+            line = (json.dumps(row) + "\n").encode("utf-8")
+            handle.write(line)
+            offsets[number + 1] = offsets[number] + len(line)
+            in_order = in_order and row.get("id") == index.ids[number]
+    if in_order:  # rows in index order: a large index can read them per hit (MetadataRows)
+        np.save(staging / OFFSETS_FILE, offsets)
     for file_name, text in (extra_files or {}).items():
         (staging / file_name).write_text(text, encoding="utf-8")
     (staging / CATALOG_FILE).write_text(json.dumps(info, indent=2))
@@ -262,11 +319,16 @@ def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIn
             return _loaded[key]
     info = json.loads(catalog_file.read_text())
     index = VectorIndex.load(directory)
-    items: dict[str, dict[str, Any]] = {}
-    with open(directory / METADATA_FILE, encoding="utf-8") as handle:
-        for line in handle:
-            row = json.loads(line)
-            items[row["id"]] = row
+    items: Mapping[str, dict[str, Any]]
+    if index.count >= LAZY_METADATA_ROWS and (directory / OFFSETS_FILE).is_file():
+        offsets = np.load(directory / OFFSETS_FILE, mmap_mode="r")
+        items = MetadataRows(directory / METADATA_FILE, offsets, index.ids)
+    else:
+        items = {}
+        with open(directory / METADATA_FILE, encoding="utf-8") as handle:
+            for line in handle:
+                row = json.loads(line)
+                items[row["id"]] = row
     loaded = LoadedIndex(name=name, directory=directory, index=index, items=items, info=info)
     with _loaded_lock:
         for stale in [k for k in _loaded if k[0] == key[0]]:
