@@ -392,6 +392,10 @@ def search(
         raise SearchError(f"Unknown relevance setting {_shown(setting)}; use 'main' or 'strict'.")
     if ranking not in RANKINGS:
         raise SearchError(f"Unknown ranking {_shown(ranking)}; use one of: {', '.join(RANKINGS)}.")
+    for knob, value, lowest in (("nprobe", nprobe, 1), ("ef_search", ef_search, 1),
+                                ("rerank", rerank, 0)):  # fmt: skip
+        if value is not None and int(value) < lowest:  # whichever ranking runs
+            raise SearchError(f"{knob} must be at least {lowest}; got {value}.")
     if query_text is not None:
         try:  # before any model or index is loaded: a 1 MB query costs nothing
             check_query_length(query_text)

@@ -75,7 +75,9 @@ def test_on_disk_lists_match_in_memory_and_survive_a_move(data, tmp_path: Path) 
         loaded.search(x[:1], 10, nprobe=0)
 
 
-def test_index_build_kind_ivfpq_on_disk_and_search_nprobe(settings, tmp_path, monkeypatch) -> None:
+def test_index_build_kind_ivfpq_on_disk_and_search_nprobe(
+    settings, tmp_path, monkeypatch, capsys
+) -> None:
     from dataclasses import replace
 
     from medheb_app.index.build import build_from_source
@@ -97,6 +99,18 @@ def test_index_build_kind_ivfpq_on_disk_and_search_nprobe(settings, tmp_path, mo
     response = search(query_text="nodule", model_spec="random", index="pq", settings=settings,
                       k=5, nprobe=1)  # fmt: skip
     assert 1 <= len(response.results) <= 5
+    assert loaded.info["params"]["rerank"] == DEFAULT_RERANK
+    assert (loaded.directory / RERANK_FILE).is_file()  # moved into the index folder
+    exact = search(query_text="nodule", model_spec="random", index="pq", settings=settings,
+                   k=5, nprobe=64, rerank=8)  # fmt: skip
+    pq_only = search(query_text="nodule", model_spec="random", index="pq", settings=settings,
+                     k=5, nprobe=64, rerank=0)  # fmt: skip
+    assert len(exact.results) == len(pq_only.results) == 5
+    from medheb_app.cli import main as cli
+
+    assert cli(["search", "--index", "pq", "--model", "random", "--text", "nodule",
+                "--rerank", "-1", "--json"]) == 2  # fmt: skip
+    assert "rerank must be at least 0; got -1" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
