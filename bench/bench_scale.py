@@ -11,11 +11,23 @@ Writes its section of BENCHMARKS.md (between markers, other sections kept) and p
 - resume: a build killed (SIGKILL) once half its shards are committed, then run again:
   seconds to finish, and items embedded twice = cache rows before restart + embedded after -
   total (target 0; at most the batches of the shard in flight).
-- ann: `--ann-n` 256-d unit vectors generated in chunks, either perturbed copies of real
-  dual-lite embeddings (the NIH sample's, from a built index given with --base-index) or
+- ann: `--ann-n` 256-d unit vectors generated in chunks into a memory-mapped float32 file
+  under `--work` (10M x 256 is 10 GB on disk, never in RAM), either perturbed copies of real
+  dual-lite embeddings (from a built index given with --base-index, e.g. the demo's) or
   isotropic ones: build time, size on disk, serving RSS (a fresh process that loads the index
-  and answers 200 queries), recall@10 against exact on 1,000 queries and search-only p50 at
-  one thread.
+  and answers 200 queries), recall@10 against exact (the file scanned chunk by chunk) on
+  1,000 queries and search-only p50 at one thread; for IVF-PQ also the PQ codes alone
+  (rerank 0) and an nprobe x rerank sweep. `--keep-ivfpq DIR` keeps the IVF-PQ index.
+- e2e: `--e2e-index DIR` (a kept IVF-PQ index) moves it into a fresh DATA_DIR as index
+  `scale` for dual-lite and times `search()` for the 145 CXR-Retrieve text queries at one
+  thread (text encoding included), as a user's `search --index scale --ranking similarity`.
+- `--include REPORT.json` (from `--save-json`) puts an earlier run's ANN rows in the table.
+
+    .venv/bin/python bench/bench_scale.py --ann-n 1000000 --kinds ivfpq --data perturbed \
+        --base-index DATA_DIR/indices/demo-cxr/<dual-lite fingerprint> --work /tmp \
+        --keep-ivfpq /tmp/pq1m --save-json /tmp/pq1m.json --out /tmp/scratch.md
+    .venv/bin/python bench/bench_scale.py --include /tmp/pq1m.json --e2e-index /tmp/pq1m \
+        --base-index DATA_DIR/indices/demo-cxr/<dual-lite fingerprint>
 """
 
 from __future__ import annotations
