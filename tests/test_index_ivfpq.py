@@ -100,6 +100,7 @@ def test_index_build_kind_ivfpq_on_disk_and_search_nprobe(
                       k=5, nprobe=1)  # fmt: skip
     assert 1 <= len(response.results) <= 5
     assert loaded.info["params"]["rerank"] == DEFAULT_RERANK
+    assert not any(key.endswith("_path") for key in loaded.info["params"])  # no staging paths
     assert (loaded.directory / RERANK_FILE).is_file()  # moved into the index folder
     exact = search(query_text="nodule", model_spec="random", index="pq", settings=settings,
                    k=5, nprobe=64, rerank=8)  # fmt: skip

@@ -236,7 +236,7 @@ def index_info(
         "model": embedder.card.to_dict(),
         "fingerprint": embedder.card.fingerprint,
         "kind": index.kind,
-        "params": index.params,
+        "params": index.manifest()["params"],  # without local file paths (they move)
         "count": index.count,
         "dims": index.dims,
         "forms": sorted({study.form for study in studies}),
