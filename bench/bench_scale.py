@@ -21,7 +21,7 @@ Writes its section of BENCHMARKS.md (between markers, other sections kept) and p
 - e2e: `--e2e-index DIR` (a kept IVF-PQ index) moves it into a fresh DATA_DIR as index
   `scale` for dual-lite and times `search()` for the 145 CXR-Retrieve text queries at one
   thread (text encoding included), as a user's `search --index scale --ranking similarity`.
-- `--include REPORT.json` (from `--save-json`) puts an earlier run's ANN rows in the table.
+- `--include REPORT.json` (from `--save-json`) puts an earlier run's ANN rows and e2e line in.
 
     .venv/bin/python bench/bench_scale.py --ann-n 1000000 --kinds ivfpq --data perturbed \
         --base-index DATA_DIR/indices/demo-cxr/<dual-lite fingerprint> --work /tmp \
@@ -504,7 +504,10 @@ def main() -> None:
                 report["resume"] = resume(args.studies, work)
         report["ann"] = []
         for earlier in args.include:
-            report["ann"] += json.loads(Path(earlier).read_text()).get("ann", [])
+            previous = json.loads(Path(earlier).read_text())
+            report["ann"] += previous.get("ann", [])
+            if previous.get("e2e"):
+                report["e2e"] = previous["e2e"]
         if args.ann_n:
             base = base_vectors(args.base_index)
             keep = Path(args.keep_ivfpq) if args.keep_ivfpq else None
