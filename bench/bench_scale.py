@@ -54,6 +54,8 @@ sys.path.insert(0, str(ROOT))
 
 START = "<!-- bench_scale:start -->"
 END = "<!-- bench_scale:end -->"
+ANN_START = "<!-- bench_scale_ann:start -->"
+ANN_END = "<!-- bench_scale_ann:end -->"
 CHUNK = 100_000
 
 
@@ -407,6 +409,21 @@ def section(report: dict[str, Any]) -> str:
             f"{r['embedded_after']}; items embedded twice: {r['embedded_twice']}.",
             "",
         ]
+    lines += report.get("notes", [])
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def ann_section(report: dict[str, Any], notes: bool) -> str:
+    """The ANN kinds and end-to-end text search, a section of its own (ANN_START..ANN_END), so
+    an engines-only run and an ANN-only run each keep the other's figures."""
+    m = report["machine"]
+    lines = [ANN_START, "## Scale: ANN kinds to 1M+ and text search end to end "
+             "(bench/bench_scale.py)", "",
+             f"Run {report['date']} on {m['cpu']} ({m['cores']} cores, load average "
+             f"{m['load']:.1f} at the start: the cores were shared with other jobs, so absolute "
+             f"numbers are pessimistic), commit {report['commit']}. Command: "
+             f"`{report['command']}`", ""]  # fmt: skip
     if report.get("ann"):
         lines += ["ANN kinds: recall@10 against exact on 1,000 queries (fresh perturbed copies, "
                   "not in the index); IVF-PQ rows in brackets: the PQ codes alone, no re-rank.",
@@ -448,16 +465,19 @@ def section(report: dict[str, Any]) -> str:
             f"call (model + index load) {e['first_call_s']} s; peak RSS {e['peak_rss_mb']} MB.",
             "",
         ]
-    lines += report.get("notes", [])
-    lines.append(END)
+    lines += report.get("notes", []) if notes else []
+    lines.append(ANN_END)
     return "\n".join(lines)
 
 
-def write_section(path: Path, text: str) -> None:
+def write_section(path: Path, text: str, start: str = START, end: str = END) -> None:
     old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in old and END in old:
-        head, rest = old.split(START, 1)
-        old = head + text + rest.split(END, 1)[1]
+    if start in old and end in old:
+        head, rest = old.split(start, 1)
+        old = head + text + rest.split(end, 1)[1]
+    elif start != START and END in old:  # a new section right after the engines section
+        head, rest = old.split(END, 1)
+        old = head + END + "\n\n" + text + rest
     else:
         old = old.rstrip("\n") + "\n\n" + text + "\n"
     path.write_text(old)
@@ -525,9 +545,15 @@ def main() -> None:
     print(json.dumps(report, indent=2))
     if args.save_json:
         Path(args.save_json).write_text(json.dumps(report, indent=2))
-    text = section(report)
-    write_section(Path(args.out), text)
-    print(text)
+    engines_run = bool(report.get("engines") or report.get("resume"))
+    if engines_run:
+        text = section(report)
+        write_section(Path(args.out), text)
+        print(text)
+    if report["ann"] or report.get("e2e"):
+        text = ann_section(report, notes=not engines_run)
+        write_section(Path(args.out), text, ANN_START, ANN_END)
+        print(text)
 
 
 if __name__ == "__main__":
