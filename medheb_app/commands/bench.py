@@ -50,6 +50,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cxr.add_argument("--paraphrase", action="store_true", help="'an image with A but without B'")
     cxr.add_argument("--split", default="test", help="gallery split (default test; 'all')")
     cxr.add_argument("--probe-views", default="2x2+3x3", help="what logic: probes read")
+    run.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local (this process, the default) or ray: each task x model pair (each model "
+        "for cxr-retrieve) is a Ray task; the same files and store rows are written",
+    )
+    run.add_argument(
+        "--ray-address",
+        default=None,
+        help="with --engine ray: join this cluster ('auto' or host:port); "
+        "default: start a local one for the run",
+    )
     run.add_argument("--progress", action="store_true", help="print progress lines to stderr")
     add_json_flag(run)
     run.set_defaults(handler=run_bench)
@@ -140,6 +153,8 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
 
     suite = _suite(args.suite, args)
     only = None if isinstance(suite, CxrRetrieveSuite) else _selected_tasks(suite, args)
+    if args.ray_address and args.engine != "ray":
+        raise UserError("--ray-address needs --engine ray.")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder.")
@@ -152,6 +167,8 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
             progress=_print_progress if args.progress else None,
             only=only,
             log=_print_log if args.progress else None,
+            engine=args.engine,
+            ray_address=args.ray_address,
         )
     except KeyError as error:  # unknown task names or model specs
         raise UserError(error.args[0] if error.args else str(error)) from error
