@@ -169,3 +169,24 @@ def test_ray_engine_runs_cxr_retrieve_one_model_per_ray_task(
     assert without_timing(remote) == without_timing(local)
     assert_same(result_files(tmp_path / "ray"), result_files(tmp_path / "local"))
     assert stored_rows(settings, remote["run_id"])[1] == stored_rows(settings, local["run_id"])[1]
+
+
+@pytest.mark.slow
+def test_a_cancelled_ray_run_is_marked_cancelled(
+    settings: Settings, tmp_path: Path, ray_cluster
+) -> None:
+    import threading
+
+    from medheb_app.eval.runner import run_suite
+    from medheb_app.tasks.medheb import get_suite
+    from tests.test_tasks_manifest import write_fixture
+
+    write_fixture(tmp_path / "tasks")
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(InterruptedError):
+        run_suite(get_suite(str(tmp_path / "tasks")), ["oracle"], tmp_path / "run", settings,
+                  stop=stop, engine="ray")  # fmt: skip
+    store = Store.open(settings.database_url)
+    assert [r.status for r in list_runs(store)] == ["cancelled"]
+    assert not list((tmp_path / "run").rglob("*.json"))
