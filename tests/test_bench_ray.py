@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 
 from medheb_app.cli import main
+from medheb_app.eval import runner
 from medheb_app.eval.results import Summary
+from medheb_app.index.cache import EmbeddingCache
+from medheb_app.models import registry
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 from medheb_app.store.runs import list_runs, results_of
@@ -70,7 +73,7 @@ def stored_rows(settings: Settings, run_id: int) -> tuple[Any, list[tuple]]:
 
 @pytest.mark.slow
 def test_ray_engine_writes_the_local_engines_files_and_store_rows(
-    settings: Settings, tmp_path: Path, capsys, ray_cluster
+    settings: Settings, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, ray_cluster
 ) -> None:
     base = ["bench", "run", "--suite", "medheb-lite", "--json"]
     for task in TASKS:
@@ -78,15 +81,22 @@ def test_ray_engine_writes_the_local_engines_files_and_store_rows(
     for model in MODELS:
         base += ["--model", model]
     local_out, ray_out = tmp_path / "local", tmp_path / "ray"
-    assert main([*base, "--out", str(local_out)]) == 0, capsys.readouterr().err
-    local = json.loads(capsys.readouterr().out)
-    # the Ray run must embed afresh, not read the local run's vectors
-    for path in settings.cache_dir.glob("embeddings.sqlite*"):
-        path.unlink()
-    code = main([*base, "--out", str(ray_out), "--engine", "ray"])
+
+    def not_here(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the driver loaded a model: the Ray workers must")
+
+    with monkeypatch.context() as patch:  # Ray workers import their own, unpatched modules
+        patch.setattr(runner, "load_ranker", not_here)
+        patch.setattr(registry, "load_embedder", not_here)
+        code = main([*base, "--out", str(ray_out), "--engine", "ray"])
     assert code == 0, capsys.readouterr().err
     remote = json.loads(capsys.readouterr().out)
-    assert list(settings.cache_dir.glob("embeddings.sqlite"))  # workers filled the cache
+    assert EmbeddingCache(settings.cache_dir).count() > 0  # workers filled the cache
+    # the local run must embed afresh, not read the Ray run's vectors
+    for path in settings.cache_dir.glob("embeddings.sqlite*"):
+        path.unlink()
+    assert main([*base, "--out", str(local_out)]) == 0, capsys.readouterr().err
+    local = json.loads(capsys.readouterr().out)
 
     assert set(remote["models"]) == set(MODELS)
     assert {t["name"] for t in remote["tasks"]} == set(TASKS)

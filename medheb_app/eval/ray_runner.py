@@ -1,158 +1,207 @@
-"""The Ray engine of `bench run --engine ray`: a run's units of work as Ray tasks on a cluster.
+"""The Ray engine of `bench run --engine ray`: a run's scoring as Ray tasks on a cluster.
 
-A MedHEB run's unit is one task x one model, a CXR-Retrieve run's one model. Each unit is a
-Ray task that loads its model (once per worker process: the model registry memoises it),
-scores and returns its result to the driver; the driver writes result files, summary.json
-and store rows exactly as the local engine does, in the same order (eval/runner.py), so the
-two engines' folders differ only in timings. Tasks and galleries go to the object store
-once and are shared by every unit that reads them.
+The unit of work is one task x one model for a MedHEB suite and one model for CXR-Retrieve:
+a Ray task that loads the model (once per worker process: the model registry memoises it)
+and computes the (queries x candidates) score matrix, the costly part of a run. As soon as
+the tasks are built every unit is submitted, so they run side by side on the cluster; the
+runner's own loop (eval/runner.py) then goes through the pairs in the local engine's order
+with a `RayRanker` in place of each model, whose `score` waits for that pair's matrix. The
+driver therefore ranks, writes every result file and store row exactly as the local engine
+does: only the process that computed the scores differs.
 
 The cluster is the one `index build --engine ray` uses (index/ray_engine.py `_connect`):
-`ray_address` joins a running one ("auto", host:port); without it a local cluster is started
-for the run and stopped after it; a process that already called `ray.init` (a test session)
-keeps its own. Workers read DATA_DIR (models, embedding cache) at the driver's paths, so on a
-multi-node cluster those must be on a shared filesystem. A unit asks for one CPU, and one
-GPU when the cluster has GPUs and the run's device is not "cpu" (baselines never do).
+"auto" or host:port joins a running one; without an address a local cluster is started for
+the run and stopped after it; a process that already called `ray.init` (a test session)
+keeps its own. Workers read DATA_DIR (models, embedding cache, task data) at the driver's
+paths, so on a multi-node cluster it must be on a shared filesystem. A unit asks for one CPU
+(torch then runs on one thread), and one GPU for a real model when the cluster has GPUs and
+the run's device is not "cpu".
 """
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
-from medheb_app.eval.rankers import Ranker
-from medheb_app.eval.runner import (
-    BASELINE_SPECS,
-    PairOutcome,
-    RunContext,
-    score_cxr_model,
-    score_pair,
-)
+import numpy as np
+
+from medheb_app.eval.rankers import Progress, Ranker, load_ranker, task_forms
+from medheb_app.models.base import ModelCard
 from medheb_app.settings import Settings
-from medheb_app.tasks.base import Task
-from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
-POLL_S = 0.5  # how often the driver looks at `stop` while units run
+POLL_S = 0.5  # how often a waiting driver looks at `stop`
+BASELINES = ("random", "oracle")
 
 
-def _pair_unit(model: str | Ranker, task: Task, index: int, settings: Settings) -> PairOutcome:
+@dataclass(frozen=True)
+class Scored:
+    """What a unit returns: the ranker it loaded (spec, card, note) and its score matrix,
+    None when the model does not read the task's evidence (the runner skips that pair)."""
+
+    spec: str
+    card: ModelCard
+    note: str
+    scores: np.ndarray | None
+
+
+def _scored(ranker: Ranker, task: Any, readable: bool) -> Scored:
+    scores = np.asarray(ranker.score(task)) if readable else None
+    return Scored(ranker.spec, ranker.card, ranker.note, scores)
+
+
+def score_medheb_pair(model: str | Ranker, task: Any, settings: Settings) -> Scored:
     """Ray task body: one model (loaded in this worker) scores one MedHEB task."""
-    from medheb_app.eval.rankers import load_ranker
-
-    started = time.perf_counter()
     ranker = load_ranker(model, settings) if isinstance(model, str) else model
-    load_s = time.perf_counter() - started
-    outcome = score_pair(ranker, task, index)
-    return replace(outcome, seconds=outcome.seconds + load_s)
+    return _scored(ranker, task, not task_forms(task) - set(ranker.card.modalities))
 
 
-def _cxr_unit(
-    model: str | Ranker, suite: CxrRetrieveSuite, gallery: Any, train: Any, settings: Settings
-) -> Any:
-    """Ray task body: one model (loaded in this worker) on CXR-Retrieve."""
-    return score_cxr_model(model, suite, gallery, train, settings)
+def score_cxr_model(
+    model: str | Ranker, suite: Any, gallery: Any, train: Sequence[Any], settings: Settings
+) -> Scored:
+    """Ray task body: one model (loaded in this worker, logic: probes fit here) scores the
+    145 CXR-Retrieve queries over the gallery."""
+    from medheb_app.index.cache import EmbeddingCache
+    from medheb_app.ranking.probes import ProbeConfig
+    from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
+
+    ranker = (
+        load_ranker(
+            model,
+            settings,
+            "constraints",
+            cache=EmbeddingCache(settings.cache_dir),
+            train_studies=lambda: train,
+            probe_config=ProbeConfig(views=suite.probe_views),
+        )
+        if isinstance(model, str)
+        else model
+    )
+    return _scored(ranker, CxrRetrieveTask(gallery, paraphrase=suite.paraphrase), True)
 
 
-@contextmanager
-def _cluster(address: str | None) -> Iterator[None]:
-    """Connected to the run's cluster for the block; a cluster started here is stopped."""
-    import ray
+class RayRanker:
+    """A model whose scores are computed on the cluster: `score(task)` waits for that task's
+    unit; `card` and `note` come from the first unit to finish loading the model."""
 
-    from medheb_app.index.ray_engine import _connect
+    def __init__(self, spec: str, units: dict[str, Any], pool: RayPool) -> None:
+        self.spec = spec
+        self.units = units  # task name (None for CXR-Retrieve) -> object ref of a Scored
+        self.pool = pool
+        self._first: Scored | None = None
 
-    started_here = _connect(address)
-    try:
-        yield
-    finally:
-        if started_here:
-            ray.shutdown()
+    def _any(self) -> Scored:
+        if self._first is None:
+            self._first = self.pool.wait(next(iter(self.units.values())))
+        return self._first
+
+    @property
+    def card(self) -> ModelCard:
+        return self._any().card
+
+    @property
+    def note(self) -> str:
+        return self._any().note
+
+    def score(
+        self, task: Any, progress: Progress | None = None, stop: threading.Event | None = None
+    ) -> np.ndarray:
+        key = getattr(task, "name", None) if None not in self.units else None
+        scored = self.pool.wait(self.units[key])
+        if scored.scores is None:
+            raise ValueError(f"{self.spec} does not read the evidence of {key}.")
+        return scored.scores
 
 
-def _resources(model: str | Ranker, settings: Settings) -> dict[str, float]:
-    """What one unit asks of the cluster: one CPU, plus one GPU for a real model when the
-    cluster has GPUs and the run may use them."""
-    import ray
+class RayPool:
+    """The run's connection to the cluster and every unit it submitted."""
 
-    spec = model if isinstance(model, str) else model.spec
-    gpus = ray.cluster_resources().get("GPU", 0)
-    wants_gpu = gpus and settings.device != "cpu" and spec.strip() not in BASELINE_SPECS
-    return {"num_cpus": 1, "num_gpus": 1 if wants_gpu else 0}
+    def __init__(self, settings: Settings, stop: threading.Event | None) -> None:
+        self.settings = settings
+        self.stop = stop
+        self.refs: list[Any] = []
 
+    @classmethod
+    @contextmanager
+    def connect(
+        cls, address: str | None, settings: Settings, stop: threading.Event | None
+    ) -> Iterator[RayPool]:
+        """Connected for the block; units still queued at its end (an error, a cancel) are
+        cancelled, and a cluster started here is stopped."""
+        import ray
 
-def _in_order(refs: Sequence[Any], ctx: RunContext, labels: Sequence[str]) -> Iterator[Any]:
-    """Each unit's result in submission order, as soon as it and all before it are done.
-    Progress counts finished units; `stop` cancels what is still queued or running. A unit's
-    error is raised as its own exception (its message, not Ray's traceback)."""
-    import ray
-    from ray.exceptions import RayTaskError
+        from medheb_app.index.ray_engine import _connect
 
-    finished: set[Any] = set()
-    waiting = list(refs)
-    for position, ref in enumerate(refs):
-        while ref not in finished:
-            if ctx.stop is not None and ctx.stop.is_set():
-                for pending in waiting:
-                    ray.cancel(pending, force=True)
-                raise InterruptedError("Benchmark run was cancelled.")
-            done, waiting = ray.wait(waiting, num_returns=1, timeout=POLL_S)
-            finished.update(done)
-            if done:
-                ctx.report(len(finished) / len(refs), f"{len(finished)}/{len(refs)} done")
+        started_here = _connect(address)
+        pool = cls(settings, stop)
         try:
-            yield ray.get(ref)
+            yield pool
+        finally:
+            pool.cancel()
+            if started_here:
+                ray.shutdown()
+
+    def _options(self, model: str | Ranker) -> dict[str, Any]:
+        """One CPU per unit; one GPU too for a real model when the cluster has GPUs and the
+        run may use them. No retries: a failing unit's error is the run's error."""
+        import ray
+
+        spec = model if isinstance(model, str) else model.spec
+        gpus = ray.cluster_resources().get("GPU", 0)
+        real = spec.strip() not in BASELINES
+        use_gpu = bool(gpus) and self.settings.device != "cpu" and real
+        return {"num_cpus": 1, "num_gpus": 1 if use_gpu else 0, "max_retries": 0}
+
+    def rankers(self, models: Sequence[str | Ranker], *work: Any) -> list[RayRanker]:
+        """Submit every unit of the run now; one RayRanker per model, in the given order.
+        `work` is (tasks,) for a MedHEB suite, (suite, gallery, train) for CXR-Retrieve."""
+        import ray
+
+        settings = ray.put(self.settings)
+        if len(work) == 1:
+            tasks = list(work[0])
+            shared = [ray.put(task) for task in tasks]
+            body, keys = ray.remote(score_medheb_pair), [task.name for task in tasks]
+            arguments = [(ref, settings) for ref in shared]
+        else:
+            suite, gallery, train = work
+            body, keys = ray.remote(score_cxr_model), [None]
+            arguments = [(*(ray.put(v) for v in (suite, gallery, list(train))), settings)]
+        rankers = []
+        for model in models:
+            call = body.options(**self._options(model))
+            pairs = zip(keys, arguments, strict=True)
+            units = {key: call.remote(model, *args) for key, args in pairs}
+            self.refs += list(units.values())
+            spec = model.strip() if isinstance(model, str) else model.spec
+            rankers.append(RayRanker(spec, units, self))
+        return rankers
+
+    def wait(self, ref: Any) -> Any:
+        """The unit's result, looking at `stop` while it runs; a unit's error is raised as
+        its own exception (its message, not Ray's traceback)."""
+        import ray
+        from ray.exceptions import RayTaskError
+
+        while not ray.wait([ref], timeout=POLL_S)[0]:
+            if self.stop is not None and self.stop.is_set():
+                raise InterruptedError("Benchmark run was cancelled.")
+        try:
+            return ray.get(ref)
         except RayTaskError as error:
-            for pending in waiting:
-                ray.cancel(pending, force=True)
             cause = getattr(error, "cause", None)
             if isinstance(cause, Exception):
                 raise cause from None
-            raise RuntimeError(f"{labels[position]} failed on the Ray cluster.") from None
+            raise RuntimeError("A benchmark unit failed on the Ray cluster.") from None
 
+    def cancel(self) -> None:
+        """Cancel every unit not finished yet (finished ones are left alone)."""
+        import ray
 
-def ray_pair_outcomes(
-    tasks: Sequence[Task], models: Sequence[str | Ranker], ctx: RunContext
-) -> Iterator[PairOutcome]:
-    """Every (model, task) pair's outcome, model by model and task by task (the local
-    engine's order), each scored in a Ray task."""
-    import ray
-
-    with _cluster(ctx.ray_address):
-        unit = ray.remote(_pair_unit)
-        task_refs = [ray.put(task) for task in tasks]
-        settings_ref = ray.put(ctx.settings)
-        refs, labels = [], []
-        for model in models:
-            options = _resources(model, ctx.settings)
-            for index, task in enumerate(tasks):
-                call = unit.options(**options, max_retries=0)
-                refs.append(call.remote(model, task_refs[index], index, settings_ref))
-                spec = model if isinstance(model, str) else model.spec
-                labels.append(f"{spec} on {task.name}")
-        ctx.report(0.0, f"{len(refs)} task x model pairs sent to the Ray cluster")
-        yield from _in_order(refs, ctx, labels)
-
-
-def ray_cxr_outcomes(
-    suite: CxrRetrieveSuite,
-    gallery: Any,
-    train: Sequence[Any],
-    models: Sequence[str | Ranker],
-    ctx: RunContext,
-) -> Iterator[tuple[str, Any]]:
-    """(spec, CxrRetrieveReport) for each model in order, each model scored in a Ray task."""
-    import ray
-
-    with _cluster(ctx.ray_address):
-        unit = ray.remote(_cxr_unit)
-        shared = [ray.put(value) for value in (suite, gallery, list(train), ctx.settings)]
-        refs, specs = [], []
-        for model in models:
-            call = unit.options(**_resources(model, ctx.settings), max_retries=0)
-            refs.append(call.remote(model, *shared))
-            specs.append(model if isinstance(model, str) else model.spec)
-        ctx.report(0.0, f"{len(refs)} models sent to the Ray cluster")
-        for position, result in enumerate(_in_order(refs, ctx, specs)):
-            yield specs[position], result
+        if not self.refs:
+            return
+        _, pending = ray.wait(self.refs, num_returns=len(self.refs), timeout=0)
+        for ref in pending:
+            ray.cancel(ref, force=True)

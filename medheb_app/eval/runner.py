@@ -120,8 +120,15 @@ class RunContext:
     stop: threading.Event | None
     only: Sequence[str] | None
     record: bool
-    engine: str = "local"  # or "ray": eval/ray_runner.py
-    ray_address: str | None = None
+    pool: Any = None  # with --engine ray: the RayPool that scores on the cluster
+
+    def remote(self, models: Sequence[str | Ranker], *work: Any) -> Sequence[str | Ranker]:
+        """The models as the engine runs them: as given (local), or as rankers whose scores
+        are being computed on the Ray cluster, all pairs at once (eval/ray_runner.py)."""
+        return models if self.pool is None else self.pool.rankers(models, *work)
+
+    def unpack(self) -> tuple:
+        return self.out_dir, self.settings, self.report, self.note, self.stop, self.record
 
 
 def _check_models(models: Sequence[str | Ranker]) -> list[str]:
@@ -152,9 +159,9 @@ def run_suite(
     Runs are recorded in the SQL store (`record`). Cancelling through `stop` raises
     InterruptedError after marking the run cancelled; finished task files stay on disk.
     `log` gets one line per task (what was scored, its main score, or why it was skipped).
-    `engine` "local" scores here; "ray" scores each task x model pair (each model, for
-    cxr-retrieve) as a Ray task on the cluster at `ray_address` ("auto", host:port; a local
-    one is started when None), and this process writes the same files and store rows.
+    `engine` "ray" scores every task x model pair (every model, for cxr-retrieve) at once as
+    Ray tasks on the cluster at `ray_address` ("auto", host:port; a local one is started and
+    stopped when None); this process ranks, writes the same files and store rows.
     """
     from medheb_app.eval.reports import render_report
 
@@ -168,11 +175,15 @@ def run_suite(
     report = progress or (lambda fraction, message: None)
     note = log or (lambda line: None)
     report(0.0, "building tasks")
-    ctx = RunContext(
-        specs, out_dir, settings, report, note, stop, only, record, engine, ray_address
-    )
+    ctx = RunContext(specs, out_dir, settings, report, note, stop, only, record)
     runner = _run_cxr_retrieve if isinstance(suite, CxrRetrieveSuite) else _run_medheb
-    summary = runner(suite, models, ctx)
+    if engine == "ray":
+        from medheb_app.eval.ray_runner import RayPool
+
+        with RayPool.connect(ray_address, settings, stop) as pool:
+            summary = runner(suite, models, replace(ctx, pool=pool))
+    else:
+        summary = runner(suite, models, ctx)
     summary.to_disk(out_dir)
     (out_dir / "report.md").write_text(render_report(summary))
     report(1.0, f"done: {len(summary.tasks)} tasks x {len(models)} models")
@@ -182,7 +193,7 @@ def run_suite(
 def _run_medheb(
     suite: Suite | Sequence[Task], models: Sequence[str | Ranker], ctx: RunContext
 ) -> Summary:
-    out_dir, settings, note, record = ctx.out_dir, ctx.settings, ctx.note, ctx.record
+    out_dir, settings, report, note, stop, record = ctx.unpack()
     recorder = RunRecord(settings, record)
     if isinstance(suite, Suite):
         suite_name = suite.name
@@ -195,40 +206,58 @@ def _run_medheb(
         raise ValueError(f"No task of suite {suite_name} could be built: {skipped}")
     settings_record = run_settings(settings)
     recorder.start(suite_name, ctx.specs, out_dir, settings_record)
+    models = ctx.remote(models, tasks)
     summaries: dict[str, ModelSummary] = {}
-    runs: dict[str, list[TaskRun]] = {}
-    rankers: dict[str, tuple[dict[str, Any], str]] = {}
+    weights = [task_work(task) for task in tasks]
+    total = len(models) * sum(weights)
     with recorder.guard():
-        for pair in _pair_outcomes(tasks, models, ctx):
-            spec, task = pair.spec, tasks[pair.task]
-            rankers[spec] = (pair.card, pair.note)
-            recorder.model_timing[spec] = round(
-                recorder.model_timing.get(spec, 0.0) + pair.seconds, 2
-            )
-            if pair.run is None:
-                skipped[f"{spec}/{task.name}"] = pair.skipped
-                note(f"skipped {spec}/{task.name}: {pair.skipped}")
-                continue
-            run = pair.run
-            path = run.to_disk(out_dir)
-            runs.setdefault(spec, []).append(run)
-            main = task.metadata.main_metric
-            note(
-                f"{spec} on {task.name}: {main} {100 * run.scores[main]:.1f} "
-                f"({len(task.queries)} queries, {len(task.candidates)} candidates, "
-                f"{run.timing['score_s']:.1f} s)"
-            )
-            recorder.add(
-                model=spec,
-                task=task.name,
-                family=task.metadata.family,
-                split=task.metadata.split,
-                metrics={k: v for k, v in run.scores.items() if k != "n_queries"},
-                path=str(path),
-            )
-        for spec, model_runs in runs.items():
-            card, ranker_note = rankers[spec]
-            summaries[spec] = summarise_model(spec, card, ranker_note, model_runs)
+        for m, model in enumerate(models):
+            model_started = time.perf_counter()
+            ranker = load_ranker(model, settings) if isinstance(model, str) else model
+            spec = ranker.spec
+            runs: list[TaskRun] = []
+            for t, task in enumerate(tasks):
+                if stop is not None and stop.is_set():
+                    raise InterruptedError("Benchmark run was cancelled.")
+                done = (m * sum(weights) + sum(weights[:t])) / total
+                share = weights[t] / total
+                report(done, f"{spec}: {task.name}")
+                missing = task_forms(task) - set(ranker.card.modalities)
+                if missing:
+                    why = f"{spec} does not read {', '.join(sorted(missing))} evidence"
+                    skipped[f"{spec}/{task.name}"] = why
+                    note(f"skipped {spec}/{task.name}: {why}")
+                    continue
+
+                def task_progress(
+                    fraction: float,
+                    message: str,
+                    _done: float = done,
+                    _share: float = share,
+                    _name: str = task.name,
+                ) -> None:
+                    report(_done + fraction * _share, f"{_name}: {message}")
+
+                run = evaluate_task(task, ranker, task_progress, stop)
+                path = run.to_disk(out_dir)
+                runs.append(run)
+                main = task.metadata.main_metric
+                note(
+                    f"{spec} on {task.name}: {main} {100 * run.scores[main]:.1f} "
+                    f"({len(task.queries)} queries, {len(task.candidates)} candidates, "
+                    f"{run.timing['score_s']:.1f} s)"
+                )
+                recorder.add(
+                    model=spec,
+                    task=task.name,
+                    family=task.metadata.family,
+                    split=task.metadata.split,
+                    metrics={k: v for k, v in run.scores.items() if k != "n_queries"},
+                    path=str(path),
+                )
+            if runs:
+                summaries[spec] = summarise_model(spec, ranker.card.to_dict(), ranker.note, runs)
+            recorder.model_timing[spec] = round(time.perf_counter() - model_started, 2)
     return recorder.close(
         suite=suite_name,
         models=summaries,
@@ -237,84 +266,6 @@ def _run_medheb(
         out_dir=str(out_dir),
         settings=settings_record,
     )
-
-
-@dataclass(frozen=True)
-class PairOutcome:
-    """One model on one task, as scored by either engine: the TaskRun, or why it was skipped;
-    the ranker's card and note for the model's summary; seconds spent (the model's load is
-    counted in the first pair that needed it)."""
-
-    spec: str
-    task: int  # index into the run's tasks
-    run: TaskRun | None
-    skipped: str
-    card: dict[str, Any]
-    note: str
-    seconds: float
-
-
-def score_pair(
-    ranker: Ranker,
-    task: Task,
-    index: int,
-    progress: Progress | None = None,
-    stop: threading.Event | None = None,
-) -> PairOutcome:
-    """Score `task` with `ranker`, or say why the ranker cannot read the task's evidence.
-    The unit of work of both engines (the Ray engine runs it inside a Ray task)."""
-    started = time.perf_counter()
-    missing = task_forms(task) - set(ranker.card.modalities)
-    run = None if missing else evaluate_task(task, ranker, progress, stop)
-    why = f"{ranker.spec} does not read {', '.join(sorted(missing))} evidence" if missing else ""
-    seconds = time.perf_counter() - started
-    return PairOutcome(ranker.spec, index, run, why, ranker.card.to_dict(), ranker.note, seconds)
-
-
-def _pair_outcomes(
-    tasks: Sequence[Task], models: Sequence[str | Ranker], ctx: RunContext
-) -> Iterator[PairOutcome]:
-    """Every (model, task) pair's outcome, model by model and task by task, on the engine
-    the run asked for."""
-    if ctx.engine == "ray":
-        from medheb_app.eval.ray_runner import ray_pair_outcomes
-
-        yield from ray_pair_outcomes(tasks, models, ctx)
-        return
-    yield from _local_pair_outcomes(tasks, models, ctx)
-
-
-def _local_pair_outcomes(
-    tasks: Sequence[Task], models: Sequence[str | Ranker], ctx: RunContext
-) -> Iterator[PairOutcome]:
-    """This process scores each pair in turn, with progress inside each task."""
-    report, stop = ctx.report, ctx.stop
-    weights = [task_work(task) for task in tasks]
-    total = len(models) * sum(weights)
-    for m, model in enumerate(models):
-        started = time.perf_counter()
-        ranker = load_ranker(model, ctx.settings) if isinstance(model, str) else model
-        load_s = time.perf_counter() - started
-        for t, task in enumerate(tasks):
-            if stop is not None and stop.is_set():
-                raise InterruptedError("Benchmark run was cancelled.")
-            done = (m * sum(weights) + sum(weights[:t])) / total
-            share = weights[t] / total
-            report(done, f"{ranker.spec}: {task.name}")
-
-            def task_progress(
-                fraction: float,
-                message: str,
-                _done: float = done,
-                _share: float = share,
-                _name: str = task.name,
-            ) -> None:
-                report(_done + fraction * _share, f"{_name}: {message}")
-
-            outcome = score_pair(ranker, task, t, task_progress, stop)
-            if t == 0:
-                outcome = replace(outcome, seconds=outcome.seconds + load_s)
-            yield outcome
 
 
 def task_work(task: Any) -> int:
@@ -336,8 +287,10 @@ def run_settings(settings: Settings) -> dict[str, Any]:
 def _run_cxr_retrieve(
     suite: CxrRetrieveSuite, models: Sequence[str | Ranker], ctx: RunContext
 ) -> Summary:
-    out_dir, settings, note, record = ctx.out_dir, ctx.settings, ctx.note, ctx.record
-    from medheb_app.eval.cxr_retrieve import cxr_model_summary
+    out_dir, settings, report, note, stop, record = ctx.unpack()
+    from medheb_app.eval.cxr_retrieve import cxr_model_summary, evaluate
+    from medheb_app.index.cache import EmbeddingCache
+    from medheb_app.ranking.probes import ProbeConfig
 
     if ctx.only:
         raise ValueError("The cxr-retrieve suite is one task; --task does not apply.")
@@ -347,9 +300,38 @@ def _run_cxr_retrieve(
         note(f"note: {line}")
     settings_record = {**run_settings(settings), **suite.describe()}
     recorder.start(suite.name, ctx.specs, out_dir, settings_record)
+    models = ctx.remote(models, suite, gallery, train)
+    cache = EmbeddingCache(settings.cache_dir)
     summaries: dict[str, ModelSummary] = {}
     with recorder.guard():
-        for spec, result in _cxr_outcomes(suite, gallery, train, models, ctx):
+        for m, model in enumerate(models):
+            if stop is not None and stop.is_set():
+                raise InterruptedError("Benchmark run was cancelled.")
+            model_started = time.perf_counter()
+            spec = model if isinstance(model, str) else model.spec
+            report(m / len(models), f"{spec}: cxr-retrieve")
+            ranker = (
+                load_ranker(
+                    model,
+                    settings,
+                    "constraints",
+                    cache=cache,
+                    train_studies=lambda: train,
+                    probe_config=ProbeConfig(views=suite.probe_views),
+                )
+                if isinstance(model, str)
+                else model
+            )
+
+            def model_progress(
+                fraction: float, message: str, _m: int = m, _spec: str = spec
+            ) -> None:
+                report((_m + fraction) / len(models), f"{_spec}: {message}")
+
+            result = evaluate(
+                ranker, gallery, suite.setting, suite.paraphrase, model_progress, stop
+            )
+            result.timing_s["total"] = round(time.perf_counter() - model_started, 2)
             path = result.to_disk(out_dir)
             summaries[spec] = cxr_model_summary(result)
             flat = summaries[spec].tasks[suite.name]
@@ -388,68 +370,6 @@ def _run_cxr_retrieve(
         settings=settings_record,
         kind="cxr-retrieve",
     )
-
-
-def score_cxr_model(
-    model: str | Ranker,
-    suite: CxrRetrieveSuite,
-    gallery: Any,
-    train: Sequence[Any],
-    settings: Settings,
-    progress: Progress | None = None,
-    stop: threading.Event | None = None,
-) -> Any:
-    """One model on CXR-Retrieve (loaded here when given as a spec): its CxrRetrieveReport,
-    with the seconds it took, load included, under timing_s["total"]. The unit of work of
-    both engines for this suite."""
-    from medheb_app.eval.cxr_retrieve import evaluate
-    from medheb_app.index.cache import EmbeddingCache
-    from medheb_app.ranking.probes import ProbeConfig
-
-    started = time.perf_counter()
-    ranker = (
-        load_ranker(
-            model,
-            settings,
-            "constraints",
-            cache=EmbeddingCache(settings.cache_dir),
-            train_studies=lambda: train,
-            probe_config=ProbeConfig(views=suite.probe_views),
-        )
-        if isinstance(model, str)
-        else model
-    )
-    result = evaluate(ranker, gallery, suite.setting, suite.paraphrase, progress, stop)
-    result.timing_s["total"] = round(time.perf_counter() - started, 2)
-    return result
-
-
-def _cxr_outcomes(
-    suite: CxrRetrieveSuite,
-    gallery: Any,
-    train: Sequence[Any],
-    models: Sequence[str | Ranker],
-    ctx: RunContext,
-) -> Iterator[tuple[str, Any]]:
-    """(spec, CxrRetrieveReport) for each model in order, on the engine the run asked for."""
-    if ctx.engine == "ray":
-        from medheb_app.eval.ray_runner import ray_cxr_outcomes
-
-        yield from ray_cxr_outcomes(suite, gallery, train, models, ctx)
-        return
-    for m, model in enumerate(models):
-        if ctx.stop is not None and ctx.stop.is_set():
-            raise InterruptedError("Benchmark run was cancelled.")
-        spec = model if isinstance(model, str) else model.spec
-        ctx.report(m / len(models), f"{spec}: cxr-retrieve")
-
-        def model_progress(fraction: float, message: str, _m: int = m, _spec: str = spec) -> None:
-            ctx.report((_m + fraction) / len(models), f"{_spec}: {message}")
-
-        yield (
-            spec,
-            score_cxr_model(model, suite, gallery, train, ctx.settings, model_progress, ctx.stop),
-        )
 
 
 __all__ = [
