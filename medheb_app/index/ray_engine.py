@@ -1,16 +1,16 @@
 """The Ray engine of `index build --engine ray`: a Ray Data pipeline for what outgrows one machine.
 
-  pending items (cache misses only; studies travel as paths, never as pixels)
+  pending items (cache misses only; a study leaves the driver as its path, not its pixels)
   -> [GPU actors only: read + decode on CPU tasks (map_batches)]
   -> embed in an actor pool (one model per actor; num_gpus=1 per actor when the cluster has
      GPUs; concurrency = GPUs, else half the cluster's CPUs) -> back to the driver in order,
   where each shard is written to the embedding cache and committed (index/build.py).
 
-CPU actors read and decode their own batches: a separate decode task would only compete with
-the actors for the same cores and ship every image's pixels through the object store (both
-measured in bench/bench_scale.py, BENCHMARKS.md). A GPU actor leaves decoding to CPU tasks so
-that its GPU is not idle while files are read. Each actor runs torch on as many threads as
-CPUs it holds, like the local engine does on the whole machine.
+CPU actors read and decode their own batches: a separate decode task needs a CPU that the
+actors already hold and ships every image's pixels through the object store. (On the shared
+2-core machine the change was within the load's noise: BENCHMARKS.md, engines section.) A GPU
+actor leaves decoding to CPU tasks so that its GPU is not idle while files are read. Each
+actor runs torch on as many threads as CPUs it holds (the local engine uses the machine's).
 
 The driver keeps the embedding cache (one SQLite file) as the single source of truth; actors
 only compute. `address` joins a running cluster ("auto" or host:port, as `ray start --head`
