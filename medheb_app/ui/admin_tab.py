@@ -240,6 +240,7 @@ def medheb_task_names() -> list[str]:
 def admin_choices(services: Services):
     """Fresh picker contents after sign-in: models (the shipped ones chosen), suites, runs."""
     from medheb_app.demo import default_demo_models
+    from medheb_app.search import build_default_model
     from medheb_app.services import BENCH_SUITES
     from medheb_app.ui.explorer_tab import run_choices
 
@@ -249,7 +250,7 @@ def admin_choices(services: Services):
     return (
         gr.update(choices=models, value=shipped),
         gr.update(choices=list(BENCH_SUITES), value=BENCH_SUITES[0]),
-        gr.update(choices=models, value=services.settings.default_model),
+        gr.update(choices=models, value=build_default_model(services.settings)),
         gr.update(choices=runs, value=runs[0][1] if runs else None),
     )
 
