@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from medheb_app.eval.estimate import Estimate
 from medheb_app.eval.results import Summary
 
 
@@ -33,50 +34,26 @@ def run_summary(services: Any, run_id: int) -> Summary:
     return Summary.from_disk(run_out_dir(services.store, int(run_id)))
 
 
-def bench_estimate(services: Any, suite: str, models: list[str]) -> list[dict[str, Any]]:
-    """Per model: how many vectors of it the embedding cache holds, how many items the last
-    finished run of `suite` embedded, and how long that model took then: what a new run will
-    cost (a cached vector is read, not recomputed). Reads only the store, the cache's index
-    and summary files: never loads a model or builds a task."""
-    from medheb_app.index.cache import EmbeddingCache
-    from medheb_app.models.base import ModelCard
-    from medheb_app.models.registry import list_models
-    from medheb_app.store.runs import run_listing
+def bench_estimate(
+    services: Any,
+    suite: str,
+    models: list[str],
+    tasks: list[str] | None = None,
+    families: list[str] | None = None,
+) -> Estimate:
+    """What a run of `suite` (its chosen tasks or families) with `models` will cost: per task
+    and model, the items it embeds, how many the embedding cache holds, and the seconds the
+    rest take at each model's measured rate (eval/estimate.py). Builds the tasks as the run
+    would (real-data tasks that cannot be built are listed as skipped); loads no model."""
+    from medheb_app.eval.estimate import estimate_run, rates_from_store
+    from medheb_app.services import bench_suite
 
-    cards = {str(e["spec"]): e["card"] for e in list_models(services.settings)}
-    cache = EmbeddingCache(services.settings.cache_dir)
-    last = next(
-        (r for r in run_listing(services.store, status="finished") if r["suite"] == suite), None
-    )
-    previous = None
-    if last is not None:
-        try:
-            previous = Summary.from_disk(last["out_dir"])
-        except (OSError, ValueError, KeyError):
-            previous = None
-    items = (
-        sum(int(t.get("n_queries", 0)) + int(t.get("n_candidates", 0)) for t in previous.tasks)
-        if previous
-        else None
-    )
-    rows = []
-    for spec in models:
-        card = cards.get(spec)
-        cached = None
-        if isinstance(card, dict) and card.get("dims"):
-            fields = {k: v for k, v in card.items() if k in ModelCard.__dataclass_fields__}
-            fields["modalities"] = tuple(fields.get("modalities", ()))
-            cached = cache.count(ModelCard(**fields).fingerprint)
-        seconds = previous.timing.get(f"{spec}_s") if previous else None
-        rows.append(
-            {
-                "model": spec,
-                "cached vectors": cached if cached is not None else "n/a (no embeddings)",
-                "items last run": items if items is not None else "no earlier run",
-                "seconds last run": seconds if seconds is not None else "–",
-            }
-        )
-    return rows
+    if not models:
+        raise ValueError("Pick at least one model to estimate.")
+    params = {"suite": suite, "tasks": tasks or [], "families": families or []}
+    built, only = bench_suite(services.settings, params)
+    rates = rates_from_store(services.store, models)
+    return estimate_run(built, models, services.settings, rates, only)
 
 
 def shared_data_line(services: Any) -> str:
