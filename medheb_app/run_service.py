@@ -6,6 +6,8 @@ indexes them, their folders hold the full record (medheb_app.eval.results).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,76 @@ def shared_data_line(services: Any) -> str:
     folder = services.settings.shared_data_dir
     state = "found" if folder.is_dir() else "MISSING: real-data tasks will be skipped"
     return f"Real data folder (MEDHEB_SHARED_DATA): {folder} ({state})"
+
+
+SHARED_DATA_LABEL = "the real-data folder (MEDHEB_SHARED_DATA)"
+DATA_DIR_LABEL = "the app's data folder"
+SKIPPED_COLUMNS = ("task", "model", "reason")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/[^\s'\"]+")
+
+
+def public_reason(reason: str, roots: Mapping[str, str]) -> str:
+    """A skip reason with file-system paths replaced by what they stand for: a path under
+    one of `roots` (path -> label) becomes the label, any other absolute path "a server
+    path". What an anonymous page may show (no internal path)."""
+    text = str(reason)
+    for root, label in sorted(roots.items(), key=lambda item: -len(item[0])):
+        if root and root != "/":
+            pattern = re.escape(root.rstrip("/")) + r"(?![^/\s'\"])(/[^\s'\"]*)?"
+            text = re.sub(pattern, label, text)
+    return _ABSOLUTE_PATH.sub("a server path", text)
+
+
+def skipped_rows(
+    skipped: Mapping[str, str], roots: Mapping[str, str], show_paths: bool
+) -> list[dict[str, str]]:
+    """One row per skipped task (task, model, reason): a key "model/task" is one model
+    skipped on a task it cannot read, a bare task name the task skipped for every model.
+    Paths stay only for admins (`show_paths`)."""
+    rows = []
+    for key, reason in skipped.items():
+        model, _, task = key.rpartition("/") if "/" in key else ("", "", key)
+        rows.append(
+            {
+                "task": task,
+                "model": model or "all models",
+                "reason": str(reason) if show_paths else public_reason(reason, roots),
+            }
+        )
+    return rows
+
+
+def _path_roots(services: Any, recorded: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The folders a reason may name, as recorded by the run and as set now, with labels."""
+    recorded = recorded or {}
+    roots = {
+        str(services.settings.shared_data_dir): SHARED_DATA_LABEL,
+        str(services.settings.data_dir): DATA_DIR_LABEL,
+    }
+    if recorded.get("shared_data"):
+        roots[str(recorded["shared_data"])] = SHARED_DATA_LABEL
+    if recorded.get("data_dir"):
+        roots[str(recorded["data_dir"])] = DATA_DIR_LABEL
+    return roots
+
+
+def run_skipped(services: Any, summary: Summary, is_admin: bool) -> list[dict[str, str]]:
+    """The skipped tasks of a stored run and why (paths shown to admins only)."""
+    return skipped_rows(summary.skipped, _path_roots(services, summary.settings), is_admin)
+
+
+def run_shared_data_line(summary: Summary) -> str:
+    """Where the run looked for real data (admins only: it is a server path)."""
+    folder = summary.settings.get("shared_data")
+    return f"Real data folder (MEDHEB_SHARED_DATA) of this run: {folder}" if folder else ""
+
+
+def job_skipped(services: Any, job_id: int) -> list[dict[str, str]]:
+    """The skipped tasks of a finished benchmark job (admin view: paths shown); empty for
+    other jobs and for a job still running (its log names each skip as it happens)."""
+    info = services.jobs.status(int(job_id))
+    skipped = (info.result or {}).get("skipped") if info.kind == "bench-run" else None
+    return skipped_rows(skipped or {}, _path_roots(services), show_paths=True)
 
 
 def resolved_dir(path: str | Path) -> str:
