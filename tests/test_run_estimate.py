@@ -23,6 +23,7 @@ from medheb_app.eval.estimate import (
     measured_rate,
     model_cards,
     new_vectors_key,
+    rates_from_store,
 )
 from medheb_app.eval.progress import WorkProgress
 from medheb_app.eval.rankers import EmbeddingRanker
@@ -69,6 +70,9 @@ def test_medheb_estimate_goes_from_nothing_cached_to_all_cached(
     rate = measured_rate("bow", [(summary.run_id, summary)])
     assert rate.seconds_per_item == pytest.approx(summary.timing["bow_s"] / 100)
     assert f"run {summary.run_id}" in rate.source
+    stored = rates_from_store(Store.open(settings.database_url), ["bow", "logic:bow"])
+    assert stored["bow"] == rate
+    assert stored["logic:bow"] == rate  # not measured itself: its embedder's rate
     after = estimate_medheb("custom", tasks, ["bow"], cards, cache, {"bow": rate})
     assert [(c.items, c.cached) for c in after.cells] == [(60, 60), (40, 40)]
     assert after.total_seconds == 0.0 < before.total_seconds

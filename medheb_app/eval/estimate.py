@@ -110,13 +110,13 @@ class Estimate:
     def render(self) -> str:
         """A plain-text table (the CLI's `bench run --estimate`)."""
         lines = [f"Estimate for suite {self.suite} (nothing was run):"]
-        lines.append(f"  {'task':<40} {'model':<24} {'items':>7} {'cached':>7} {'est. s':>8}")
+        lines.append(f"  {'task':<44} {'model':<24} {'items':>7} {'cached':>7} {'est. s':>8}")
         for cell in self.cells:
             lines.append(
-                f"  {cell.task:<40} {cell.model:<24} {cell.items:>7} {cell.cached:>7} "
+                f"  {cell.task:<44} {cell.model:<24} {cell.items:>7} {cell.cached:>7} "
                 f"{cell.seconds:>8.1f}  {cell.note or cell.rate.source}"
             )
-        lines.append(f"  {'total':<40} {'':<24} {'':>7} {'':>7} {self.total_seconds:>8.1f}")
+        lines.append(f"  {'total':<44} {'':<24} {'':>7} {'':>7} {self.total_seconds:>8.1f}")
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
         return "\n".join(lines)
 
@@ -154,9 +154,16 @@ def run_history(store: Any, limit: int = 30) -> list[tuple[int | None, Summary]]
 
 
 def rates_from_store(store: Any, specs: Sequence[str]) -> dict[str, Rate]:
-    """Each spec's measured seconds per item (measured_rate) from the store's recent runs."""
+    """Each spec's measured seconds per item (measured_rate) from the store's recent runs; a
+    logic: spec not measured yet takes its embedder's rate (the same model embeds)."""
     history = run_history(store)
-    return {spec: measured_rate(spec, history) for spec in specs}
+    rates = {}
+    for spec in specs:
+        rate = measured_rate(spec, history)
+        if rate.source == DEFAULT_RATE_NOTE and spec.startswith(LOGIC_PREFIX):
+            rate = measured_rate(spec[len(LOGIC_PREFIX) :], history)
+        rates[spec] = rate
+    return rates
 
 
 def model_cards(settings: Settings) -> dict[str, dict[str, Any]]:
