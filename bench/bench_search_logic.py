@@ -10,7 +10,8 @@ and prints per regime the share of the top 5 that meets the query (the service's
 positive). The logic probes are fit on the index's train studies, so the top 5 is also scored
 among held-out studies only (val and test: every hit ranked, train hits skipped), which is
 the honest number for studies the probes never saw. Latency is the service end to end per
-query (parse, encode, rank, metadata), p50 / p95; the first logic search also fits and caches
+query (parse, encode, rank, metadata), p50 / p95 (and, for similarity, with the query encoded at
+1 vs 2 torch threads, alternating per query); the first logic search also fits and caches
 the probes, and that one-off time is printed separately. Results are markdown;
 BENCHMARKS.md quotes them with this command.
 """
@@ -117,11 +118,35 @@ def run(args: argparse.Namespace) -> None:
                 f"| {ranking} | {source} | {' | '.join(cells)} | "
                 f"{np.percentile(times, 50):.0f} | {np.percentile(times, 95):.0f} |"
             )
+    threads_table(queries, args, settings)
     what = "loaded the cached probes" if cached else "fit and cached the probes"
     print(
         f"\nFirst logic-aware search {first_logic_s:.1f} s ({what}). Latency: the search "
         f"service with k = 10 (the shares above read the top {min(count, MAX_K)})."
     )
+
+
+def threads_table(queries: list, args: argparse.Namespace, settings: Settings) -> None:
+    """Similarity search p50/p95 with the query encoded at 1 and at 2 torch threads
+    (Settings.query_threads), alternating per query in one run, with the load average."""
+    import dataclasses
+
+    load_before = os.getloadavg()[0]
+    times: dict[int, list[float]] = {1: [], 2: []}
+    for query in queries:
+        for threads in (1, 2):
+            chosen = dataclasses.replace(settings, query_threads=threads)
+            started = time.perf_counter()
+            search(query.text, None, args.model, args.index, 10, chosen, ranking="similarity")
+            times[threads].append(1000 * (time.perf_counter() - started))
+    print(
+        f"\nQuery encoding threads (MEDHEB_QUERY_THREADS), similarity, k = 10, alternating per "
+        f"query; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after:\n"
+    )
+    print("| query threads | p50 ms | p95 ms |")
+    print("|---|---|---|")
+    for threads, values in times.items():
+        print(f"| {threads} | {np.percentile(values, 50):.0f} | {np.percentile(values, 95):.0f} |")
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index
 from medheb_app.index.sources import Vocabulary
 from medheb_app.models.base import Embedder
+from medheb_app.models.device import intra_op_threads
 from medheb_app.query.parser import (
     ParsedQuery,
     QueryTooLong,
@@ -272,7 +273,11 @@ def vocabulary_warnings(
 
 
 def _encode_text(
-    text: str, embedder: Embedder, spec: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10
+    text: str,
+    embedder: Embedder,
+    spec: str,
+    vocabulary: tuple[str, ...] = CXR_RETRIEVE_10,
+    threads: int = 0,
 ) -> tuple[np.ndarray, ParsedQuery]:
     text = text.strip()
     if not text:
@@ -281,7 +286,9 @@ def _encode_text(
             "cardiomegaly'."
         )
     _check_modality(embedder, "text", spec)
-    return embedder.encode([text]), parse_query(text, vocabulary)
+    with intra_op_threads(threads):
+        vector = embedder.encode([text])
+    return vector, parse_query(text, vocabulary)
 
 
 PROJECTION_MODALITIES = {"CR", "DX", "XR", "RG"}
@@ -328,9 +335,10 @@ def upload_mismatch(study: Study, loaded: LoadedIndex) -> list[str]:
     return notes
 
 
-def _encode_study(study: Study, embedder: Embedder, spec: str) -> np.ndarray:
+def _encode_study(study: Study, embedder: Embedder, spec: str, threads: int = 0) -> np.ndarray:
     _check_modality(embedder, study.form, spec)
-    return embedder.encode([study])
+    with intra_op_threads(threads):
+        return embedder.encode([study])
 
 
 def _read_file(path: Path, settings: Settings) -> Study:
@@ -398,13 +406,15 @@ def search(
     started = time.perf_counter()
     parsed: ParsedQuery | None = None
     if query_text is not None:
-        vector, parsed = _encode_text(query_text, embedder, spec, query_vocabulary(loaded))
+        vector, parsed = _encode_text(
+            query_text, embedder, spec, query_vocabulary(loaded), settings.query_threads
+        )
         query = query_text.strip()
     else:
         try:
             if study is None:
                 study = _read_file(Path(file), settings)  # type: ignore[arg-type]
-            vector = _encode_study(study, embedder, spec)
+            vector = _encode_study(study, embedder, spec, settings.query_threads)
         except EvidenceError as error:
             raise SearchError(str(error)) from error
         query = "uploaded study" if file is None else Path(file).name  # type: ignore[arg-type]

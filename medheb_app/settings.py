@@ -42,6 +42,7 @@ class Settings:
     secure_cookies: bool = False
     queue_max_size: int = 64
     concurrency: int = 4
+    query_threads: int = 1  # MEDHEB_QUERY_THREADS: torch threads per query encode (0: torch's)
     admin_users: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -96,6 +97,7 @@ class Settings:
             "secure_cookies": env.get("SECURE_COOKIES", "").lower() in {"1", "true", "yes"},
             "queue_max_size": int(env.get("QUEUE_MAX_SIZE", 64)),
             "concurrency": int(env.get("CONCURRENCY", 4)),
+            "query_threads": int(env.get("MEDHEB_QUERY_THREADS", 1)),
             "admin_users": tuple(
                 name.strip() for name in env.get("ADMIN_USERS", "").split(",") if name.strip()
             ),

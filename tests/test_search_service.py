@@ -120,3 +120,35 @@ def test_corrections_and_suggestions_travel_in_the_response(demo: Settings) -> N
     assert payload["corrections"] == {"efusion": "effusion"}
     assert payload["suggestions"]["pneumo"][:2] == ["pneumonia", "pneumothorax"]
     assert "Read 'efusion' as 'effusion'." in payload["warnings"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_query_is_encoded_at_the_configured_thread_count_and_the_callers_is_restored(
+    demo: Settings, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    import dataclasses
+
+    import torch
+
+    from medheb_app.models.registry import load_embedder
+
+    seen: list[int] = []
+    embedder = load_embedder("random", demo)
+    original = type(embedder).encode
+
+    def recording_encode(self, items):  # noqa: ANN001, ANN202
+        seen.append(torch.get_num_threads())
+        return original(self, items)
+
+    monkeypatch.setattr(type(embedder), "encode", recording_encode)
+    settings = dataclasses.replace(demo, query_threads=threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)  # a caller's own count, different from both settings
+    try:
+        search(query_text=QUERY, model_spec="random", k=3, settings=settings, ranking="similarity")
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert seen and seen[0] == threads
+    assert after == 3
+    assert Settings.from_env().query_threads == 1

@@ -9,6 +9,8 @@ Half precision: on CUDA, bf16 where the GPU supports it, else fp16 (`inference_d
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
@@ -108,3 +110,25 @@ def autocast(device: str) -> Any:
     if not device.startswith("cuda") or os.environ.get("MEDHEB_PRECISION", "auto") == "fp32":
         return contextlib.nullcontext()
     return torch.autocast("cuda", dtype=inference_dtype(device))
+
+
+@contextmanager
+def intra_op_threads(count: int) -> Iterator[None]:
+    """Run the block with `count` torch intra-op threads in this thread, then restore the count.
+
+    One query is a batch of one: a second thread saves little on an idle machine, and on a busy
+    one (concurrent requests, a job on the other core) OpenMP threads wait on each other and the
+    same encode takes several times longer (bench/bench_search_logic.py measures both). A count
+    below 1 leaves torch's own setting alone.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if count < 1 or count == before:
+        yield
+        return
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
