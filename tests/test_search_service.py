@@ -136,7 +136,7 @@ def test_a_query_is_encoded_at_the_configured_thread_count_and_the_callers_is_re
     embedder = load_embedder("random", demo)
     original = type(embedder).encode
 
-    def recording_encode(self, items):  # noqa: ANN001, ANN202
+    def recording_encode(self, items):
         seen.append(torch.get_num_threads())
         return original(self, items)
 
