@@ -127,7 +127,13 @@ def _grid_vectors(
             vectors = np.stack([cached[k] for k in keys])
         else:
             items = [Evidence(image=crop) for study in chunk for crop in _crops(study, geometry)]
-            vectors = embed_with_cache(embedder, items, keys, cache)  # type: ignore[arg-type]
+            vectors = embed_with_cache(
+                embedder,
+                items,  # type: ignore[arg-type]
+                keys,
+                cache,  # type: ignore[arg-type]
+                progress=_within(progress, start, len(chunk), len(studies)),
+            )
         rows.append(np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1))
         if progress:
             done = start + len(chunk)
@@ -135,6 +141,15 @@ def _grid_vectors(
     if not rows:
         return np.zeros((0, width), dtype=np.float32)
     return np.concatenate(rows)
+
+
+def _within(
+    progress: Callable[[float, str], None] | None, start: int, size: int, total: int
+) -> Callable[[float, str], None] | None:
+    """A chunk's own 0..1 progress as the whole gallery's (a chunk holds hundreds of crops)."""
+    if progress is None:
+        return None
+    return lambda done, message: progress((start + done * size) / total, "crops: " + message)
 
 
 def _crops(study: Study, geometry: Sequence[tuple[int, float]]) -> list:
