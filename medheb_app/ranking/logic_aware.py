@@ -151,13 +151,13 @@ class LogicAwareRanker:
             return lambda fraction, message: progress((offset + share * fraction) / total, message)
 
         if progress:
-            progress(0.0, f"{self.spec}: embedding {whole} images and their crops")
+            progress(0.0, f"embedding {whole} images and their crops")
         vectors = study_vectors(self.embedder, gallery, self.cache, part(0, whole))
         features = probe_features(
             self.embedder, gallery, self.probe.views, self.cache, vectors, part(whole, crops)
         )
         if progress:
-            progress((whole + crops) / total, f"{self.spec}: scoring {len(texts)} queries")
+            progress((whole + crops) / total, f"scoring {len(texts)} queries")
         return self.score_vectors(texts, vectors, features)
 
 
