@@ -27,6 +27,7 @@ from medheb_app.eval.estimate import (
 )
 from medheb_app.eval.progress import WorkProgress
 from medheb_app.eval.rankers import EmbeddingRanker
+from medheb_app.eval.results import Summary
 from medheb_app.eval.runner import run_suite
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.settings import Settings
@@ -92,12 +93,14 @@ def test_cli_estimate_runs_nothing_and_a_run_caches_every_item(
     data = nih_fixture(tmp_path / "nih")
     before = _cli_estimate(data, capsys)
     cells = {(c["task"].split(": ")[1], c["model"]): c for c in before["cells"]}
-    assert [c["cached"] for c in before["cells"]] == [0] * len(before["cells"])
     train = cells[next(k for k in cells if k[0].startswith("probe fit"))]
     gallery = cells[next(k for k in cells if k[0].endswith("gallery images + crops"))]
     plain = next(c for (what, spec), c in cells.items() if spec == "random" and "gallery" in what)
     assert gallery["items"] == 14 * plain["items"]  # whole image plus 2x2 and 3x3 crops
     assert train["model"] == "logic:random" and train["items"] % 14 == 0
+    # nothing is stored yet; logic:random finds the whole images random embeds before it
+    assert gallery["cached"] == plain["items"]
+    assert [c["cached"] for c in before["cells"] if c is not gallery] == [0] * 4
     assert before["total_seconds"] > 0
     assert list_runs(Store.open(settings.database_url)) == []  # --estimate ran nothing
 
@@ -105,6 +108,14 @@ def test_cli_estimate_runs_nothing_and_a_run_caches_every_item(
     args = ["bench", "run", "--suite", "cxr-retrieve", "--data", f"nih:{data}", "--out", str(out)]
     assert main([*args, "--model", "random", "--model", "logic:random"]) == 0
     capsys.readouterr()
+    timing = Summary.from_disk(out).timing
+    for spec in ("random", "logic:random"):  # the estimate counted what the run computed
+        planned = [
+            c["items"] - c["cached"]
+            for c in before["cells"]
+            if c["model"] == spec and "never cached" not in c["note"]
+        ]
+        assert timing[new_vectors_key(spec)] == sum(planned), spec
     after = _cli_estimate(data, capsys)
     # every gallery image, crop and cached query is now in the cache; the fit probe is on
     # disk, so its training images drop out of the estimate

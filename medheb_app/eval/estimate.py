@@ -23,9 +23,10 @@ from medheb_app.eval.rankers import content_key, task_forms
 from medheb_app.eval.results import Summary
 from medheb_app.settings import Settings
 
-# above the 0.08 s/item measured for dual-lite on 658 texts of iu-findings2impression, model
-# load included, on a shared 2-core CPU machine (`bench run --family T-T`, then --estimate)
-DEFAULT_SECONDS_PER_ITEM = 0.1
+# at the top of what was measured on a shared 2-core CPU machine, model load included:
+# dual-lite 0.08 s/item on 658 texts (`bench run --family T-T`), 0.27 s/item on 45 images and
+# 145 texts, logic:dual-lite 0.30 s/item on 2,503 images and crops (cxr-retrieve, phantom)
+DEFAULT_SECONDS_PER_ITEM = 0.3
 READ_SECONDS_PER_ITEM = 0.0005  # reading one cached vector (progress weights only)
 BASELINES = ("oracle", "random")  # judgement-task baselines: they embed nothing
 DEFAULT_RATE_NOTE = f"default {DEFAULT_SECONDS_PER_ITEM} s/item (not measured yet)"
@@ -71,7 +72,7 @@ class Cell:
             "items": self.items,
             "cached": self.cached,
             "est. seconds": self.seconds,
-            "rate": self.note or self.rate.source,
+            "rate": "; ".join(filter(None, [self.note, self.rate.source])),
         }
 
 
@@ -114,7 +115,7 @@ class Estimate:
         for cell in self.cells:
             lines.append(
                 f"  {cell.task:<44} {cell.model:<24} {cell.items:>7} {cell.cached:>7} "
-                f"{cell.seconds:>8.1f}  {cell.note or cell.rate.source}"
+                f"{cell.seconds:>8.1f}  {cell.row()['rate']}"
             )
         lines.append(f"  {'total':<44} {'':<24} {'':>7} {'':>7} {self.total_seconds:>8.1f}")
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
@@ -177,10 +178,24 @@ def model_cards(settings: Settings) -> dict[str, dict[str, Any]]:
     }
 
 
-def _cached(cache: Any, fingerprint: str | None, keys: Sequence[str]) -> int:
-    if cache is None or fingerprint is None or not keys:
-        return 0
-    return len(cache.get(fingerprint, keys))
+class CacheView:
+    """The embedding cache as a run will find it, cell by cell: what is stored now plus what
+    earlier cells of the same run embed under the same fingerprint (dual-lite and
+    logic:dual-lite share their whole-image vectors; so do two specs of one checkpoint)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self.planned: dict[str, set[str]] = {}
+
+    def take(self, fingerprint: str | None, keys: Sequence[str]) -> int:
+        """How many of `keys` the cell will find cached; the rest count as embedded by it."""
+        if fingerprint is None or not keys:
+            return 0
+        planned = self.planned.setdefault(fingerprint, set())
+        stored = set(self.cache.get(fingerprint, keys)) if self.cache is not None else set()
+        found = sum(1 for key in keys if key in stored or key in planned)
+        planned.update(keys)
+        return found
 
 
 def medheb_keys(task: Any) -> list[str]:
@@ -204,6 +219,7 @@ def estimate_medheb(
 ) -> Estimate:
     """Per task and model of a MedHEB run: items, cached, seconds."""
     cells: list[Cell] = []
+    view = CacheView(cache)
     keys = {task.name: medheb_keys(task) for task in tasks}
     for spec in specs:
         card = cards.get(spec) or {}
@@ -219,7 +235,7 @@ def estimate_medheb(
                 continue
             fingerprint = card.get("fingerprint")
             note = "" if fingerprint else "not a listed model: cache not checked"
-            found = _cached(cache, fingerprint, keys[task.name])
+            found = view.take(fingerprint, keys[task.name])
             cells.append(Cell(task.name, spec, len(keys[task.name]), found, rate, note))
     return Estimate(suite_name, cells, dict(skipped or {}))
 
@@ -263,6 +279,7 @@ def estimate_cxr(
     task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)
     query_keys = list(dict.fromkeys(cache_key(content_key(q)) for q in task.queries))
     cells: list[Cell] = []
+    view = CacheView(cache)
     for spec in specs:
         logic = spec.startswith(LOGIC_PREFIX)
         base = spec[len(LOGIC_PREFIX) :] if logic else spec
@@ -276,16 +293,17 @@ def estimate_cxr(
             probe = probe_file(settings, fingerprint, train, config) if fingerprint else None
             if probe is None or not probe.is_file():
                 keys = image_keys(train, views)
-                found = _cached(cache, fingerprint, keys)
+                found = view.take(fingerprint, keys)
                 what = f"{suite.name}: probe fit ({len(train)} train images)"
                 cells.append(Cell(what, spec, len(keys), found, rate, note))
         keys = image_keys(gallery.studies, views)
         what = f"{suite.name}: {len(gallery)} gallery images" + (" + crops" if views else "")
-        cells.append(Cell(what, spec, len(keys), _cached(cache, fingerprint, keys), rate, note))
+        cells.append(Cell(what, spec, len(keys), view.take(fingerprint, keys), rate, note))
         # logic: rankers encode query texts directly (never cached); others through the cache
-        found = 0 if logic else _cached(cache, fingerprint, query_keys)
+        found = 0 if logic else view.take(fingerprint, query_keys)
         what = f"{suite.name}: {len(task.queries)} queries"
-        cells.append(Cell(what, spec, len(query_keys), found, rate, note))
+        why = "; ".join(filter(None, [note, "encoded each run, never cached" if logic else ""]))
+        cells.append(Cell(what, spec, len(query_keys), found, rate, why))
     return Estimate(suite.name, cells, {})
 
 
