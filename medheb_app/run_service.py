@@ -88,16 +88,17 @@ def skipped_rows(
 ) -> list[dict[str, str]]:
     """One row per skipped task (task, model, reason): a key "model/task" is one model
     skipped on a task it cannot read, a bare task name the task skipped for every model.
-    Paths stay only for admins (`show_paths`)."""
+    Paths stay only for admins (`show_paths`), in the reason and in a model spec that names
+    a checkpoint file alike."""
+
+    def shown(text: str) -> str:
+        return text if show_paths else public_reason(text, roots)
+
     rows = []
     for key, reason in skipped.items():
         model, _, task = key.rpartition("/") if "/" in key else ("", "", key)
         rows.append(
-            {
-                "task": task,
-                "model": model or "all models",
-                "reason": str(reason) if show_paths else public_reason(reason, roots),
-            }
+            {"task": task, "model": shown(model) or "all models", "reason": shown(str(reason))}
         )
     return rows
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from medheb_app.run_service import SHARED_DATA_LABEL, public_reason, run_skipped
+from medheb_app.run_service import SHARED_DATA_LABEL, public_reason, run_skipped, skipped_rows
 from medheb_app.services import create_services
 from medheb_app.settings import Settings
 from medheb_app.ui import admin_tab
@@ -56,6 +56,11 @@ def test_public_reasons_name_the_folder_not_the_path() -> None:
     )
     assert public_reason("at /srv/medheb/shared2/x", roots) == "at a server path"
     assert public_reason("bow does not read 2d evidence", roots) == "bow does not read 2d evidence"
+    skips = {"dual-lite@/srv/ckpt/img-task": "dual-lite@/srv/ckpt does not read 2d evidence"}
+    [row] = skipped_rows(skips, roots, show_paths=False)
+    assert row["task"] == "img-task" and "/srv" not in str(row)
+    [row] = skipped_rows(skips, roots, show_paths=True)
+    assert row["model"] == "dual-lite@/srv/ckpt"
 
 
 def test_explorer_table_shows_the_skip_with_the_path_for_admins_only(site) -> None:
