@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="model spec, repeatable ('random' and 'oracle' need no trained model; "
         "cxr-retrieve also takes logic:<spec>)",
     )
-    run.add_argument("--out", required=True, help="output folder (created if missing)")
+    run.add_argument("--out", help="output folder (created if missing; required unless --estimate)")
     run.add_argument("--task", action="append", help="only this task (repeatable)")
     run.add_argument(
         "--family", action="append", help="only the tasks of this family (repeatable, e.g. VG)"
@@ -64,6 +64,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "default: start a local one for the run",
     )
     run.add_argument("--progress", action="store_true", help="print progress lines to stderr")
+    run.add_argument(
+        "--estimate",
+        "--dry-run",
+        action="store_true",
+        help="run nothing: per task and model, the items to embed, how many the embedding "
+        "cache holds and the estimated seconds",
+    )
     add_json_flag(run)
     run.set_defaults(handler=run_bench)
 
@@ -155,6 +162,10 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
     only = None if isinstance(suite, CxrRetrieveSuite) else _selected_tasks(suite, args)
     if args.ray_address and args.engine != "ray":
         raise UserError("--ray-address needs --engine ray.")
+    if args.estimate:
+        return run_estimate(suite, args.model, only, settings)
+    if not args.out:
+        raise UserError("bench run needs --out (or --estimate to run nothing).")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder.")
@@ -175,6 +186,21 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
     except ValueError as error:
         raise UserError(str(error)) from error
     return render_report(summary), summary.to_dict()
+
+
+def run_estimate(
+    suite: Any, models: list[str], only: list[str] | None, settings: Settings
+) -> tuple[str, dict[str, Any]]:
+    """`bench run --estimate`: the run's cost from the embedding cache's state, run nothing."""
+    from medheb_app.eval.estimate import estimate_run, rates_from_store
+    from medheb_app.store.db import Store
+
+    rates = rates_from_store(Store.open(settings.database_url), models)
+    try:
+        estimate = estimate_run(suite, models, settings, rates, only)
+    except KeyError as error:  # unknown task names
+        raise UserError(error.args[0] if error.args else str(error)) from error
+    return estimate.render(), estimate.to_dict()
 
 
 def run_report(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:

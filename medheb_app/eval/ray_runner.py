@@ -175,7 +175,10 @@ class RayPool:
             pairs = zip(keys, arguments, strict=True)
             units = {key: call.remote(model, *args) for key, args in pairs}
             self.refs += list(units.values())
-            spec = model.strip() if isinstance(model, str) else model.spec
+            # the spec the local loop would use: load_ranker's (stripped) for a MedHEB suite,
+            # the string as given for CXR-Retrieve
+            spec = model.strip() if isinstance(model, str) and len(work) == 1 else model
+            spec = spec if isinstance(spec, str) else model.spec
             rankers.append(RayRanker(spec, units, self))
         return rankers
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from medheb_app.eval.estimate import new_vectors_key
 from medheb_app.eval.medheb_scoring import (  # re-exported: the runner's public API
     evaluate_task,
     instruction_for,
@@ -30,6 +31,7 @@ from medheb_app.eval.medheb_scoring import (  # re-exported: the runner's public
 )
 from medheb_app.eval.rankers import Progress, Ranker, load_ranker, task_forms
 from medheb_app.eval.results import ModelSummary, Summary, TaskRun, model_dirname, now_iso
+from medheb_app.index.cache import EmbeddingCache
 from medheb_app.settings import Settings
 from medheb_app.tasks.base import Suite, Task
 from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
@@ -52,6 +54,7 @@ class RunRecord:
         self.clock = time.perf_counter()
         self.build_s = 0.0
         self.model_timing: dict[str, float] = {}
+        self.new_vectors: dict[str, int] = {}  # vectors each model computed (estimate rates)
 
     def start(self, suite: str, specs: list[str], out_dir: Path, settings: dict) -> None:
         """The tasks are built: note how long that took and open the run's store row."""
@@ -95,6 +98,7 @@ class RunRecord:
         timing = {
             "build_tasks_s": round(self.build_s, 2),
             **{f"{k}_s": v for k, v in self.model_timing.items()},
+            **{new_vectors_key(k): n for k, n in self.new_vectors.items()},
         }
         summary = Summary(
             **fields,
@@ -208,6 +212,7 @@ def _run_medheb(
     recorder.start(suite_name, ctx.specs, out_dir, settings_record)
     models = ctx.remote(models, tasks)
     summaries: dict[str, ModelSummary] = {}
+    cache = EmbeddingCache(settings.cache_dir)
     weights = [task_work(task) for task in tasks]
     total = len(models) * sum(weights)
     with recorder.guard():
@@ -215,6 +220,7 @@ def _run_medheb(
             model_started = time.perf_counter()
             ranker = load_ranker(model, settings) if isinstance(model, str) else model
             spec = ranker.spec
+            vectors_before = cache.count(ranker.card.fingerprint)
             runs: list[TaskRun] = []
             for t, task in enumerate(tasks):
                 if stop is not None and stop.is_set():
@@ -258,6 +264,7 @@ def _run_medheb(
             if runs:
                 summaries[spec] = summarise_model(spec, ranker.card.to_dict(), ranker.note, runs)
             recorder.model_timing[spec] = round(time.perf_counter() - model_started, 2)
+            recorder.new_vectors[spec] = cache.count(ranker.card.fingerprint) - vectors_before
     return recorder.close(
         suite=suite_name,
         models=summaries,
@@ -289,7 +296,8 @@ def _run_cxr_retrieve(
 ) -> Summary:
     out_dir, settings, report, note, stop, record = ctx.unpack()
     from medheb_app.eval.cxr_retrieve import cxr_model_summary, evaluate
-    from medheb_app.index.cache import EmbeddingCache
+    from medheb_app.eval.estimate import estimate_cxr, model_cards, rates_from_store
+    from medheb_app.eval.progress import WorkProgress
     from medheb_app.ranking.probes import ProbeConfig
 
     if ctx.only:
@@ -303,13 +311,25 @@ def _run_cxr_retrieve(
     models = ctx.remote(models, suite, gallery, train)
     cache = EmbeddingCache(settings.cache_dir)
     summaries: dict[str, ModelSummary] = {}
+    cards = model_cards(settings)
+    rates = rates_from_store(recorder.store, ctx.specs) if recorder.store is not None else {}
+    plan = estimate_cxr(suite, gallery, train, ctx.specs, settings, cards, cache, rates)
+    meter = WorkProgress(report, [cell.work for cell in plan.cells])
+    stages = {spec: [i for i, c in enumerate(plan.cells) if c.model == spec] for spec in ctx.specs}
     with recorder.guard():
-        for m, model in enumerate(models):
+        for model in models:
             if stop is not None and stop.is_set():
                 raise InterruptedError("Benchmark run was cancelled.")
             model_started = time.perf_counter()
             spec = model if isinstance(model, str) else model.spec
-            report(m / len(models), f"{spec}: cxr-retrieve")
+            *fit, images, queries = stages[spec]
+            base = cards.get(spec.removeprefix("logic:")) or {}
+            vectors_before = cache.count(base["fingerprint"]) if base.get("fingerprint") else 0
+            for i in fit:  # logic: probes not fit yet embed the train images first
+                cell = plan.cells[i]
+                note(f"{spec}: {cell.task}: {cell.items} embeddings, {cell.cached} cached")
+                meter.at(i, 0.0, f"{spec}: fitting probes")
+            fit_progress = meter.span(fit[0], fit[-1], f"{spec}: probe fit: ") if fit else None
             ranker = (
                 load_ranker(
                     model,
@@ -318,19 +338,22 @@ def _run_cxr_retrieve(
                     cache=cache,
                     train_studies=lambda: train,
                     probe_config=ProbeConfig(views=suite.probe_views),
+                    progress=fit_progress,
                 )
                 if isinstance(model, str)
                 else model
             )
-
-            def model_progress(
-                fraction: float, message: str, _m: int = m, _spec: str = spec
-            ) -> None:
-                report((_m + fraction) / len(models), f"{_spec}: {message}")
+            if not base.get("fingerprint"):  # not a listed model: counted from here
+                vectors_before = cache.count(ranker.card.fingerprint)
+            for cell in (plan.cells[images], plan.cells[queries]):
+                note(f"{spec}: {cell.task}: {cell.items} embeddings, {cell.cached} cached")
+            model_progress = meter.span(images, queries, f"{spec}: ")
+            model_progress(0.0, f"ranking {len(gallery)} images")
 
             result = evaluate(
                 ranker, gallery, suite.setting, suite.paraphrase, model_progress, stop
             )
+            meter.at(queries, 1.0, f"{spec}: scored {len(result.queries)} queries")
             result.timing_s["total"] = round(time.perf_counter() - model_started, 2)
             path = result.to_disk(out_dir)
             summaries[spec] = cxr_model_summary(result)
@@ -349,6 +372,7 @@ def _run_cxr_retrieve(
                 path=str(path),
             )
             recorder.model_timing[spec] = result.timing_s["total"]
+            recorder.new_vectors[spec] = cache.count(ranker.card.fingerprint) - vectors_before
     return recorder.close(
         suite=suite.name,
         models=summaries,
