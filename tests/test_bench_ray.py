@@ -30,7 +30,7 @@ MODELS = ("oracle", "random", "dual-lite")
 
 def without_timing(value: Any) -> Any:
     """A loaded result file with every clock reading dropped (they differ run to run)."""
-    drop = {"timing", "timing_s", "created", "started", "finished", "run_id", "out_dir"}
+    drop = {"timing", "timing_s", "created", "started", "finished", "run_id", "out_dir", "engine"}
     if isinstance(value, dict):
         return {k: without_timing(v) for k, v in value.items() if k not in drop}
     if isinstance(value, list):
@@ -106,6 +106,7 @@ def test_ray_engine_writes_the_local_engines_files_and_store_rows(
     assert_same(ray_files, local_files)  # rankings, metrics and ids exactly; scores to 1e-5
     assert remote["models"]["dual-lite"]["tasks"]["phantom-cxr-t2i"]["hit@1"] > 0
     assert set(Summary.from_disk(ray_out).timing) == set(Summary.from_disk(local_out).timing)
+    assert remote["settings"]["engine"] == "ray" and "engine" not in local["settings"]
 
     local_run, local_rows = stored_rows(settings, local["run_id"])
     ray_run, ray_rows = stored_rows(settings, remote["run_id"])
@@ -200,3 +201,19 @@ def test_a_cancelled_ray_run_is_marked_cancelled(
     store = Store.open(settings.database_url)
     assert [r.status for r in list_runs(store)] == ["cancelled"]
     assert not list((tmp_path / "run").rglob("*.json"))
+
+
+def test_a_ray_run_is_no_source_of_a_models_rate() -> None:
+    """Its per-model seconds are the driver's waits on units that ran side by side."""
+    from medheb_app.eval.estimate import DEFAULT_RATE_NOTE, measured_rate, new_vectors_key
+
+    def summary(engine: str | None, seconds: float) -> Summary:
+        return Summary(
+            suite="s", models={}, tasks=[], skipped={}, out_dir="x", started="", finished="",
+            settings={"engine": engine} if engine else {},
+            timing={"m_s": seconds, new_vectors_key("m"): 100},
+        )  # fmt: skip
+
+    history = [(2, summary("ray", 1.0)), (1, summary(None, 50.0))]
+    assert measured_rate("m", history).seconds_per_item == 0.5  # the local run's 50 s / 100
+    assert measured_rate("m", [(2, summary("ray", 1.0))]).source == DEFAULT_RATE_NOTE

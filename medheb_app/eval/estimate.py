@@ -132,6 +132,8 @@ def measured_rate(spec: str, history: Iterable[tuple[int | None, Summary]]) -> R
     computed new vectors: the model's whole time over the vectors it wrote (loading and scoring
     included, so an upper bound); the default when no run measured it."""
     for run_id, summary in history:
+        if summary.settings.get("engine") == "ray":  # units ran side by side: no model's rate
+            continue
         fresh = summary.timing.get(new_vectors_key(spec))
         seconds = summary.timing.get(f"{spec}_s")
         if fresh and seconds is not None and fresh > 0:
