@@ -294,6 +294,8 @@ def warm_start() -> dict[str, Any]:
 
 def app_rss(settings: Settings) -> dict[str, Any]:
     """Peak RSS of `python app.py` from start, through the demo bootstrap, to one search."""
+    from medheb_app.search import default_model
+
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
 
@@ -303,7 +305,7 @@ def app_rss(settings: Settings) -> dict[str, Any]:
         client = Client(url, verbose=False)
         client.predict(  # the upload is a gr.State, which the API does not expose
             "pleural effusion and no cardiomegaly",
-            settings.default_model,
+            default_model(settings, settings.default_index),
             settings.default_index,
             10,
             api_name="/search",

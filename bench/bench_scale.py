@@ -56,6 +56,8 @@ START = "<!-- bench_scale:start -->"
 END = "<!-- bench_scale:end -->"
 ANN_START = "<!-- bench_scale_ann:start -->"
 ANN_END = "<!-- bench_scale_ann:end -->"
+ENGINES_START = "<!-- bench_scale_engines:start -->"
+ENGINES_END = "<!-- bench_scale_engines:end -->"
 CHUNK = 100_000
 
 
@@ -71,34 +73,79 @@ def _cli(args: list[str], data_dir: Path) -> dict[str, Any]:
     return payload
 
 
+_TIMED_BUILD = """
+import json, sys, time
+from medheb_app.index.build import build_from_source
+from medheb_app.settings import Settings
+source, engine, actors, shard = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+marks = []
+def progress(fraction, message):
+    if message.startswith("embedded "):
+        marks.append((time.perf_counter(), int(message.split()[1])))
+report = build_from_source(source, "dual-lite", "e", Settings.from_env(), engine=engine,
+    batch_size=16, shard_size=shard, progress=progress, ray_actors=actors or None)
+(t0, n0), (t1, n1) = marks[0], marks[-1]
+print(json.dumps({"n_items": report.n_items, "embedded": report.embedded,
+    "seconds": report.seconds, "steady_items_per_s": round((n1 - n0) / (t1 - t0), 2)}))
+"""
+
+ENGINE_RUNS = (  # label, engine, actors, extra environment
+    ("local, torch 2 threads", "local", 0, {}),
+    ("local, torch 1 thread", "local", 0, {"OMP_NUM_THREADS": "1"}),
+    ("ray, 1 actor (1 CPU, 1 thread)", "ray", 1, {}),
+    ("ray, 2 actors (1 CPU, 1 thread each)", "ray", 2, {}),
+)
+
+
 def engines(studies: int, work: Path) -> list[dict[str, Any]]:
+    """Each engine indexes the same phantom studies with dual-lite into a fresh cache.
+
+    `items_per_s` is the steady embedding rate: items of every shard after the first over the
+    seconds from the first shard's result to the last (start-up, Ray's and the actors' model
+    loads, and index building excluded; the same definition for every engine). `build_s` is
+    the build's own seconds, start-up included; `wall_s` adds the process start."""
     source = f"phantom:{studies}"
     shared = work / "corpus"  # generate the corpus once; each run gets a fresh cache
     _cli(["index", "build", "--source", source, "--model", "random", "--name", "warm"], shared)
+    shard = max(8, studies // 25)
     rows = []
-    for label, extra in (
-        ("local", []),
-        ("ray, 1 actor", ["--engine", "ray", "--ray-actors", "1"]),
-        ("ray, 2 actors", ["--engine", "ray", "--ray-actors", "2"]),
-    ):
-        data = work / label.replace(" ", "").replace(",", "-")
+    for label, engine, actors, extra in ENGINE_RUNS:
+        data = work / f"engine-{len(rows)}"
         shutil.copytree(shared / "demo", data / "demo")
-        report = _cli(
-            ["index", "build", "--source", source, "--model", "dual-lite", "--name", "e",
-             "--batch-size", "16", *extra],
-            data,
+        env = {**os.environ, "DATA_DIR": str(data), "HF_HUB_OFFLINE": "1", **extra}
+        load_before = os.getloadavg()[0]
+        started = time.perf_counter()
+        out = subprocess.run(
+            [sys.executable, "-c", _TIMED_BUILD, source, engine, str(actors), str(shard)],
+            cwd=ROOT, env=env, capture_output=True, text=True, check=True,
         )  # fmt: skip
+        report = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(
             {
                 "engine": label,
                 "items": report["n_items"],
-                "wall_s": report["wall_s"],
+                "wall_s": round(time.perf_counter() - started, 1),
                 "build_s": report["seconds"],
-                "items_per_s": round(report["embedded"] / report["seconds"], 2),
+                "items_per_s": report["steady_items_per_s"],
+                "load": f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}",
             }
         )
         print(rows[-1], flush=True)
     return rows
+
+
+def engine_ratios(rows: list[dict[str, Any]]) -> list[str]:
+    """The issue's two targets, from the steady rates of one run."""
+    rate = {r["engine"].split(" (")[0]: r["items_per_s"] for r in rows}
+    local2, local1 = rate["local, torch 2 threads"], rate["local, torch 1 thread"]
+    ray1, ray2 = rate["ray, 1 actor"], rate["ray, 2 actors"]
+    return [
+        f"- Ray 2 actors / Ray 1 actor: {ray2 / ray1:.2f}x (target >= 1.6x)",
+        f"- Ray 1 actor / local at the same parallelism (1 thread): {ray1 / local1:.2f}x "
+        "(target 0.8-1.2x)",
+        f"- Ray 2 actors / local at the same parallelism (2 threads): {ray2 / local2:.2f}x",
+        f"- Ray 1 actor / local at torch's default 2 threads: {ray1 / local2:.2f}x",
+    ]
 
 
 def resume(studies: int, work: Path) -> dict[str, Any]:
@@ -387,19 +434,6 @@ def section(report: dict[str, Any]) -> str:
         f"numbers are pessimistic), commit {report['commit']}. Command: `{report['command']}`",
         "",
     ]
-    if report.get("engines"):
-        lines += [
-            "Embedding throughput, dual-lite on phantom studies (fresh cache each):",
-            "",
-            "| engine | items | wall s | build s | items/s |",
-            "|---|---|---|---|---|",
-        ]
-        lines += [
-            f"| {r['engine']} | {r['items']} | {r['wall_s']} | {r['build_s']} | "
-            f"{r['items_per_s']} |"
-            for r in report["engines"]
-        ]
-        lines.append("")
     if report.get("resume"):
         r = report["resume"]
         lines += [
@@ -467,6 +501,37 @@ def ann_section(report: dict[str, Any], notes: bool) -> str:
         ]
     lines += report.get("notes", []) if notes else []
     lines.append(ANN_END)
+    return "\n".join(lines)
+
+
+def engines_section(report: dict[str, Any]) -> str:
+    """The engines table in its own marked section: re-running it keeps the ANN tables."""
+    m = report["machine"]
+    lines = [ENGINES_START, "## Scale: `index build` engines (bench/bench_scale.py)", ""]
+    lines += [
+        f"Run {report['date']} on {m['cpu']} ({m['cores']} cores; load average {m['load']:.1f} "
+        f"at the start, {m.get('load_end', m['load']):.1f} at the end: the cores were shared "
+        f"with other jobs), commit {report['commit']}. Command: `{report['command']}`",
+        "",
+    ]
+    if report.get("engines"):
+        lines += [
+            "Embedding throughput, dual-lite on phantom studies (fresh cache each; items/s is "
+            "the steady rate from the first shard's result to the last, start-up excluded; "
+            "build s includes start-up, model loads and the index; load average before -> "
+            "after each row):",
+            "",
+            "| engine | items | wall s | build s | items/s | load |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['engine']} | {r['items']} | {r['wall_s']} | {r['build_s']} | "
+            f"{r['items_per_s']} | {r.get('load', '')} |"
+            for r in report["engines"]
+        ]
+        lines += ["", *engine_ratios(report["engines"]), ""]
+    lines += report.get("notes", [])
+    lines.append(ENGINES_END)
     return "\n".join(lines)
 
 
@@ -542,16 +607,20 @@ def main() -> None:
             report["e2e"] = e2e(Path(args.e2e_index), Path(args.base_index), work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    report["machine"]["load_end"] = os.getloadavg()[0]
     print(json.dumps(report, indent=2))
     if args.save_json:
         Path(args.save_json).write_text(json.dumps(report, indent=2))
-    engines_run = bool(report.get("engines") or report.get("resume"))
-    if engines_run:
+    if report.get("engines"):
+        text = engines_section(report)
+        write_section(Path(args.out), text, ENGINES_START, ENGINES_END)
+        print(text)
+    if report.get("resume"):
         text = section(report)
         write_section(Path(args.out), text)
         print(text)
-    if report["ann"] or report.get("e2e"):
-        text = ann_section(report, notes=not engines_run)
+    if report["ann"] or report.get("e2e"):  # notes go to the engines section when there is one
+        text = ann_section(report, notes=not (report.get("engines") or report.get("resume")))
         write_section(Path(args.out), text, ANN_START, ANN_END)
         print(text)
 

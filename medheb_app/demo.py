@@ -73,16 +73,18 @@ def corpus_dir(settings: Settings, kind: str, n: int, seed: int) -> Path:
 
 def default_demo_models(settings: Settings) -> list[str]:
     """The models the demo index is built for, which are the models the public search offers:
-    MEDHEB_DEMO_MODELS (comma-separated) when set, else the app's default model plus the
-    label-aware fine-tune when its weights are present."""
+    MEDHEB_DEMO_MODELS (comma-separated) when set, else the model the operator pinned
+    (MEDHEB_DEFAULT_MODEL; dual-lite with "auto") plus the label-aware fine-tune when its
+    weights are present."""
     import os
 
     from medheb_app.models.registry import list_models
+    from medheb_app.search import BASE_MODEL
 
     listed = [spec.strip() for spec in os.environ.get("MEDHEB_DEMO_MODELS", "").split(",")]
     if any(listed):
         return [spec for spec in listed if spec]
-    specs = [settings.default_model]
+    specs = [settings.pinned_model or BASE_MODEL]
     available = {entry["spec"] for entry in list_models(settings)}
     if LABEL_AWARE_SPEC in available and LABEL_AWARE_SPEC not in specs:
         specs.append(LABEL_AWARE_SPEC)

@@ -6,9 +6,12 @@ indexes them, their folders hold the full record (medheb_app.eval.results).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from medheb_app.eval.estimate import Estimate
 from medheb_app.eval.results import Summary
 
 
@@ -33,50 +36,26 @@ def run_summary(services: Any, run_id: int) -> Summary:
     return Summary.from_disk(run_out_dir(services.store, int(run_id)))
 
 
-def bench_estimate(services: Any, suite: str, models: list[str]) -> list[dict[str, Any]]:
-    """Per model: how many vectors of it the embedding cache holds, how many items the last
-    finished run of `suite` embedded, and how long that model took then: what a new run will
-    cost (a cached vector is read, not recomputed). Reads only the store, the cache's index
-    and summary files: never loads a model or builds a task."""
-    from medheb_app.index.cache import EmbeddingCache
-    from medheb_app.models.base import ModelCard
-    from medheb_app.models.registry import list_models
-    from medheb_app.store.runs import run_listing
+def bench_estimate(
+    services: Any,
+    suite: str,
+    models: list[str],
+    tasks: list[str] | None = None,
+    families: list[str] | None = None,
+) -> Estimate:
+    """What a run of `suite` (its chosen tasks or families) with `models` will cost: per task
+    and model, the items it embeds, how many the embedding cache holds, and the seconds the
+    rest take at each model's measured rate (eval/estimate.py). Builds the tasks as the run
+    would (real-data tasks that cannot be built are listed as skipped); loads no model."""
+    from medheb_app.eval.estimate import estimate_run, rates_from_store
+    from medheb_app.services import bench_suite
 
-    cards = {str(e["spec"]): e["card"] for e in list_models(services.settings)}
-    cache = EmbeddingCache(services.settings.cache_dir)
-    last = next(
-        (r for r in run_listing(services.store, status="finished") if r["suite"] == suite), None
-    )
-    previous = None
-    if last is not None:
-        try:
-            previous = Summary.from_disk(last["out_dir"])
-        except (OSError, ValueError, KeyError):
-            previous = None
-    items = (
-        sum(int(t.get("n_queries", 0)) + int(t.get("n_candidates", 0)) for t in previous.tasks)
-        if previous
-        else None
-    )
-    rows = []
-    for spec in models:
-        card = cards.get(spec)
-        cached = None
-        if isinstance(card, dict) and card.get("dims"):
-            fields = {k: v for k, v in card.items() if k in ModelCard.__dataclass_fields__}
-            fields["modalities"] = tuple(fields.get("modalities", ()))
-            cached = cache.count(ModelCard(**fields).fingerprint)
-        seconds = previous.timing.get(f"{spec}_s") if previous else None
-        rows.append(
-            {
-                "model": spec,
-                "cached vectors": cached if cached is not None else "n/a (no embeddings)",
-                "items last run": items if items is not None else "no earlier run",
-                "seconds last run": seconds if seconds is not None else "–",
-            }
-        )
-    return rows
+    if not models:
+        raise ValueError("Pick at least one model to estimate.")
+    params = {"suite": suite, "tasks": tasks or [], "families": families or []}
+    built, only = bench_suite(services.settings, params)
+    rates = rates_from_store(services.store, models)
+    return estimate_run(built, models, services.settings, rates, only)
 
 
 def shared_data_line(services: Any) -> str:
@@ -84,6 +63,77 @@ def shared_data_line(services: Any) -> str:
     folder = services.settings.shared_data_dir
     state = "found" if folder.is_dir() else "MISSING: real-data tasks will be skipped"
     return f"Real data folder (MEDHEB_SHARED_DATA): {folder} ({state})"
+
+
+SHARED_DATA_LABEL = "the real-data folder (MEDHEB_SHARED_DATA)"
+DATA_DIR_LABEL = "the app's data folder"
+SKIPPED_COLUMNS = ("task", "model", "reason")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/[^\s'\"]+")
+
+
+def public_reason(reason: str, roots: Mapping[str, str]) -> str:
+    """A skip reason with file-system paths replaced by what they stand for: a path under
+    one of `roots` (path -> label) becomes the label, any other absolute path "a server
+    path". What an anonymous page may show (no internal path)."""
+    text = str(reason)
+    for root, label in sorted(roots.items(), key=lambda item: -len(item[0])):
+        if root and root != "/":
+            pattern = re.escape(root.rstrip("/")) + r"(?![^/\s'\"])(/[^\s'\"]*)?"
+            text = re.sub(pattern, label, text)
+    return _ABSOLUTE_PATH.sub("a server path", text)
+
+
+def skipped_rows(
+    skipped: Mapping[str, str], roots: Mapping[str, str], show_paths: bool
+) -> list[dict[str, str]]:
+    """One row per skipped task (task, model, reason): a key "model/task" is one model
+    skipped on a task it cannot read, a bare task name the task skipped for every model.
+    Paths stay only for admins (`show_paths`), in the reason and in a model spec that names
+    a checkpoint file alike."""
+
+    def shown(text: str) -> str:
+        return text if show_paths else public_reason(text, roots)
+
+    rows = []
+    for key, reason in skipped.items():
+        model, _, task = key.rpartition("/") if "/" in key else ("", "", key)
+        rows.append(
+            {"task": task, "model": shown(model) or "all models", "reason": shown(str(reason))}
+        )
+    return rows
+
+
+def _path_roots(services: Any, recorded: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The folders a reason may name, as recorded by the run and as set now, with labels."""
+    recorded = recorded or {}
+    roots = {
+        str(services.settings.shared_data_dir): SHARED_DATA_LABEL,
+        str(services.settings.data_dir): DATA_DIR_LABEL,
+    }
+    if recorded.get("shared_data"):
+        roots[str(recorded["shared_data"])] = SHARED_DATA_LABEL
+    if recorded.get("data_dir"):
+        roots[str(recorded["data_dir"])] = DATA_DIR_LABEL
+    return roots
+
+
+def run_skipped(services: Any, summary: Summary, is_admin: bool) -> list[dict[str, str]]:
+    """The skipped tasks of a stored run and why (paths shown to admins only)."""
+    return skipped_rows(summary.skipped, _path_roots(services, summary.settings), is_admin)
+
+
+def run_shared_data_line(summary: Summary) -> str:
+    """Where the run looked for real data (admins only: it is a server path)."""
+    folder = summary.settings.get("shared_data")
+    return f"Real data folder (MEDHEB_SHARED_DATA) of this run: {folder}" if folder else ""
+
+
+def job_skipped(services: Any, job_id: int) -> list[dict[str, str]]:
+    """The skipped tasks of a finished benchmark job (admin view: paths shown); empty for
+    other jobs and for a job still running (its log names each skip as it happens)."""
+    info = services.jobs.status(int(job_id))
+    skipped = (info.result or {}).get("skipped") if info.kind == "bench-run" else None
+    return skipped_rows(skipped or {}, _path_roots(services), show_paths=True)
 
 
 def resolved_dir(path: str | Path) -> str:

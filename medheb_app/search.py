@@ -39,6 +39,7 @@ RANKINGS = ("auto", "logic", "similarity")
 # of these that has the chosen index built (BENCHMARKS.md, "Logic-aware search vs cosine":
 # dual-lite@label-aware leads on "A and no B" under both rankings).
 PREFERRED_MODELS = ("dual-lite@label-aware", "dual-lite", "medemb-lite")
+BASE_MODEL = "dual-lite"  # committed weights: every install has it
 FILE_SPEC_MARKERS = ("/", "\\", ":", "..")
 FILE_LOGIC_WARNING = (
     "Logic-aware ranking reads a text query's findings; a file query is ranked by similarity."
@@ -117,19 +118,25 @@ def offered(settings: Settings) -> dict[str, list[str]]:
 
 
 def default_model(settings: Settings, index: str | None = None) -> str:
-    """The strongest shipped model that has `index` built; MEDHEB_DEFAULT_MODEL when it is set.
+    """The model a search uses when none is named.
 
-    Falls back to settings.default_model when no preferred model has the index (the service
-    then says the index is missing for it)."""
-    import os
-
-    if os.environ.get("MEDHEB_DEFAULT_MODEL"):
-        return settings.default_model
+    A spec the operator pinned (Settings.default_model, MEDHEB_DEFAULT_MODEL) wins; with
+    "auto" it is the strongest listed model that has `index` built, else the model an index
+    would be built with (build_default_model; the service then says the index is missing for
+    it)."""
+    if settings.pinned_model:
+        return settings.pinned_model
     models = offered(settings).get(index or settings.default_index, [])
-    for spec in PREFERRED_MODELS:
-        if spec in models:
-            return spec
-    return settings.default_model
+    return models[0] if models else build_default_model(settings)
+
+
+def build_default_model(settings: Settings) -> str:
+    """The model an index is built with when none is named: the pinned spec, else ("auto")
+    the strongest shipped model whose weights are present (PREFERRED_MODELS), else dual-lite."""
+    if settings.pinned_model:
+        return settings.pinned_model
+    listed = {spec for spec, _ in _listed_models(settings)}
+    return next((spec for spec in PREFERRED_MODELS if spec in listed), BASE_MODEL)
 
 
 def check_offered(model: str, index: str, settings: Settings) -> None:

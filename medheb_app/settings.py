@@ -8,6 +8,7 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data"
+AUTO_MODEL = "auto"
 
 
 def _default_data_dir() -> Path:
@@ -27,7 +28,9 @@ class Settings:
     database_url: str = ""
     admin_password: str = ""
     device: str = "auto"  # MEDHEB_DEVICE: auto (CUDA when present), cpu, cuda, cuda:N
-    default_model: str = "dual-lite"
+    # MEDHEB_DEFAULT_MODEL: "auto" (the strongest shipped model built for the index searched,
+    # medheb_app.search.default_model) or a model spec the operator pins everywhere
+    default_model: str = AUTO_MODEL
     default_index: str = "demo-cxr"
     max_upload_bytes: int = 512 * 1024 * 1024
     shared_data_dir: Path = SHARED_DATA_DIR
@@ -43,12 +46,18 @@ class Settings:
     admin_users: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "default_model", self.default_model.strip() or AUTO_MODEL)
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{self.data_dir / 'medheb.sqlite'}")
         if self.max_upload_bytes <= 0:
             raise ValueError("MAX_UPLOAD_BYTES must be positive")
         if self.queue_max_size < 1 or self.concurrency < 1:
             raise ValueError("QUEUE_MAX_SIZE and CONCURRENCY must be at least 1")
+
+    @property
+    def pinned_model(self) -> str | None:
+        """The model spec the operator pinned (MEDHEB_DEFAULT_MODEL), or None for "auto"."""
+        return None if self.default_model == AUTO_MODEL else self.default_model
 
     @property
     def demo_dir(self) -> Path:
@@ -80,7 +89,7 @@ class Settings:
             "database_url": env.get("DATABASE_URL", ""),
             "admin_password": env.get("ADMIN_PASSWORD", ""),
             "device": env.get("MEDHEB_DEVICE", "auto"),
-            "default_model": env.get("MEDHEB_DEFAULT_MODEL", "dual-lite"),
+            "default_model": env.get("MEDHEB_DEFAULT_MODEL", AUTO_MODEL),
             "default_index": env.get("MEDHEB_DEFAULT_INDEX", "demo-cxr"),
             "max_upload_bytes": int(env.get("MAX_UPLOAD_BYTES", 512 * 1024 * 1024)),
             "demo_size": int(env.get("MEDHEB_DEMO_SIZE", 2000)),

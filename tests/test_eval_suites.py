@@ -202,9 +202,13 @@ def test_bench_job_logs_each_task_and_every_skip_with_its_reason(
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     assert "MISSING" in shared_data_line(SimpleNamespace(settings=here))
     services = create_services(here, start_bootstrap=False)
-    rows = bench_estimate(services, "medheb-lite", ["oracle", "random"])
-    assert [r["model"] for r in rows] == ["oracle", "random"]
-    assert rows[0]["items last run"] > 0  # counted from the run just stored
+    estimate = bench_estimate(services, "medheb-lite", ["oracle", "random"], families=["T-T"])
+    assert [(c.task, c.model) for c in estimate.cells] == [
+        ("iu-findings2impression", "oracle"),
+        ("iu-findings2impression", "random"),
+    ]
+    assert estimate.total_seconds == 0.0  # baselines embed nothing
+    assert str(missing) in estimate.skipped["pubmedqa-q2context"]
     with pytest.raises(ValueError, match="Unknown task"):
         bench_job(here)(
             {**params, "tasks": ["nope"], "families": []},

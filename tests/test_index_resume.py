@@ -17,7 +17,7 @@ from PIL import Image
 from medheb_app.index.build import BUILD_MANIFEST, build_dir, build_from_source
 from medheb_app.index.catalog import load_index
 from medheb_app.models.registry import load_embedder
-from medheb_app.settings import PROJECT_ROOT
+from medheb_app.settings import PROJECT_ROOT, Settings
 
 N, SHARD = 40, 4
 
@@ -79,3 +79,41 @@ def test_killed_build_resumes_reusing_everything_committed(settings, tmp_path) -
     top_expected = np.argsort(-(expected @ query[0]))[:10]
     _, ids = loaded.search(query, 10)
     assert list(ids[0]) == [loaded.index.ids[i] for i in top_expected]
+
+
+def test_the_next_batch_is_decoded_while_this_one_is_embedded(tmp_path, monkeypatch) -> None:
+    """The local engine reads batch n+1 on a second thread during batch n's encode."""
+    import threading
+
+    from medheb_app.evidence.study import Study
+    from medheb_app.index import build
+    from medheb_app.index.cache import EmbeddingCache
+
+    studies = [
+        Study(id=f"s{i}", form="2d", pixels=np.full((8, 8), i / 10, np.float32)) for i in range(6)
+    ]
+    second_batch_decoding = threading.Event()
+    decode = build.decode
+
+    def recording_decode(study: Study) -> str | None:
+        if study.id == "s2":
+            second_batch_decoding.set()
+        return decode(study)
+
+    class WaitingEmbedder:
+        card = load_embedder("random", Settings(data_dir=tmp_path)).card
+
+        def __init__(self) -> None:
+            self.overlapped: list[bool] = []
+
+        def encode(self, items: list) -> np.ndarray:
+            if items[0].id == "s0":  # the first batch waits for the second's decode to start
+                self.overlapped.append(second_batch_decoding.wait(timeout=10))
+            return np.ones((len(items), 4), np.float32)
+
+    monkeypatch.setattr(build, "decode", recording_decode)
+    shard = build.Shard(0, studies, [f"k{i}" for i in range(6)])
+    embedder = WaitingEmbedder()
+    result = build.embed_shard(shard, embedder, EmbeddingCache(tmp_path / "cache"), batch_size=2)
+    assert embedder.overlapped == [True]
+    assert result.ids == [s.id for s in studies] and result.embedded == 6

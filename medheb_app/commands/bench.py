@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="model spec, repeatable ('random' and 'oracle' need no trained model; "
         "cxr-retrieve also takes logic:<spec>)",
     )
-    run.add_argument("--out", required=True, help="output folder (created if missing)")
+    run.add_argument("--out", help="output folder (created if missing; required unless --estimate)")
     run.add_argument("--task", action="append", help="only this task (repeatable)")
     run.add_argument(
         "--family", action="append", help="only the tasks of this family (repeatable, e.g. VG)"
@@ -50,7 +50,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cxr.add_argument("--paraphrase", action="store_true", help="'an image with A but without B'")
     cxr.add_argument("--split", default="test", help="gallery split (default test; 'all')")
     cxr.add_argument("--probe-views", default="2x2+3x3", help="what logic: probes read")
+    run.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local (this process, the default) or ray: each task x model pair (each model "
+        "for cxr-retrieve) is a Ray task; the same files and store rows are written",
+    )
+    run.add_argument(
+        "--ray-address",
+        default=None,
+        help="with --engine ray: join this cluster ('auto' or host:port); "
+        "default: start a local one for the run",
+    )
     run.add_argument("--progress", action="store_true", help="print progress lines to stderr")
+    run.add_argument(
+        "--estimate",
+        "--dry-run",
+        action="store_true",
+        help="run nothing: per task and model, the items to embed, how many the embedding "
+        "cache holds and the estimated seconds",
+    )
     add_json_flag(run)
     run.set_defaults(handler=run_bench)
 
@@ -140,6 +160,12 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
 
     suite = _suite(args.suite, args)
     only = None if isinstance(suite, CxrRetrieveSuite) else _selected_tasks(suite, args)
+    if args.ray_address and args.engine != "ray":
+        raise UserError("--ray-address needs --engine ray.")
+    if args.estimate:
+        return run_estimate(suite, args.model, only, settings)
+    if not args.out:
+        raise UserError("bench run needs --out (or --estimate to run nothing).")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder.")
@@ -152,12 +178,29 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
             progress=_print_progress if args.progress else None,
             only=only,
             log=_print_log if args.progress else None,
+            engine=args.engine,
+            ray_address=args.ray_address,
         )
     except KeyError as error:  # unknown task names or model specs
         raise UserError(error.args[0] if error.args else str(error)) from error
     except ValueError as error:
         raise UserError(str(error)) from error
     return render_report(summary), summary.to_dict()
+
+
+def run_estimate(
+    suite: Any, models: list[str], only: list[str] | None, settings: Settings
+) -> tuple[str, dict[str, Any]]:
+    """`bench run --estimate`: the run's cost from the embedding cache's state, run nothing."""
+    from medheb_app.eval.estimate import estimate_run, rates_from_store
+    from medheb_app.store.db import Store
+
+    rates = rates_from_store(Store.open(settings.database_url), models)
+    try:
+        estimate = estimate_run(suite, models, settings, rates, only)
+    except KeyError as error:  # unknown task names
+        raise UserError(error.args[0] if error.args else str(error)) from error
+    return estimate.render(), estimate.to_dict()
 
 
 def run_report(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:

@@ -27,7 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     build.add_argument("--source", required=True, help="what to index (see above)")
-    build.add_argument("--model", default=None, help="model spec (default: dual-lite)")
+    build.add_argument(
+        "--model",
+        default=None,
+        help="model spec (default: MEDHEB_DEFAULT_MODEL; with 'auto', the strongest "
+        "shipped model whose weights are present)",
+    )
     build.add_argument("--name", required=True, help="index name (letters, digits, . _ @ + -)")
     build.add_argument("--engine", choices=("local", "ray"), default="local")
     build.add_argument(
@@ -80,6 +85,7 @@ class _Progress:
 def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     from medheb_app.index.build import build_from_source
     from medheb_app.index.sources import Vocabulary, describe_vocabulary
+    from medheb_app.search import build_default_model
 
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1; got {args.batch_size}.")
@@ -87,7 +93,7 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
         raise UserError(f"--shard-size must be at least 1; got {args.shard_size}.")
     report = build_from_source(
         args.source,
-        args.model or settings.default_model,
+        args.model or build_default_model(settings),
         args.name,
         settings,
         engine=args.engine,

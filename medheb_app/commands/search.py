@@ -22,8 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--model",
         default=None,
-        help="model spec (default: MEDHEB_DEFAULT_MODEL, else the strongest shipped model built "
-        "for the index: dual-lite@label-aware, then dual-lite)",
+        help="model spec (default: MEDHEB_DEFAULT_MODEL; with 'auto', its default, the strongest "
+        "shipped model built for the index: dual-lite@label-aware, then dual-lite)",
     )
     parser.add_argument(
         "--index", default=None, help="index name (default: MEDHEB_DEFAULT_INDEX, else demo-cxr)"

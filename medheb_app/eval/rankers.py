@@ -221,13 +221,15 @@ def load_ranker(
     train_studies: Callable[[], Sequence[Study]] | None = None,
     probe_config: Any = None,
     seed: int = 0,
+    progress: Progress | None = None,
 ) -> Ranker:
     """A ranker for a spec string; the oracle is the one of the task's kind of relevance.
 
     Judgement tasks: "oracle" and "random" are built in (OracleRanker, RandomRanker).
     Constraint tasks: "logic:<spec>" is the logic-aware ranker over that embedder, with its
     probes fit on `train_studies` (called only when a probe must be fit); "oracle" is the
-    label-vector embedder. Any other spec goes through the model registry.
+    label-vector embedder. Any other spec goes through the model registry. `progress`
+    follows a logic: ranker's probe fit (the only loading that embeds).
     """
     from medheb_app.index.cache import EmbeddingCache
     from medheb_app.models.registry import load_embedder
@@ -244,7 +246,7 @@ def load_ranker(
 
         if train_studies is None:
             raise ValueError(f"{spec} fits probes on train studies; none were given.")
-        return logic_ranker(spec, settings, train_studies, cache, probe_config)
+        return logic_ranker(spec, settings, train_studies, cache, probe_config, progress)
     note = LABEL_ORACLE_NOTE if spec == "oracle" else ""
     return EmbeddingRanker(spec, load_embedder(spec, settings), cache, note=note)
 

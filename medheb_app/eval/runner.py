@@ -18,10 +18,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from medheb_app.eval.estimate import new_vectors_key
 from medheb_app.eval.medheb_scoring import (  # re-exported: the runner's public API
     evaluate_task,
     instruction_for,
@@ -30,11 +31,13 @@ from medheb_app.eval.medheb_scoring import (  # re-exported: the runner's public
 )
 from medheb_app.eval.rankers import Progress, Ranker, load_ranker, task_forms
 from medheb_app.eval.results import ModelSummary, Summary, TaskRun, model_dirname, now_iso
+from medheb_app.index.cache import EmbeddingCache
 from medheb_app.settings import Settings
 from medheb_app.tasks.base import Suite, Task
 from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
 BASELINE_SPECS = ("random", "oracle")
+ENGINES = ("local", "ray")
 
 
 class RunRecord:
@@ -51,6 +54,7 @@ class RunRecord:
         self.clock = time.perf_counter()
         self.build_s = 0.0
         self.model_timing: dict[str, float] = {}
+        self.new_vectors: dict[str, int] = {}  # vectors each model computed (estimate rates)
 
     def start(self, suite: str, specs: list[str], out_dir: Path, settings: dict) -> None:
         """The tasks are built: note how long that took and open the run's store row."""
@@ -94,6 +98,7 @@ class RunRecord:
         timing = {
             "build_tasks_s": round(self.build_s, 2),
             **{f"{k}_s": v for k, v in self.model_timing.items()},
+            **{new_vectors_key(k): n for k, n in self.new_vectors.items()},
         }
         summary = Summary(
             **fields,
@@ -119,6 +124,12 @@ class RunContext:
     stop: threading.Event | None
     only: Sequence[str] | None
     record: bool
+    pool: Any = None  # with --engine ray: the RayPool that scores on the cluster
+
+    def remote(self, models: Sequence[str | Ranker], *work: Any) -> Sequence[str | Ranker]:
+        """The models as the engine runs them: as given (local), or as rankers whose scores
+        are being computed on the Ray cluster, all pairs at once (eval/ray_runner.py)."""
+        return models if self.pool is None else self.pool.rankers(models, *work)
 
     def unpack(self) -> tuple:
         return self.out_dir, self.settings, self.report, self.note, self.stop, self.record
@@ -143,6 +154,8 @@ def run_suite(
     only: Sequence[str] | None = None,
     record: bool = True,
     log: Callable[[str], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> Summary:
     """Evaluate every model on every task; write result files, summary.json and report.md.
 
@@ -150,9 +163,16 @@ def run_suite(
     Runs are recorded in the SQL store (`record`). Cancelling through `stop` raises
     InterruptedError after marking the run cancelled; finished task files stay on disk.
     `log` gets one line per task (what was scored, its main score, or why it was skipped).
+    `engine` "ray" scores every task x model pair (every model, for cxr-retrieve) at once as
+    Ray tasks on the cluster at `ray_address` ("auto", host:port; a local one is started and
+    stopped when None); this process ranks, writes the same files and store rows.
     """
     from medheb_app.eval.reports import render_report
 
+    if engine not in ENGINES:
+        raise ValueError(f"Unknown engine {engine!r}; use {' or '.join(ENGINES)}.")
+    if ray_address and engine != "ray":
+        raise ValueError("--ray-address needs --engine ray.")
     specs = _check_models(models)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +181,15 @@ def run_suite(
     report(0.0, "building tasks")
     ctx = RunContext(specs, out_dir, settings, report, note, stop, only, record)
     runner = _run_cxr_retrieve if isinstance(suite, CxrRetrieveSuite) else _run_medheb
-    summary = runner(suite, models, ctx)
+    if engine == "ray":
+        from medheb_app.eval.ray_runner import RayPool
+
+        with RayPool.connect(ray_address, settings, stop) as pool:
+            summary = runner(suite, models, replace(ctx, pool=pool))
+        # its per-model seconds are waits on units that ran side by side, not a model's rate
+        summary.settings["engine"] = "ray"
+    else:
+        summary = runner(suite, models, ctx)
     summary.to_disk(out_dir)
     (out_dir / "report.md").write_text(render_report(summary))
     report(1.0, f"done: {len(summary.tasks)} tasks x {len(models)} models")
@@ -184,7 +212,9 @@ def _run_medheb(
         raise ValueError(f"No task of suite {suite_name} could be built: {skipped}")
     settings_record = run_settings(settings)
     recorder.start(suite_name, ctx.specs, out_dir, settings_record)
+    models = ctx.remote(models, tasks)
     summaries: dict[str, ModelSummary] = {}
+    cache = EmbeddingCache(settings.cache_dir)
     weights = [task_work(task) for task in tasks]
     total = len(models) * sum(weights)
     with recorder.guard():
@@ -192,6 +222,7 @@ def _run_medheb(
             model_started = time.perf_counter()
             ranker = load_ranker(model, settings) if isinstance(model, str) else model
             spec = ranker.spec
+            vectors_before = cache.count(ranker.card.fingerprint)
             runs: list[TaskRun] = []
             for t, task in enumerate(tasks):
                 if stop is not None and stop.is_set():
@@ -235,6 +266,7 @@ def _run_medheb(
             if runs:
                 summaries[spec] = summarise_model(spec, ranker.card.to_dict(), ranker.note, runs)
             recorder.model_timing[spec] = round(time.perf_counter() - model_started, 2)
+            recorder.new_vectors[spec] = cache.count(ranker.card.fingerprint) - vectors_before
     return recorder.close(
         suite=suite_name,
         models=summaries,
@@ -266,7 +298,8 @@ def _run_cxr_retrieve(
 ) -> Summary:
     out_dir, settings, report, note, stop, record = ctx.unpack()
     from medheb_app.eval.cxr_retrieve import cxr_model_summary, evaluate
-    from medheb_app.index.cache import EmbeddingCache
+    from medheb_app.eval.estimate import estimate_cxr, model_cards, rates_from_store
+    from medheb_app.eval.progress import WorkProgress
     from medheb_app.ranking.probes import ProbeConfig
 
     if ctx.only:
@@ -277,15 +310,28 @@ def _run_cxr_retrieve(
         note(f"note: {line}")
     settings_record = {**run_settings(settings), **suite.describe()}
     recorder.start(suite.name, ctx.specs, out_dir, settings_record)
+    models = ctx.remote(models, suite, gallery, train)
     cache = EmbeddingCache(settings.cache_dir)
     summaries: dict[str, ModelSummary] = {}
+    cards = model_cards(settings)
+    rates = rates_from_store(recorder.store, ctx.specs) if recorder.store is not None else {}
+    plan = estimate_cxr(suite, gallery, train, ctx.specs, settings, cards, cache, rates)
+    meter = WorkProgress(report, [cell.work for cell in plan.cells])
+    stages = {spec: [i for i, c in enumerate(plan.cells) if c.model == spec] for spec in ctx.specs}
     with recorder.guard():
-        for m, model in enumerate(models):
+        for model in models:
             if stop is not None and stop.is_set():
                 raise InterruptedError("Benchmark run was cancelled.")
             model_started = time.perf_counter()
             spec = model if isinstance(model, str) else model.spec
-            report(m / len(models), f"{spec}: cxr-retrieve")
+            *fit, images, queries = stages[spec]
+            base = cards.get(spec.removeprefix("logic:")) or {}
+            vectors_before = cache.count(base["fingerprint"]) if base.get("fingerprint") else 0
+            for i in fit:  # logic: probes not fit yet embed the train images first
+                cell = plan.cells[i]
+                note(f"{spec}: {cell.task}: {cell.items} embeddings, {cell.cached} cached")
+                meter.at(i, 0.0, f"{spec}: fitting probes")
+            fit_progress = meter.span(fit[0], fit[-1], f"{spec}: probe fit: ") if fit else None
             ranker = (
                 load_ranker(
                     model,
@@ -294,19 +340,22 @@ def _run_cxr_retrieve(
                     cache=cache,
                     train_studies=lambda: train,
                     probe_config=ProbeConfig(views=suite.probe_views),
+                    progress=fit_progress,
                 )
                 if isinstance(model, str)
                 else model
             )
-
-            def model_progress(
-                fraction: float, message: str, _m: int = m, _spec: str = spec
-            ) -> None:
-                report((_m + fraction) / len(models), f"{_spec}: {message}")
+            if not base.get("fingerprint"):  # not a listed model: counted from here
+                vectors_before = cache.count(ranker.card.fingerprint)
+            for cell in (plan.cells[images], plan.cells[queries]):
+                note(f"{spec}: {cell.task}: {cell.items} embeddings, {cell.cached} cached")
+            model_progress = meter.span(images, queries, f"{spec}: ")
+            model_progress(0.0, f"ranking {len(gallery)} images")
 
             result = evaluate(
                 ranker, gallery, suite.setting, suite.paraphrase, model_progress, stop
             )
+            meter.at(queries, 1.0, f"{spec}: scored {len(result.queries)} queries")
             result.timing_s["total"] = round(time.perf_counter() - model_started, 2)
             path = result.to_disk(out_dir)
             summaries[spec] = cxr_model_summary(result)
@@ -325,6 +374,7 @@ def _run_cxr_retrieve(
                 path=str(path),
             )
             recorder.model_timing[spec] = result.timing_s["total"]
+            recorder.new_vectors[spec] = cache.count(ranker.card.fingerprint) - vectors_before
     return recorder.close(
         suite=suite.name,
         models=summaries,

@@ -23,6 +23,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,10 @@ def _label(study: Study) -> str:
     return study.path or study.id
 
 
+def _decode_batch(batch: list[tuple[Study, str]]) -> list[tuple[Study, str, str | None]]:
+    return [(study, key, decode(study)) for study, key in batch]
+
+
 def embed_shard(
     shard: Shard,
     embedder: Embedder,
@@ -221,7 +226,9 @@ def embed_shard(
 ) -> ShardResult:
     """Cached vectors are reused; the rest are decoded, embedded in batches and cached.
 
-    A batch that fails is retried one item at a time, so one bad file costs only itself.
+    The next batch is read and decoded on a second thread while this one is embedded (image
+    decoding releases the GIL), so file reading no longer stalls the model. A batch that fails
+    is retried one item at a time, so one bad file costs only itself.
     """
     fingerprint = embedder.card.fingerprint
     found = cache.get(fingerprint, shard.keys)
@@ -229,27 +236,31 @@ def embed_shard(
     pending = [(s, k) for s, k in zip(shard.studies, shard.keys, strict=True) if k not in found]
     reused = len(shard.keys) - len(pending)
     embedded = 0
-    for start in range(0, len(pending), batch_size):
-        if stop is not None and stop.is_set():
-            raise InterruptedError("The index build was cancelled.")
-        batch = pending[start : start + batch_size]
-        readable = []
-        for study, key in batch:
-            reason = decode(study)
-            if reason is None:
-                readable.append((study, key))
-            else:
-                failed[study.id] = f"{_label(study)}: {reason}"
-        vectors = _encode_tolerant(embedder, readable, failed)
-        for (study, _key), vector in zip(readable, vectors, strict=True):
-            if study.path is not None:
-                study.pixels = None  # keep memory flat on large sources
-            if vector is not None:
-                found[_key] = vector
-        good = [(k, v) for (_s, k), v in zip(readable, vectors, strict=True) if v is not None]
-        if good:
-            cache.put(fingerprint, [k for k, _ in good], np.stack([v for _, v in good]))
-            embedded += len(good)
+    batches = [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode") as reader:
+        upcoming = reader.submit(_decode_batch, batches[0]) if batches else None
+        for number in range(len(batches)):
+            if stop is not None and stop.is_set():
+                raise InterruptedError("The index build was cancelled.")
+            decoded = upcoming.result()  # type: ignore[union-attr]
+            if number + 1 < len(batches):
+                upcoming = reader.submit(_decode_batch, batches[number + 1])
+            readable = []
+            for study, key, reason in decoded:
+                if reason is None:
+                    readable.append((study, key))
+                else:
+                    failed[study.id] = f"{_label(study)}: {reason}"
+            vectors = _encode_tolerant(embedder, readable, failed)
+            for (study, key), vector in zip(readable, vectors, strict=True):
+                if study.path is not None:
+                    study.pixels = None  # keep memory flat on large sources
+                if vector is not None:
+                    found[key] = vector
+            good = [(k, v) for (_s, k), v in zip(readable, vectors, strict=True) if v is not None]
+            if good:
+                cache.put(fingerprint, [k for k, _ in good], np.stack([v for _, v in good]))
+                embedded += len(good)
     return _result(shard, found, failed, embedded, reused)
 
 

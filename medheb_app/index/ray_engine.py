@@ -1,9 +1,16 @@
 """The Ray engine of `index build --engine ray`: a Ray Data pipeline for what outgrows one machine.
 
-  pending items (cache misses only) -> read + decode on CPU tasks (map_batches)
+  pending items (cache misses only; a study leaves the driver as its path, not its pixels)
+  -> [GPU actors only: read + decode on CPU tasks (map_batches)]
   -> embed in an actor pool (one model per actor; num_gpus=1 per actor when the cluster has
      GPUs; concurrency = GPUs, else half the cluster's CPUs) -> back to the driver in order,
   where each shard is written to the embedding cache and committed (index/build.py).
+
+CPU actors read and decode their own batches: a separate decode task needs a CPU that the
+actors already hold and ships every image's pixels through the object store. (On the shared
+2-core machine the change was within the load's noise: BENCHMARKS.md, engines section.) A GPU
+actor leaves decoding to CPU tasks so that its GPU is not idle while files are read. Each
+actor runs torch on as many threads as CPUs it holds (the local engine uses the machine's).
 
 The driver keeps the embedding cache (one SQLite file) as the single source of truth; actors
 only compute. `address` joins a running cluster ("auto" or host:port, as `ray start --head`
@@ -14,6 +21,7 @@ node (a shared filesystem), as Ray Data's own file readers assume.
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import threading
@@ -26,9 +34,12 @@ from medheb_app.index.build import Shard, ShardResult, _reason, _result, decode
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.settings import Settings
 
+CPUS_PER_ACTOR = 1  # and as many torch threads: an actor never oversubscribes its share
+
 
 def _decode_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """CPU task: unpickle each study, read its pixels; the reason when it cannot be read."""
+    """Unpickle each study, read its pixels; the reason when it cannot be read. A CPU task
+    in front of GPU actors (the decoded pixels travel on); inside a CPU actor otherwise."""
     studies, errors = [], []
     for blob in batch["study"]:
         study = pickle.loads(blob)
@@ -38,18 +49,39 @@ def _decode_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {**batch, "study": np.array(studies, dtype=object), "error": np.array(errors)}
 
 
-class EmbedActor:
-    """One model per actor, loaded once; embeds a batch, one item at a time if it fails."""
+def _without_pixels(study: Any) -> bytes:
+    """The study pickled for the object store: a study with a path travels without pixels
+    (whoever needs them reads the file), so a batch costs bytes, not megabytes."""
+    if getattr(study, "path", None) is not None and getattr(study, "pixels", None) is not None:
+        study = copy.copy(study)
+        study.pixels = None
+    return pickle.dumps(study)
 
-    def __init__(self, spec: str, settings: Settings, device: str) -> None:
+
+class EmbedActor:
+    """One model per actor, loaded once; embeds a batch, one item at a time if it fails.
+    With `decode`, the actor also reads and decodes its batch (CPU actors)."""
+
+    def __init__(
+        self, spec: str, settings: Settings, device: str, threads: int = 1, decode: bool = False
+    ) -> None:
+        import torch
+
         from medheb_app.models.registry import load_embedder
 
+        torch.set_num_threads(max(1, threads))
+        self.decode = decode
         self.embedder = load_embedder(spec, settings, device=device)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        errors = list(batch["error"])
+        errors = [str(e) for e in batch["error"]] if "error" in batch else [""] * len(batch["id"])
         readable = [i for i, error in enumerate(errors) if not error]
         studies = [pickle.loads(batch["study"][i]) for i in readable]
+        if self.decode:  # read here: the pixels never leave this process
+            for i, study in zip(list(readable), studies, strict=True):
+                errors[i] = decode(study) or ""
+            studies = [s for i, s in zip(readable, studies, strict=True) if not errors[i]]
+            readable = [i for i in readable if not errors[i]]
         vectors: list[bytes] = [b""] * len(errors)
         try:
             encoded = np.asarray(self.embedder.encode(studies), np.float32) if studies else []
@@ -145,7 +177,7 @@ def _run(
                         "key": key,
                         "id": study.id,
                         "label": study.path or study.id,
-                        "study": pickle.dumps(study),
+                        "study": _without_pixels(study),
                     }
                 )
     misses = {s.number: sum(r["shard"] == s.number for r in rows) for s in shards}
@@ -174,22 +206,25 @@ def _run(
         if actors:
             count = actors
         use_gpu = gpus if device.startswith("cuda") else 0.0
-        dataset = (
-            ray.data.from_items(rows)
-            .map_batches(_decode_batch, batch_size=batch_size, batch_format="numpy")
-            .map_batches(
-                EmbedActor,
-                fn_constructor_kwargs={
-                    "spec": model_spec,
-                    "settings": settings,
-                    "device": device if use_gpu else "cpu",
-                },
-                batch_size=batch_size,
-                batch_format="numpy",
-                concurrency=count,
-                num_gpus=use_gpu,
-                num_cpus=1,
+        dataset = ray.data.from_items(rows)
+        if use_gpu:  # CPU tasks decode so that the GPU actors only embed
+            dataset = dataset.map_batches(
+                _decode_batch, batch_size=batch_size, batch_format="numpy"
             )
+        dataset = dataset.map_batches(
+            EmbedActor,
+            fn_constructor_kwargs={
+                "spec": model_spec,
+                "settings": settings,
+                "device": device if use_gpu else "cpu",
+                "threads": CPUS_PER_ACTOR,
+                "decode": not use_gpu,
+            },
+            batch_size=batch_size,
+            batch_format="numpy",
+            concurrency=count,
+            num_gpus=use_gpu,
+            num_cpus=CPUS_PER_ACTOR,
         )
         for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
             if stop is not None and stop.is_set():

@@ -32,7 +32,7 @@ from medheb_app.evidence.study import Study
 from medheb_app.models.base import Embedder
 from medheb_app.query.parser import ParsedQuery, parse_query
 from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
-from medheb_app.ranking.views import view_vectors
+from medheb_app.ranking.views import crops_per_image, view_vectors
 from medheb_app.settings import Settings
 
 TIE_WEIGHT = 1e-3
@@ -136,23 +136,40 @@ class LogicAwareRanker:
         return np.stack(rows) if rows else np.zeros((0, len(image_vectors)))
 
     def score(self, task: Any, progress: Any = None, stop: Any = None) -> np.ndarray:
-        """The ranker protocol of medheb_app.eval.rankers: text queries against study images."""
+        """The ranker protocol of medheb_app.eval.rankers: text queries against study images.
+
+        Progress follows the work: whole images, their crops, then the queries."""
         texts = [str(query.item) for query in task.queries]
         gallery = [candidate.item for candidate in task.candidates]
+        whole = len(gallery)
+        crops = whole * (crops_per_image(self.probe.views) if self.probe.views != "whole" else 0)
+        total = max(whole + crops + len(texts), 1)
+
+        def part(offset: int, share: int) -> Any:
+            if progress is None:
+                return None
+            return lambda fraction, message: progress((offset + share * fraction) / total, message)
+
         if progress:
-            progress(0.0, f"{self.spec}: embedding {len(gallery)} images and their crops")
-        vectors = study_vectors(self.embedder, gallery, self.cache)
-        features = probe_features(self.embedder, gallery, self.probe.views, self.cache, vectors)
+            progress(0.0, f"embedding {whole} images and their crops")
+        vectors = study_vectors(self.embedder, gallery, self.cache, part(0, whole))
+        features = probe_features(
+            self.embedder, gallery, self.probe.views, self.cache, vectors, part(whole, crops)
+        )
+        if progress:
+            progress((whole + crops) / total, f"scoring {len(texts)} queries")
         return self.score_vectors(texts, vectors, features)
 
 
-def study_vectors(embedder: Embedder, studies: Sequence[Study], cache: object = None) -> np.ndarray:
+def study_vectors(
+    embedder: Embedder, studies: Sequence[Study], cache: object = None, progress: Any = None
+) -> np.ndarray:
     """Image embeddings of studies through the embedding cache (content-addressed keys)."""
     from medheb_app.index.cache import embed_with_cache
     from medheb_app.index.catalog import study_content_key
 
     keys = [study_content_key(study) for study in studies]
-    return embed_with_cache(embedder, list(studies), keys, cache)  # type: ignore[arg-type]
+    return embed_with_cache(embedder, list(studies), keys, cache, progress=progress)  # type: ignore[arg-type]
 
 
 def probe_features(
@@ -161,13 +178,26 @@ def probe_features(
     views: str,
     cache: object = None,
     vectors: np.ndarray | None = None,
+    progress: Any = None,
 ) -> np.ndarray:
-    """What a probe reads: the whole-image embedding, then the view set's crop embeddings."""
+    """What a probe reads: the whole-image embedding, then the view set's crop embeddings.
+    `progress` follows what is embedded here, by count: the whole images (unless `vectors`
+    are given), then the crops."""
+    whole = len(studies) if vectors is None else 0
+    crops = len(studies) * crops_per_image(views) if views != "whole" else 0
+    total = max(whole + crops, 1)
+
+    def part(offset: int, share: int) -> Any:
+        if progress is None:
+            return None
+        return lambda fraction, message: progress((offset + share * fraction) / total, message)
+
     if vectors is None:
-        vectors = study_vectors(embedder, studies, cache)
+        vectors = study_vectors(embedder, studies, cache, part(0, whole))
     if views == "whole":
         return np.asarray(vectors)
-    return np.concatenate([vectors, view_vectors(embedder, studies, views, cache)], axis=1)
+    crop_vectors = view_vectors(embedder, studies, views, cache, part(whole, crops))
+    return np.concatenate([vectors, crop_vectors], axis=1)
 
 
 def probe_path(
@@ -177,6 +207,17 @@ def probe_path(
     config: ProbeConfig | None = None,
 ) -> Path:
     """Where the probe for (model, exact training images and labels, probe settings) is kept."""
+    return probe_file(settings, embedder.card.fingerprint, train, config)
+
+
+def probe_file(
+    settings: Settings,
+    fingerprint: str,
+    train: Sequence[Study],
+    config: ProbeConfig | None = None,
+) -> Path:
+    """probe_path from a model's fingerprint alone: a run's estimate asks whether the probe
+    is already fit without loading the model (eval/estimate.py)."""
     from medheb_app.index.catalog import study_content_key
 
     digest = hashlib.sha1()
@@ -184,7 +225,7 @@ def probe_path(
         digest.update(study_content_key(study).encode())
         digest.update(repr(sorted(study.findings.items(), key=str)).encode())
     config = config or ProbeConfig()
-    name = f"{embedder.card.fingerprint}-{digest.hexdigest()[:12]}-{config.key()}.npz"
+    name = f"{fingerprint}-{digest.hexdigest()[:12]}-{config.key()}.npz"
     return settings.data_dir / "probes" / name
 
 
@@ -195,15 +236,17 @@ def load_or_fit_probe(
     cache: object = None,
     vocabulary: Sequence[str] = CXR_RETRIEVE_10,
     config: ProbeConfig | None = None,
+    progress: Any = None,
 ) -> FindingProbe:
-    """The probe for these training studies, fit once and then read from DATA_DIR/probes."""
+    """The probe for these training studies, fit once and then read from DATA_DIR/probes.
+    `progress` follows the embedding of the training images and their crops."""
     if not train:
         raise ValueError("The logic-aware ranker needs labelled training images to fit on.")
     config = config or ProbeConfig()
     path = probe_path(settings, embedder, train, config)
     if path.is_file():
         return FindingProbe.load(path)
-    features = probe_features(embedder, train, config.views, cache)
+    features = probe_features(embedder, train, config.views, cache, progress=progress)
     labels = [s.findings for s in train]
     probe = fit_probe(features, labels, vocabulary, embedder.card.fingerprint, config)
     probe.save(path)

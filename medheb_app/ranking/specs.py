@@ -22,8 +22,10 @@ def logic_ranker(
     train_studies: Callable[[], Sequence[Study]],
     cache: object = None,
     probe_config: ProbeConfig | None = None,
+    progress: Callable[[float, str], None] | None = None,
 ) -> LogicAwareRanker:
-    """The logic-aware ranker for `logic:<spec>`; `train_studies` is called only to fit."""
+    """The logic-aware ranker for `logic:<spec>`; `train_studies` is called only to fit
+    (`progress` follows that fit's embeddings)."""
     from medheb_app.models.registry import load_embedder
 
     spec = spec.strip()
@@ -31,5 +33,7 @@ def logic_ranker(
     if not base:
         raise ValueError("A logic-aware spec names its embedder, e.g. 'logic:dual-lite'.")
     embedder = load_embedder(base, settings)
-    probe = load_or_fit_probe(embedder, list(train_studies()), settings, cache, config=probe_config)
+    probe = load_or_fit_probe(
+        embedder, list(train_studies()), settings, cache, config=probe_config, progress=progress
+    )
     return LogicAwareRanker(embedder, probe, cache, name=spec)

@@ -20,7 +20,7 @@ geometry, so a gallery is cropped and embedded once per model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -47,10 +47,20 @@ def check_views(views: str) -> str:
 
 
 def view_vectors(
-    embedder: Embedder, studies: Sequence[Study], views: str, cache: object = None
+    embedder: Embedder,
+    studies: Sequence[Study],
+    views: str,
+    cache: object = None,
+    progress: Callable[[float, str], None] | None = None,
 ) -> np.ndarray:
-    """(n, crops * dims): the crop embeddings of every grid in the view set, concatenated."""
-    return _grid_vectors(embedder, studies, VIEW_SETS[check_views(views)], cache)
+    """(n, crops * dims): the crop embeddings of every grid in the view set, concatenated.
+    `progress` hears the share of studies done after each chunk."""
+    return _grid_vectors(embedder, studies, VIEW_SETS[check_views(views)], cache, progress)
+
+
+def crops_per_image(views: str) -> int:
+    """How many crops the view set embeds per image (besides the whole image)."""
+    return sum(grid * grid for grid, _ in VIEW_SETS[check_views(views)])
 
 
 def crop_grid(image: np.ndarray, fraction: float = CROP_FRACTION, grid: int = GRID) -> list:
@@ -93,6 +103,7 @@ def _grid_vectors(
     studies: Sequence[Study],
     geometry: Sequence[tuple[int, float]],
     cache: object = None,
+    progress: Callable[[float, str], None] | None = None,
 ) -> np.ndarray:
     """Per study, the crops of each (grid, fraction) in turn, embedded through the cache.
 
@@ -116,11 +127,29 @@ def _grid_vectors(
             vectors = np.stack([cached[k] for k in keys])
         else:
             items = [Evidence(image=crop) for study in chunk for crop in _crops(study, geometry)]
-            vectors = embed_with_cache(embedder, items, keys, cache)  # type: ignore[arg-type]
+            vectors = embed_with_cache(
+                embedder,
+                items,  # type: ignore[arg-type]
+                keys,
+                cache,  # type: ignore[arg-type]
+                progress=_within(progress, start, len(chunk), len(studies)),
+            )
         rows.append(np.asarray(vectors, dtype=np.float32).reshape(len(chunk), -1))
+        if progress:
+            done = start + len(chunk)
+            progress(done / len(studies), f"cropped and embedded {done} of {len(studies)} images")
     if not rows:
         return np.zeros((0, width), dtype=np.float32)
     return np.concatenate(rows)
+
+
+def _within(
+    progress: Callable[[float, str], None] | None, start: int, size: int, total: int
+) -> Callable[[float, str], None] | None:
+    """A chunk's own 0..1 progress as the whole gallery's (a chunk holds hundreds of crops)."""
+    if progress is None:
+        return None
+    return lambda done, message: progress((start + done * size) / total, "crops: " + message)
 
 
 def _crops(study: Study, geometry: Sequence[tuple[int, float]]) -> list:

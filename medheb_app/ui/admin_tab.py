@@ -16,7 +16,7 @@ import gradio as gr
 import pandas as pd
 
 from medheb_app.access.auth import Authenticator
-from medheb_app.run_service import bench_estimate, shared_data_line
+from medheb_app.run_service import SKIPPED_COLUMNS, bench_estimate, job_skipped, shared_data_line
 from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services, describe_for_run
 from medheb_app.tasks.base import FAMILIES
 from medheb_app.train.recipes import RECIPES
@@ -86,6 +86,44 @@ def job_detail(services: Services, job_id: float | None) -> tuple[str, str]:
     if info.error:
         bar += ui.notice_html("error", info.error)
     return bar, "\n".join(lines[-LOG_LINES_SHOWN:])
+
+
+def job_skipped_table(services: Services, job_id: float | None) -> pd.DataFrame:
+    """The selected benchmark job's skipped tasks and why (filled when the job finishes)."""
+    rows: list[dict[str, str]] = []
+    if job_id:
+        try:
+            rows = job_skipped(services, int(job_id))
+        except ValueError:
+            rows = []
+    return pd.DataFrame(rows, columns=list(SKIPPED_COLUMNS))
+
+
+def estimate_view(
+    services: Services,
+    is_admin: bool,
+    suite: str,
+    models: list[str] | None,
+    tasks: list[str] | None,
+    families: list[str] | None,
+) -> tuple[pd.DataFrame, str]:
+    """The estimate table (task, model, items, cached, est. seconds, then the total) and a
+    note (the total, skipped tasks, where real data is read from), or an error note."""
+    empty = pd.DataFrame()
+    if not is_admin:
+        return empty, ui.notice_html("error", NOT_ADMIN)
+    try:
+        estimate = bench_estimate(
+            services, str(suite or ""), list(models or []), list(tasks or []), list(families or [])
+        )
+    except (ValueError, KeyError) as error:
+        return empty, ui.notice_html("error", error.args[0] if error.args else str(error))
+    skipped = f" {len(estimate.skipped)} task(s) will be skipped." if estimate.skipped else ""
+    note = (
+        f"About {estimate.total_seconds:.0f} s of embedding for what the cache lacks "
+        f"(nothing was run).{skipped} {shared_data_line(services)}"
+    )
+    return pd.DataFrame(estimate.rows()), ui.notice_html("info", note)
 
 
 def cancel_job(services: Services, is_admin: bool, job_id: float | None) -> str:
@@ -240,6 +278,7 @@ def medheb_task_names() -> list[str]:
 def admin_choices(services: Services):
     """Fresh picker contents after sign-in: models (the shipped ones chosen), suites, runs."""
     from medheb_app.demo import default_demo_models
+    from medheb_app.search import build_default_model
     from medheb_app.services import BENCH_SUITES
     from medheb_app.ui.explorer_tab import run_choices
 
@@ -249,7 +288,7 @@ def admin_choices(services: Services):
     return (
         gr.update(choices=models, value=shipped),
         gr.update(choices=list(BENCH_SUITES), value=BENCH_SUITES[0]),
-        gr.update(choices=models, value=services.settings.default_model),
+        gr.update(choices=models, value=build_default_model(services.settings)),
         gr.update(choices=runs, value=runs[0][1] if runs else None),
     )
 
@@ -286,7 +325,12 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
             with gr.Row():
                 estimate = gr.Button("Estimate from the embedding cache", size="sm")
                 bench_start = gr.Button("Start benchmark run", elem_id="admin-start-bench")
-            estimate_table = gr.Dataframe(label="Estimate", interactive=False)
+            estimate_table = gr.Dataframe(
+                label="Estimate: items each model embeds, how many the embedding cache holds",
+                interactive=False,
+                elem_id="admin-estimate",
+            )
+            estimate_note = gr.HTML(elem_id="admin-estimate-note")
         with gr.Tab("Training"):
             recipe = gr.Dropdown(label="Recipe", choices=list(TRAIN_RECIPES), value="report")
             tag = gr.Textbox(
@@ -350,6 +394,11 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
             job_id = gr.Number(label="Job id", precision=0)
             cancel = gr.Button("Cancel job", variant="stop")
         job_progress = gr.HTML()
+        job_skips = gr.Dataframe(
+            label="Skipped tasks of the selected benchmark job, and why",
+            interactive=False,
+            elem_id="admin-job-skipped",
+        )
         job_log = gr.Textbox(
             label="Log", lines=10, max_lines=20, autoscroll=True, elem_id="admin-log"
         )
@@ -379,8 +428,9 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
 
     def _poll(selected, request: gr.Request):
         if not auth.is_admin(request):
-            return gr.update(), "", "", gr.Timer(active=False)
-        return job_table(services), *job_detail(services, selected), gr.Timer()
+            return gr.update(), "", "", gr.update(), gr.Timer(active=False)
+        detail = job_detail(services, selected)
+        return job_table(services), *detail, job_skipped_table(services, selected), gr.Timer()
 
     def _run_models(run_id, request: gr.Request):
         from medheb_app.ui.explorer_tab import load_summary
@@ -409,16 +459,16 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         api_name=False,
     )
 
-    def _estimate(chosen_suite, chosen_models, request: gr.Request):
-        if not auth.is_admin(request):
-            return pd.DataFrame(), ""
-        rows = bench_estimate(services, str(chosen_suite or ""), list(chosen_models or []))
-        return pd.DataFrame(rows), shared_data_line(services)
+    def _estimate(chosen_suite, chosen_models, chosen_tasks, chosen_families, request: gr.Request):
+        admin = auth.is_admin(request)
+        return estimate_view(
+            services, admin, chosen_suite, chosen_models, chosen_tasks, chosen_families
+        )
 
     estimate.click(
         _estimate,
-        [suite, bench_models],
-        [estimate_table, shared_note],
+        [suite, bench_models, bench_tasks, bench_families],
+        [estimate_table, estimate_note],
         api_name=False,
     )
     train_start.click(
@@ -486,7 +536,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         [study_note],
         api_name=False,
     )
-    timer.tick(_poll, [job_id], [jobs, job_progress, job_log, timer], api_name=False)
+    timer.tick(_poll, [job_id], [jobs, job_progress, job_log, job_skips, timer], api_name=False)
     return {
         "panel": panel,
         "on_load": on_load,

@@ -31,7 +31,13 @@ from medheb_app.eval.leaderboard import (  # noqa: F401
     task_frame,
 )
 from medheb_app.eval.results import Summary
-from medheb_app.run_service import finished_run_choices, run_summary
+from medheb_app.run_service import (
+    SKIPPED_COLUMNS,
+    finished_run_choices,
+    run_shared_data_line,
+    run_skipped,
+    run_summary,
+)
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
 from medheb_app.ui.drilldown_view import drilldown_html
@@ -51,6 +57,12 @@ def run_choices(services: Services) -> list[tuple[str, int]]:
 def load_summary(services: Services, run_id: int) -> Summary:
     """The Summary of a stored run, read from its out_dir."""
     return run_summary(services, run_id)
+
+
+def skipped_frame(services: Services, summary: Summary | None, is_admin: bool) -> pd.DataFrame:
+    """The run's "Skipped tasks" table: task, model, reason (server paths for admins only)."""
+    rows = run_skipped(services, summary, is_admin) if summary is not None else []
+    return pd.DataFrame(rows, columns=list(SKIPPED_COLUMNS))
 
 
 # ---------------------------------------------------------------- figures
@@ -194,6 +206,12 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         pinned_columns=1,
         elem_id="explorer-table",
     )
+    skipped = gr.Dataframe(
+        label="Skipped tasks (not in the tables above, and why)",
+        interactive=False,
+        elem_id="explorer-skipped",
+    )
+    shared_data = gr.Markdown("", elem_id="explorer-shared-data")  # admins only
     with gr.Row():
         family_plot = gr.Plot(label="Per family")
         split_plot = gr.Plot(label="ID vs held-out")
@@ -307,6 +325,11 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
             ],
         )
 
+    def _skipped(summary, request: gr.Request):
+        admin = auth is not None and auth.is_admin(request)
+        line = run_shared_data_line(summary) if admin and summary is not None else ""
+        return skipped_frame(services, summary, admin), line
+
     def _blinded(summary, request: gr.Request) -> bool:
         from medheb_app.ui.blinding import run_is_blinded
 
@@ -354,9 +377,11 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         scatter_plot,
     ]
     query_inputs = [summary_state, task, compare_models, failures]
-    run.change(_load, [run], load_outputs, api_name=False).then(
-        _views, view_inputs, view_outputs, api_name=False
-    ).then(_queries, query_inputs, [query], api_name=False)
+    loaded = run.change(_load, [run], load_outputs, api_name=False)
+    loaded.then(_views, view_inputs, view_outputs, api_name=False).then(
+        _queries, query_inputs, [query], api_name=False
+    )
+    loaded.then(_skipped, [summary_state], [skipped, shared_data], api_name=False)
     for control in (families, forms, splits, models, model_x, model_y):
         # .input (user edits only): a run load sets all of them and redraws once, via .then
         control.input(_views, view_inputs, view_outputs, api_name=False)

@@ -142,10 +142,10 @@ def index_choices(services: Services) -> list[str]:
 
 def model_choices(services: Services, index: str | None = None) -> list[str]:
     """Listed models with `index` built, strongest first (read fresh: new builds appear)."""
-    offer = _offer(services)
-    return offer.get(index or services.settings.default_index, []) or [
-        services.settings.default_model
-    ]
+    from medheb_app.search import default_model
+
+    index = index or services.settings.default_index
+    return _offer(services).get(index, []) or [default_model(services.settings, index)]
 
 
 def _pick(current: str | None, choices: list[str], default: str) -> str:

@@ -1,0 +1,331 @@
+"""What a benchmark run will cost before it runs, read from the embedding cache's state.
+
+For each task and model of a run: the distinct items the model will embed, how many of them
+the embedding cache already holds, and the seconds the rest will take at the model's
+throughput. Items are counted by the same content-addressed cache keys the rankers use
+(`content_key` in eval/rankers.py, `crop_key` in ranking/views.py), so an estimate after a
+run of the same tasks finds every item cached. Throughput is measured from earlier runs
+(the runner records how many new vectors each model wrote and how long it took:
+`new_vectors` below) or, until a model has been measured, a conservative default that the
+estimate names as such. A cached vector is read, not recomputed; its small cost counts only
+in `Cell.work`, the weight the runner's progress uses.
+
+Nothing here loads a model: fingerprints come from the registry's cards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from medheb_app.eval.rankers import content_key, task_forms
+from medheb_app.eval.results import Summary
+from medheb_app.settings import Settings
+
+# at the top of what was measured on a shared 2-core CPU machine, model load included:
+# dual-lite 0.08 s/item on 658 texts (`bench run --family T-T`), 0.27 s/item on 45 images and
+# 145 texts, logic:dual-lite 0.30 s/item on 2,503 images and crops (cxr-retrieve, phantom)
+DEFAULT_SECONDS_PER_ITEM = 0.3
+READ_SECONDS_PER_ITEM = 0.0005  # reading one cached vector (progress weights only)
+BASELINES = ("oracle", "random")  # judgement-task baselines: they embed nothing
+DEFAULT_RATE_NOTE = f"default {DEFAULT_SECONDS_PER_ITEM} s/item (not measured yet)"
+LOGIC_PREFIX = "logic:"
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Seconds per embedded item for one model, and where the figure comes from."""
+
+    seconds_per_item: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One task x model (or stage) of a run: items embedded, of which cached, the cost."""
+
+    task: str
+    model: str
+    items: int
+    cached: int
+    rate: Rate
+    note: str = ""
+
+    @property
+    def to_embed(self) -> int:
+        return self.items - self.cached
+
+    @property
+    def seconds(self) -> float:
+        return round(self.to_embed * self.rate.seconds_per_item, 1)
+
+    @property
+    def work(self) -> float:
+        """Progress weight: seconds to embed the rest plus reading what is cached."""
+        return self.to_embed * self.rate.seconds_per_item + self.cached * READ_SECONDS_PER_ITEM
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "model": self.model,
+            "items": self.items,
+            "cached": self.cached,
+            "est. seconds": self.seconds,
+            "rate": "; ".join(filter(None, [self.note, self.rate.source])),
+        }
+
+
+@dataclass
+class Estimate:
+    """A run's cost, cell by cell, with the tasks that will be skipped and why."""
+
+    suite: str
+    cells: list[Cell]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total_seconds(self) -> float:
+        return round(sum(cell.seconds for cell in self.cells), 1)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The table shown to users: one row per cell, then the total."""
+        total = {
+            "task": "total",
+            "model": "",
+            "items": sum(cell.items for cell in self.cells),
+            "cached": sum(cell.cached for cell in self.cells),
+            "est. seconds": self.total_seconds,
+            "rate": "",
+        }
+        return [cell.row() for cell in self.cells] + [total]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "suite": self.suite,
+            "cells": [{**asdict(cell), "seconds": cell.seconds} for cell in self.cells],
+            "total_seconds": self.total_seconds,
+            "skipped": dict(self.skipped),
+        }
+
+    def render(self) -> str:
+        """A plain-text table (the CLI's `bench run --estimate`)."""
+        lines = [f"Estimate for suite {self.suite} (nothing was run):"]
+        lines.append(f"  {'task':<44} {'model':<24} {'items':>7} {'cached':>7} {'est. s':>8}")
+        for cell in self.cells:
+            lines.append(
+                f"  {cell.task:<44} {cell.model:<24} {cell.items:>7} {cell.cached:>7} "
+                f"{cell.seconds:>8.1f}  {cell.row()['rate']}"
+            )
+        lines.append(f"  {'total':<44} {'':<24} {'':>7} {'':>7} {self.total_seconds:>8.1f}")
+        lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
+        return "\n".join(lines)
+
+
+def new_vectors_key(spec: str) -> str:
+    """The Summary.timing key under which a run records how many vectors a model computed."""
+    return f"{spec}_new_vectors"
+
+
+def measured_rate(spec: str, history: Iterable[tuple[int | None, Summary]]) -> Rate:
+    """Seconds per item of `spec` from the newest run (of `history`, newest first) in which it
+    computed new vectors: the model's whole time over the vectors it wrote (loading and scoring
+    included, so an upper bound); the default when no run measured it."""
+    for run_id, summary in history:
+        if summary.settings.get("engine") == "ray":  # units ran side by side: no model's rate
+            continue
+        fresh = summary.timing.get(new_vectors_key(spec))
+        seconds = summary.timing.get(f"{spec}_s")
+        if fresh and seconds is not None and fresh > 0:
+            rate = float(seconds) / float(fresh)
+            where = f"run {run_id}" if run_id is not None else "an earlier run"
+            return Rate(rate, f"{rate:.4f} s/item measured in {where} ({int(fresh)} new vectors)")
+    return Rate(DEFAULT_SECONDS_PER_ITEM, DEFAULT_RATE_NOTE)
+
+
+def run_history(store: Any, limit: int = 30) -> list[tuple[int | None, Summary]]:
+    """The newest finished runs (id, Summary), newest first; unreadable folders are passed."""
+    from medheb_app.store.runs import run_listing
+
+    history = []
+    for row in run_listing(store, limit=limit, status="finished"):
+        try:
+            history.append((row["id"], Summary.from_disk(row["out_dir"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return history
+
+
+def rates_from_store(store: Any, specs: Sequence[str]) -> dict[str, Rate]:
+    """Each spec's measured seconds per item (measured_rate) from the store's recent runs; a
+    logic: spec not measured yet takes its embedder's rate (the same model embeds)."""
+    history = run_history(store)
+    rates = {}
+    for spec in specs:
+        rate = measured_rate(spec, history)
+        if rate.source == DEFAULT_RATE_NOTE and spec.startswith(LOGIC_PREFIX):
+            rate = measured_rate(spec[len(LOGIC_PREFIX) :], history)
+        rates[spec] = rate
+    return rates
+
+
+def model_cards(settings: Settings) -> dict[str, dict[str, Any]]:
+    """spec -> registry card (dict) for every listed model; loads no weights."""
+    from medheb_app.models.registry import list_models
+
+    return {
+        str(entry["spec"]): entry["card"]
+        for entry in list_models(settings)
+        if isinstance(entry.get("card"), dict)
+    }
+
+
+class CacheView:
+    """The embedding cache as a run will find it, cell by cell: what is stored now plus what
+    earlier cells of the same run embed under the same fingerprint (dual-lite and
+    logic:dual-lite share their whole-image vectors; so do two specs of one checkpoint)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self.planned: dict[str, set[str]] = {}
+
+    def take(self, fingerprint: str | None, keys: Sequence[str]) -> int:
+        """How many of `keys` the cell will find cached; the rest count as embedded by it."""
+        if fingerprint is None or not keys:
+            return 0
+        planned = self.planned.setdefault(fingerprint, set())
+        stored = set(self.cache.get(fingerprint, keys)) if self.cache is not None else set()
+        found = sum(1 for key in keys if key in stored or key in planned)
+        planned.update(keys)
+        return found
+
+
+def medheb_keys(task: Any) -> list[str]:
+    """The distinct cache keys an embedding ranker writes for a task: candidates plain,
+    queries with the task instruction (eval/rankers.py EmbeddingRanker)."""
+    from medheb_app.index.cache import cache_key
+
+    candidates = [cache_key(content_key(c)) for c in task.candidates]
+    queries = [cache_key(content_key(q), task.instruction or None) for q in task.queries]
+    return list(dict.fromkeys(candidates + queries))
+
+
+def estimate_medheb(
+    suite_name: str,
+    tasks: Sequence[Any],
+    specs: Sequence[str],
+    cards: Mapping[str, Mapping[str, Any]],
+    cache: Any,
+    rates: Mapping[str, Rate],
+    skipped: Mapping[str, str] | None = None,
+) -> Estimate:
+    """Per task and model of a MedHEB run: items, cached, seconds."""
+    cells: list[Cell] = []
+    view = CacheView(cache)
+    keys = {task.name: medheb_keys(task) for task in tasks}
+    for spec in specs:
+        card = cards.get(spec) or {}
+        rate = rates.get(spec, Rate(DEFAULT_SECONDS_PER_ITEM, DEFAULT_RATE_NOTE))
+        for task in tasks:
+            if spec in BASELINES:
+                cells.append(Cell(task.name, spec, 0, 0, Rate(0.0, "baseline: embeds nothing")))
+                continue
+            missing = task_forms(task) - set(card.get("modalities") or ("text", "2d", "3d"))
+            if missing:
+                why = f"skipped: does not read {', '.join(sorted(missing))}"
+                cells.append(Cell(task.name, spec, 0, 0, Rate(0.0, why)))
+                continue
+            fingerprint = card.get("fingerprint")
+            note = "" if fingerprint else "not a listed model: cache not checked"
+            found = view.take(fingerprint, keys[task.name])
+            cells.append(Cell(task.name, spec, len(keys[task.name]), found, rate, note))
+    return Estimate(suite_name, cells, dict(skipped or {}))
+
+
+def image_keys(studies: Sequence[Any], views: str | None) -> list[str]:
+    """Cache keys of the studies' whole images, plus each crop of the view set when given."""
+    from medheb_app.index.catalog import study_content_key
+    from medheb_app.ranking.views import VIEW_SETS, crop_key
+
+    geometry = VIEW_SETS[views] if views else ()
+    keys: list[str] = []
+    for study in studies:
+        content = study_content_key(study)
+        keys.append(content)
+        keys += [
+            crop_key(content, i, fraction, grid)
+            for grid, fraction in geometry
+            for i in range(grid * grid)
+        ]
+    return list(dict.fromkeys(keys))
+
+
+def estimate_cxr(
+    suite: Any,
+    gallery: Any,
+    train: Sequence[Any],
+    specs: Sequence[str],
+    settings: Settings,
+    cards: Mapping[str, Mapping[str, Any]],
+    cache: Any,
+    rates: Mapping[str, Rate],
+) -> Estimate:
+    """Per model of a CXR-Retrieve run, its stages in the order they run: (logic: models
+    whose probe is not fit yet) the train images and their crops, then the gallery images
+    (with crops for logic:), then the 145 queries."""
+    from medheb_app.index.cache import cache_key
+    from medheb_app.ranking.logic_aware import probe_file
+    from medheb_app.ranking.probes import ProbeConfig
+    from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
+
+    task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)
+    query_keys = list(dict.fromkeys(cache_key(content_key(q)) for q in task.queries))
+    cells: list[Cell] = []
+    view = CacheView(cache)
+    for spec in specs:
+        logic = spec.startswith(LOGIC_PREFIX)
+        base = spec[len(LOGIC_PREFIX) :] if logic else spec
+        card = cards.get(base) or {}
+        fingerprint = card.get("fingerprint")
+        note = "" if fingerprint else "not a listed model: cache not checked"
+        rate = rates.get(spec, Rate(DEFAULT_SECONDS_PER_ITEM, DEFAULT_RATE_NOTE))
+        views = suite.probe_views if logic and suite.probe_views != "whole" else None
+        if logic:
+            config = ProbeConfig(views=suite.probe_views)
+            probe = probe_file(settings, fingerprint, train, config) if fingerprint else None
+            if probe is None or not probe.is_file():
+                keys = image_keys(train, views)
+                found = view.take(fingerprint, keys)
+                what = f"{suite.name}: probe fit ({len(train)} train images)"
+                cells.append(Cell(what, spec, len(keys), found, rate, note))
+        keys = image_keys(gallery.studies, views)
+        what = f"{suite.name}: {len(gallery)} gallery images" + (" + crops" if views else "")
+        cells.append(Cell(what, spec, len(keys), view.take(fingerprint, keys), rate, note))
+        # logic: rankers encode query texts directly (never cached); others through the cache
+        found = 0 if logic else view.take(fingerprint, query_keys)
+        what = f"{suite.name}: {len(task.queries)} queries"
+        why = "; ".join(filter(None, [note, "encoded each run, never cached" if logic else ""]))
+        cells.append(Cell(what, spec, len(query_keys), found, rate, why))
+    return Estimate(suite.name, cells, {})
+
+
+def estimate_run(
+    suite: Any,
+    specs: Sequence[str],
+    settings: Settings,
+    rates: Mapping[str, Rate] | None = None,
+    only: Sequence[str] | None = None,
+) -> Estimate:
+    """Build the run's tasks (or gallery) as the run would and estimate it; runs nothing."""
+    from medheb_app.index.cache import EmbeddingCache
+    from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
+
+    specs = list(dict.fromkeys(spec.strip() for spec in specs))
+    cards = model_cards(settings)
+    cache = EmbeddingCache(settings.cache_dir)
+    rates = rates or {}
+    if isinstance(suite, CxrRetrieveSuite):
+        gallery, train = suite.build(settings)
+        return estimate_cxr(suite, gallery, train, specs, settings, cards, cache, rates)
+    tasks, skipped = suite.build(settings, only=only)
+    return estimate_medheb(suite.name, tasks, specs, cards, cache, rates, skipped)

@@ -1,0 +1,198 @@
+"""A run's estimate from the embedding cache's state, and CXR-Retrieve progress by work.
+
+The estimate counts, per task and model, the items the run will embed by the rankers' own
+cache keys: before a run none are cached, after a run of the same tasks all are, and the
+estimate falls. The run records how many vectors each model computed, which gives the
+measured seconds per item the next estimate uses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from medheb_app.cli import main
+from medheb_app.eval.estimate import (
+    DEFAULT_SECONDS_PER_ITEM,
+    Estimate,
+    estimate_cxr,
+    estimate_medheb,
+    measured_rate,
+    model_cards,
+    new_vectors_key,
+    rates_from_store,
+)
+from medheb_app.eval.progress import WorkProgress
+from medheb_app.eval.rankers import EmbeddingRanker
+from medheb_app.eval.results import Summary
+from medheb_app.eval.runner import run_suite
+from medheb_app.index.cache import EmbeddingCache
+from medheb_app.settings import Settings
+from medheb_app.store.db import Store
+from medheb_app.store.runs import list_runs
+from medheb_app.tasks.builders.generic import paired_task
+from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
+from tests.test_cxr_cli import nih_fixture
+from tests.test_runner_suite import BagOfWords, meta, text_pairs
+
+
+def test_medheb_estimate_goes_from_nothing_cached_to_all_cached(
+    settings: Settings, tmp_path: Path
+) -> None:
+    tasks = [
+        paired_task(meta("tt-a"), text_pairs(30, 3)),
+        paired_task(meta("tt-b"), text_pairs(20, 4)),
+    ]
+    model = BagOfWords()
+    cards = {"bow": model.card.to_dict()}
+    cache = EmbeddingCache(settings.cache_dir)
+    before = estimate_medheb("custom", tasks, ["bow", "oracle"], cards, cache, {})
+    rows = {(c.task, c.model): c for c in before.cells}
+    assert rows["tt-a", "bow"].items == 60 and rows["tt-a", "bow"].cached == 0
+    assert rows["tt-b", "bow"].items == 40
+    assert rows["tt-a", "oracle"].items == 0  # the baseline embeds nothing
+    assert before.total_seconds == pytest.approx(100 * DEFAULT_SECONDS_PER_ITEM)
+    assert before.rows()[-1] == {
+        "task": "total",
+        "model": "",
+        "items": 100,
+        "cached": 0,
+        "est. seconds": before.total_seconds,
+        "rate": "",
+    }
+
+    summary = run_suite(tasks, [EmbeddingRanker("bow", model, cache)], tmp_path / "run", settings)
+    assert model.encoded == 100  # the estimate counted exactly what was embedded
+    assert summary.timing[new_vectors_key("bow")] == 100
+
+    rate = measured_rate("bow", [(summary.run_id, summary)])
+    assert rate.seconds_per_item == pytest.approx(summary.timing["bow_s"] / 100)
+    assert f"run {summary.run_id}" in rate.source
+    stored = rates_from_store(Store.open(settings.database_url), ["bow", "logic:bow"])
+    assert stored["bow"] == rate
+    assert stored["logic:bow"] == rate  # not measured itself: its embedder's rate
+    after = estimate_medheb("custom", tasks, ["bow"], cards, cache, {"bow": rate})
+    assert [(c.items, c.cached) for c in after.cells] == [(60, 60), (40, 40)]
+    assert after.total_seconds == 0.0 < before.total_seconds
+
+
+def _cli_estimate(data: Path, capsys: pytest.CaptureFixture) -> dict:
+    args = ["bench", "run", "--suite", "cxr-retrieve", "--data", f"nih:{data}"]
+    assert (
+        main([*args, "--model", "random", "--model", "logic:random", "--estimate", "--json"]) == 0
+    )
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_estimate_runs_nothing_and_a_run_caches_every_item(
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    data = nih_fixture(tmp_path / "nih")
+    before = _cli_estimate(data, capsys)
+    cells = {(c["task"].split(": ")[1], c["model"]): c for c in before["cells"]}
+    train = cells[next(k for k in cells if k[0].startswith("probe fit"))]
+    gallery = cells[next(k for k in cells if k[0].endswith("gallery images + crops"))]
+    plain = next(c for (what, spec), c in cells.items() if spec == "random" and "gallery" in what)
+    assert gallery["items"] == 14 * plain["items"]  # whole image plus 2x2 and 3x3 crops
+    assert train["model"] == "logic:random" and train["items"] % 14 == 0
+    # nothing is stored yet; logic:random finds the whole images random embeds before it
+    assert gallery["cached"] == plain["items"]
+    assert [c["cached"] for c in before["cells"] if c is not gallery] == [0] * 4
+    assert before["total_seconds"] > 0
+    assert list_runs(Store.open(settings.database_url)) == []  # --estimate ran nothing
+
+    out = tmp_path / "run"
+    args = ["bench", "run", "--suite", "cxr-retrieve", "--data", f"nih:{data}", "--out", str(out)]
+    assert main([*args, "--model", "random", "--model", "logic:random"]) == 0
+    capsys.readouterr()
+    timing = Summary.from_disk(out).timing
+    for spec in ("random", "logic:random"):  # the estimate counted what the run computed
+        planned = [
+            c["items"] - c["cached"]
+            for c in before["cells"]
+            if c["model"] == spec and "never cached" not in c["note"]
+        ]
+        assert timing[new_vectors_key(spec)] == sum(planned), spec
+    after = _cli_estimate(data, capsys)
+    # every gallery image, crop and cached query is now in the cache; the fit probe is on
+    # disk, so its training images drop out of the estimate
+    assert not any("probe fit" in c["task"] for c in after["cells"])
+    for cell in after["cells"]:
+        logic_queries = cell["model"] == "logic:random" and "queries" in cell["task"]
+        assert cell["cached"] == (0 if logic_queries else cell["items"]), cell
+    assert after["total_seconds"] < before["total_seconds"]
+    assert any("measured in run" in c["rate"]["source"] for c in after["cells"])
+    human = main([*args[:6], "--model", "random", "--estimate"])
+    assert human == 0 and "items  cached" in capsys.readouterr().out
+
+
+def test_a_run_without_out_is_a_clear_error(settings: Settings, capsys) -> None:
+    assert main(["bench", "run", "--family", "T-T", "--model", "random"]) == 2
+    assert "needs --out" in capsys.readouterr().err
+
+
+def test_work_progress_is_monotone_and_weighted() -> None:
+    seen: list[float] = []
+    meter = WorkProgress(lambda f, m: seen.append(f), [1.0, 9.0])
+    meter.at(0, 0.5, "half of the cheap stage")
+    meter.at(0, 0.2, "a late report from the same stage")  # never goes back
+    meter.at(1, 0.0, "the expensive stage starts")
+    meter.span(0, 1)(1.0, "all done")
+    assert seen == pytest.approx([0.05, 0.05, 0.1, 1.0])
+    assert WorkProgress(lambda f, m: None, [0.0, 0.0]).shares == [0.5, 0.5]
+
+
+def test_cxr_retrieve_progress_follows_work_with_a_log_line_per_stage(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """oracle (the whole gallery once) then logic:oracle (probe fit on the train images and
+    their 13 crops each, then the gallery with crops): progress after the cheap model is its
+    small share of the work, never goes back, and ends at 1.0."""
+    data = nih_fixture(tmp_path / "nih")
+    suite = CxrRetrieveSuite(data=f"nih:{data}")
+    specs = ["oracle", "logic:oracle"]
+    gallery, train = suite.build(settings)
+    plan: Estimate = estimate_cxr(
+        suite,
+        gallery,
+        train,
+        specs,
+        settings,
+        model_cards(settings),
+        EmbeddingCache(settings.cache_dir),
+        {},
+    )
+    total = sum(c.work for c in plan.cells)
+    cheap = sum(c.work for c in plan.cells if c.model == "oracle") / total
+    assert cheap < 0.25
+
+    events: list[tuple[float, str]] = []
+    lines: list[str] = []
+    run_suite(
+        suite,
+        specs,
+        tmp_path / "run",
+        settings,
+        progress=lambda f, m: events.append((f, m)),
+        log=lines.append,
+    )
+    fractions = [f for f, _ in events]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    first_logic = next(i for i, (_, m) in enumerate(events) if m.startswith("logic:oracle"))
+    assert events[first_logic - 1][1].startswith("oracle: scored 145 queries")
+    assert events[first_logic - 1][0] == pytest.approx(cheap)  # exactly the oracle's share
+    steps = [b - a for a, b in itertools.pairwise(fractions)]
+    biggest_stage = max(c.work for c in plan.cells) / total
+    assert max(steps) <= biggest_stage + 1e-9  # no step skips more than one stage's work
+    stage_lines = [line for line in lines if ": cxr-retrieve: " in line]
+    assert [line.split(": ")[0] for line in stage_lines] == [
+        "oracle",
+        "oracle",
+        "logic:oracle",
+        "logic:oracle",
+        "logic:oracle",
+    ]
+    assert "probe fit" in stage_lines[2] and "0 cached" in stage_lines[2]
