@@ -223,7 +223,8 @@ def exact_truth(array: np.ndarray, queries: np.ndarray, k: int = 10) -> np.ndarr
     best_rows = np.full((len(queries), k), -1, dtype=np.int64)
     for lo, chunk in zip(range(0, len(array), CHUNK), file_chunks(array)(), strict=True):
         scores = queries @ chunk.T
-        top = np.argpartition(-scores, k, axis=1)[:, :k]
+        take = min(k, len(chunk))  # the last chunk may hold fewer than k rows
+        top = np.argpartition(-scores, take - 1, axis=1)[:, :take]
         scores = np.concatenate([best_scores, np.take_along_axis(scores, top, 1)], axis=1)
         rows = np.concatenate([best_rows, top + lo], axis=1)
         keep = np.argsort(-scores, axis=1, kind="stable")[:, :k]
