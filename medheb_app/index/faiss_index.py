@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import shutil
 import tempfile
 import threading
@@ -375,6 +376,7 @@ class VectorIndex:
             top = np.argsort(-exact, kind="stable")[:k]
             scores[i, : len(top)] = exact[top]
             rows[i, : len(top)] = candidates[top]
+        _unmap_pages(stored)
         return scores, rows
 
     def reconstruct(self, item_id: str) -> np.ndarray:
@@ -488,6 +490,17 @@ def _sample_rows(
             picked.append(array[chosen[lo:hi] - start])
         start += len(array)
     return check_vectors(np.concatenate(picked), "training vectors")
+
+
+def _unmap_pages(stored: np.ndarray) -> None:
+    """Drop this process's mappings of the re-rank file's pages (they stay in the page cache).
+
+    The kernel maps up to 16 neighbouring cached pages on each fault, so without this every
+    search would leave ~64 KB per candidate mapped and a long-running server's RSS would grow
+    towards the whole file (5 GB at 10M items) although it reads a few hundred rows a query."""
+    handle = getattr(stored, "_mmap", None)
+    if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
+        handle.madvise(mmap.MADV_DONTNEED)
 
 
 def _keeping(
