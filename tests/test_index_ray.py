@@ -21,7 +21,7 @@ QUERIES = (
 
 
 def test_actor_pool_is_sized_to_the_cluster() -> None:
-    assert default_actors({"CPU": 16.0}) == (8, 0.0)
+    assert default_actors({"CPU": 16.0}) == (16, 0.0)
     assert default_actors({"CPU": 1.0}) == (1, 0.0)
     assert default_actors({"CPU": 64.0, "GPU": 4.0}) == (4, 1.0)
 

@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     build.add_argument(
         "--ray-actors", type=int, default=None,
-        help="embedding actors (default: one per GPU, else one per two CPUs of the cluster)",
+        help="embedding actors (default: one per GPU, else one per CPU of the cluster)",
     )  # fmt: skip
     build.add_argument(
         "--device", default=None, help="auto, cpu, cuda or cuda:N (default: MEDHEB_DEVICE)"

@@ -3,7 +3,7 @@
   pending items (cache misses only; a study leaves the driver as its path, not its pixels)
   -> [GPU actors only: read + decode on CPU tasks (map_batches)]
   -> embed in an actor pool (one model per actor; num_gpus=1 per actor when the cluster has
-     GPUs; concurrency = GPUs, else half the cluster's CPUs) -> back to the driver in order,
+     GPUs; concurrency = GPUs, else one 1-thread actor per CPU) -> back to the driver in order,
   where each shard is written to the embedding cache and committed (index/build.py).
 
 CPU actors read and decode their own batches: a separate decode task needs a CPU that the
@@ -121,11 +121,16 @@ def _connect(address: str | None) -> bool:
 
 
 def default_actors(resources: dict[str, float]) -> tuple[int, float]:
-    """(actors, GPUs per actor): one actor per GPU, else one per two CPUs (at least one)."""
+    """(actors, GPUs per actor): one actor per GPU, else one 1-thread actor per CPU.
+
+    On CPUs, actors scale almost linearly while each runs torch on one thread (2 actors 1.89x
+    one on 2 cores, BENCHMARKS.md), and a torch thread per core is what a single process would
+    use anyway; a CPU actor reads and decodes its own batches, so no CPU waits for tasks.
+    """
     gpus = int(resources.get("GPU", 0))
     if gpus:
         return gpus, 1.0
-    return max(1, int(resources.get("CPU", 1)) // 2), 0.0
+    return max(1, int(resources.get("CPU", 1))), 0.0
 
 
 def ray_engine(
