@@ -549,6 +549,20 @@ def write_section(path: Path, text: str, start: str = START, end: str = END) -> 
     path.write_text(old)
 
 
+def shown_arguments(argv: list[str]) -> str:
+    """The command line for the report, each --note's text left out (it is printed below)."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--note":
+            shown.append("--note ...")
+            skip = True
+        else:
+            shown.append(arg)
+    return " ".join(shown)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--studies", type=int, default=0, help="phantom studies for engines")
@@ -575,7 +589,7 @@ def main() -> None:
     report: dict[str, Any] = {
         "date": dt.date.today().isoformat(),
         "commit": commit,
-        "command": "python bench/bench_scale.py " + " ".join(sys.argv[1:]),
+        "command": "python bench/bench_scale.py " + shown_arguments(sys.argv[1:]),
         "machine": {
             "cpu": platform.processor() or platform.machine(),
             "cores": os.cpu_count(),

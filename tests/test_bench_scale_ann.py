@@ -15,6 +15,7 @@ from bench.bench_scale import (
     ann_section,
     exact_truth,
     materialise,
+    shown_arguments,
     write_section,
 )
 
@@ -84,3 +85,8 @@ def test_the_ann_section_sits_after_the_resume_section_and_keeps_it(tmp_path: Pa
     assert "| 0.95 (0.4) | 1.2 (0.5) | rerank=64, m=32 |" in text
     assert "| 16 | 0.7 / 0.9 | - | - |" in text
     assert "p50 20.0 ms, p95 30.0 ms (encode p50 15.0 ms" in text and "a note" in text
+
+
+def test_the_shown_command_leaves_out_the_notes_text() -> None:
+    argv = ["--include", "a.json", "--note", "a long paragraph", "--out", "B.md"]
+    assert shown_arguments(argv) == "--include a.json --note ... --out B.md"
