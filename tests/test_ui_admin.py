@@ -10,7 +10,7 @@ import pytest
 
 from medheb_app.services import create_services
 from medheb_app.tasks.base import Item
-from medheb_app.ui import admin_tab, rater_access, search_tab
+from medheb_app.ui import admin_study, admin_tab, rater_access, search_tab
 from tests.run_fixtures import text_bench_run
 
 PASSWORD = "correct horse"
@@ -69,11 +69,11 @@ def test_create_study_from_a_stored_run(services, tmp_path):
         pairs.append((Item(f"q{i}", text), Item(f"t{i}", text + " target")))
     summary = text_bench_run("tt", pairs, tmp_path / "run", services.settings)
     args = (summary.run_id, ["random", "oracle"], "Pilot", 5, 1, True, 0)
-    assert "Sign in as admin" in admin_tab.create_study(services, False, *args)
+    assert "Sign in as admin" in admin_study.create_study(services, False, *args)
     assert rater_access.public_studies(services) == []
-    note = admin_tab.create_study(services, True, *args)
+    note = admin_study.create_study(services, True, *args)
     assert "Created study" in note and "(5 items)" in note
     [card] = rater_access.public_studies(services)
     assert "Pilot" not in card.title  # raters see a public title, never the internal name
-    again = admin_tab.create_study(services, True, *args)
+    again = admin_study.create_study(services, True, *args)
     assert "already exists" in again

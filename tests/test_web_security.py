@@ -284,8 +284,8 @@ def test_the_app_binds_loopback_unless_host_is_set():
 def test_invitations_are_issued_only_to_admins(site):
     from medheb_app.ui.admin_tab import NOT_ADMIN
 
-    invite = fn_index(site["main"], "build_admin_tab.<locals>._invite")
-    studies = fn_index(site["main"], "build_admin_tab.<locals>._studies")
+    invite = fn_index(site["main"], "build_study_admin.<locals>._invite")
+    studies = fn_index(site["main"], "build_study_admin.<locals>._studies")
     anonymous = QueueClient(site["base"])
     assert STUDY_NAME not in _text(anonymous.call(studies, []))
     assert "/rate?invite=" not in _text(anonymous.call(invite, [None, 1, "x"]))

@@ -1,4 +1,5 @@
-"""Admin panel: background jobs (benchmark runs, training, index builds) and study creation.
+"""Admin panel: background jobs (benchmark runs, training, index builds); the study tabs are
+built by medheb_app.ui.admin_study.
 
 Built only when ADMIN_PASSWORD is set. The password is typed into a plain HTML form served by
 /auth/admin (medheb_app.ui.server), never into a Gradio component, so no component value, state
@@ -17,13 +18,13 @@ import pandas as pd
 
 from medheb_app.access.auth import Authenticator
 from medheb_app.run_service import SKIPPED_COLUMNS, bench_estimate, job_skipped, shared_data_line
-from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services, describe_for_run
+from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services
 from medheb_app.tasks.base import FAMILIES
 from medheb_app.train.recipes import RECIPES
 from medheb_app.ui import components as ui
+from medheb_app.ui.admin_study import NOT_ADMIN, build_study_admin, study_picker
 
 log = logging.getLogger(__name__)
-NOT_ADMIN = "Sign in as admin first."
 LOG_LINES_SHOWN = 200
 TRAIN_RECIPES = tuple(RECIPES)  # the one recipe registry (medheb_app.train.recipes)
 OPTIONAL_PARAMS = ("tasks", "families")  # empty: the whole suite
@@ -140,134 +141,6 @@ def cancel_job(services: Services, is_admin: bool, job_id: float | None) -> str:
     return ui.notice_html("warning", f"Job {int(job_id)} has already finished.")
 
 
-def create_study(
-    services: Services,
-    is_admin: bool,
-    run_id: Any,
-    models: list[str] | None,
-    name: str,
-    n_items: float,
-    raters_per_item: float,
-    reveal: bool,
-    seed: float,
-    public_title: str = "",
-    open_enrolment: bool = False,
-    gold_percent: float = 0.0,
-) -> str:
-    """Create a blinded study from a stored benchmark run's outputs. `name` is internal (admin
-    pages only); raters see `public_title`. `gold_percent` of the items are quality-control
-    items (one side the oracle's top-3), indistinguishable to raters."""
-    from medheb_app.study.items import create_study as create
-    from medheb_app.ui.explorer_tab import load_summary
-
-    if not is_admin:
-        return ui.notice_html("error", NOT_ADMIN)
-    if run_id in (None, ""):
-        return ui.notice_html("error", "Pick a finished benchmark run.")
-    try:
-        summary = load_summary(services, int(run_id))
-        created = create(
-            services.store,
-            name or "",
-            list(models or []),
-            summary.out_dir,
-            n_items=int(n_items),
-            raters_per_item=int(raters_per_item),
-            reveal_after_vote=bool(reveal),
-            seed=int(seed),
-            describe=describe_for_run(services.settings, summary.suite),
-            public_title=public_title or "",
-            open_enrolment=bool(open_enrolment),
-            gold_share=float(gold_percent or 0) / 100.0,
-        )
-    except (ValueError, KeyError, FileNotFoundError) as error:
-        return ui.notice_html("error", str(error))
-    withheld = (
-        f" {len(created.withheld)} queries could not be shown and were withheld."
-        if created.withheld
-        else ""
-    )
-    return ui.notice_html(
-        "info",
-        f"Created study {created.id} ({created.n_items} items).{withheld} Issue invitations "
-        "under Invitations; raters sign in on the /rate page.",
-    )
-
-
-def study_picker(services: Services) -> list[tuple[str, int]]:
-    """Every study by internal name and public title (admin only)."""
-    from medheb_app.study import list_studies
-
-    return [
-        (f"Study {s['id']}: {s['name']} · raters see {s.get('public_title') or '-'!r}", s["id"])
-        for s in list_studies(services.store)
-    ]
-
-
-def issue_invitations(
-    services: Services, is_admin: bool, study_id: Any, n: float, label: str
-) -> str:
-    """New invitations, each shown ONCE as a link and a short code (stored hashed)."""
-    import html
-
-    from medheb_app.study import StudyError, create_invitations
-
-    if not is_admin:
-        return ui.notice_html("error", NOT_ADMIN)
-    if study_id in (None, ""):
-        return ui.notice_html("error", "Pick a study.")
-    try:
-        made = create_invitations(services.store, int(study_id), int(n or 1), label or "")
-    except StudyError as error:
-        return ui.notice_html("error", str(error))
-    rows = "".join(
-        f"<tr><td>{i.id}</td><td><code>{html.escape(i.link)}</code></td>"
-        f"<td><code>{html.escape(i.code)}</code></td><td>{html.escape(i.label)}</td></tr>"
-        for i in made
-    )
-    return ui.notice_html(
-        "warning",
-        "Copy these now: they are shown only once (the server keeps only their hashes). "
-        "Prefix each link with this server's address.",
-    ) + (
-        '<table id="admin-invitations"><tr><th>id</th><th>link</th><th>code</th>'
-        f"<th>label</th></tr>{rows}</table>"
-    )
-
-
-def invitation_table(services: Services, is_admin: bool, study_id: Any) -> pd.DataFrame | None:
-    from medheb_app.study import list_invitations
-
-    if not is_admin or study_id in (None, ""):
-        return None
-    rows = [
-        {
-            "id": i.id,
-            "label": i.label,
-            "used": i.used,
-            "rater": i.display_name,
-            "revoked": i.revoked,
-            "created": i.created_at,
-        }
-        for i in list_invitations(services.store, int(study_id))
-    ]
-    return pd.DataFrame(rows, columns=["id", "label", "used", "rater", "revoked", "created"])
-
-
-def revoke(services: Services, is_admin: bool, invitation_id: Any) -> str:
-    from medheb_app.study import StudyError, revoke_invitation
-
-    if not is_admin:
-        return ui.notice_html("error", NOT_ADMIN)
-    if not invitation_id:
-        return ui.notice_html("error", "Type the id of the invitation to revoke.")
-    try:
-        info = revoke_invitation(services.store, int(invitation_id))
-    except StudyError as error:
-        return ui.notice_html("error", str(error))
-    return ui.notice_html("info", f"Invitation {info.id} revoked; its rater can no longer vote.")
-
-
 def medheb_task_names() -> list[str]:
     """The medheb-lite suite's task names (registered builders only: nothing is built)."""
     from medheb_app.tasks.medheb import get_suite
@@ -354,40 +227,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
                 allow_custom_value=True,
             )
             index_start = gr.Button("Start index build", elem_id="admin-start-index")
-        with gr.Tab("Create study"):
-            run = gr.Dropdown(label="Benchmark run", choices=[])
-            study_models = gr.Dropdown(label="Models to compare", choices=[], multiselect=True)
-            study_name = gr.Textbox(label="Internal study name (admins only)")
-            public_title = gr.Textbox(
-                label="Public title (what raters see: do not name the models)",
-                elem_id="admin-public-title",
-            )
-            open_enrolment = gr.Checkbox(
-                label="Open enrolment (anyone with the /rate address can join as a new rater)",
-                value=False,
-            )
-            gold = gr.Number(
-                label="Gold (quality-control) items, % of items", value=0, minimum=0, maximum=50
-            )
-            n_items = gr.Number(label="Queries", value=30, precision=0, minimum=1)
-            raters = gr.Number(label="Raters per item", value=1, precision=0, minimum=1)
-            reveal = gr.Checkbox(label="Reveal model names after each vote", value=True)
-            seed = gr.Number(label="Seed", value=0, precision=0)
-            create = gr.Button("Create study")
-            study_note = gr.HTML()
-        with gr.Tab("Invitations"):
-            with gr.Row():
-                invite_study = gr.Dropdown(label="Study", choices=[], elem_id="admin-invite-study")
-                refresh_studies = gr.Button("Refresh", size="sm")
-            with gr.Row():
-                n_invites = gr.Number(label="How many", value=1, precision=0, minimum=1)
-                invite_label = gr.Textbox(label="Label (e.g. the rater's initials)")
-                invite = gr.Button("Issue invitations", elem_id="admin-invite")
-            invite_note = gr.HTML(elem_id="admin-invite-note")
-            invitations = gr.Dataframe(label="Invitations", interactive=False)
-            with gr.Row():
-                revoke_id = gr.Number(label="Invitation id", precision=0)
-                revoke_button = gr.Button("Revoke", variant="stop")
+        study = build_study_admin(services, auth)
         gr.Markdown("### Jobs")
         jobs = gr.Dataframe(label="History", interactive=False, elem_id="admin-jobs")
         with gr.Row():
@@ -431,17 +271,6 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
             return gr.update(), "", "", gr.update(), gr.Timer(active=False)
         detail = job_detail(services, selected)
         return job_table(services), *detail, job_skipped_table(services, selected), gr.Timer()
-
-    def _run_models(run_id, request: gr.Request):
-        from medheb_app.ui.explorer_tab import load_summary
-
-        if run_id in (None, "") or not auth.is_admin(request):
-            return gr.update(choices=[], value=[])
-        try:
-            names = list(load_summary(services, int(run_id)).models)
-        except Exception:
-            return gr.update(choices=[], value=[])
-        return gr.update(choices=names, value=names[:2])
 
     job_outputs = [job_note, job_id]
     bench_start.click(
@@ -487,55 +316,8 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
     def _cancel(selected, request: gr.Request):
         return cancel_job(services, auth.is_admin(request), selected)
 
-    def _create(request: gr.Request, *values):
-        return create_study(services, auth.is_admin(request), *values)
-
     cancel.click(_cancel, [job_id], [job_note], api_name=False)
 
-    def _studies(request: gr.Request):
-        if not auth.is_admin(request):
-            return gr.update(choices=[], value=None)
-        choices = study_picker(services)
-        return gr.update(choices=choices, value=choices[-1][1] if choices else None)
-
-    def _invite(study_id, n, label, request: gr.Request):
-        admin = auth.is_admin(request)
-        note = issue_invitations(services, admin, study_id, n, label)
-        return note, invitation_table(services, admin, study_id)
-
-    def _invitations(study_id, request: gr.Request):
-        return invitation_table(services, auth.is_admin(request), study_id)
-
-    def _revoke(study_id, invitation_id, request: gr.Request):
-        admin = auth.is_admin(request)
-        return revoke(services, admin, invitation_id), invitation_table(services, admin, study_id)
-
-    refresh_studies.click(_studies, None, [invite_study], api_name=False)
-    invite.click(
-        _invite, [invite_study, n_invites, invite_label], [invite_note, invitations], api_name=False
-    )
-    invite_study.change(_invitations, [invite_study], [invitations], api_name=False)
-    revoke_button.click(
-        _revoke, [invite_study, revoke_id], [invite_note, invitations], api_name=False
-    )
-    run.change(_run_models, [run], [study_models], api_name=False)
-    create.click(
-        _create,
-        [
-            run,
-            study_models,
-            study_name,
-            n_items,
-            raters,
-            reveal,
-            seed,
-            public_title,
-            open_enrolment,
-            gold,
-        ],
-        [study_note],
-        api_name=False,
-    )
     timer.tick(_poll, [job_id], [jobs, job_progress, job_log, job_skips, timer], api_name=False)
     return {
         "panel": panel,
@@ -547,9 +329,9 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
             bench_models,
             suite,
             index_model,
-            run,
+            study["run"],
             jobs,
-            invite_study,
+            study["invite_study"],
             shared_note,
         ],
     }
