@@ -59,6 +59,8 @@ ANN_END = "<!-- bench_scale_ann:end -->"
 ENGINES_START = "<!-- bench_scale_engines:start -->"
 ENGINES_END = "<!-- bench_scale_engines:end -->"
 CHUNK = 100_000
+SWEEP_NPROBES = (16, 32, 64, 128)
+SWEEP_RERANKS = (4, 16, 64)  # IVF-PQ shortlist factors: the sweep's runs and its table's columns
 
 
 def _cli(args: list[str], data_dir: Path) -> dict[str, Any]:
@@ -322,7 +324,7 @@ def ann(
                  "recall_at_10": round(recall_at_10(
                      index.search(queries, 10, nprobe=nprobe, rerank=factor)[1], truth), 3),
                  "p50_ms": p50_ms(index, queries, nprobe=nprobe, rerank=factor)}
-                for nprobe in (16, 32, 64, 128) for factor in (4, 16, 64)
+                for nprobe in SWEEP_NPROBES for factor in SWEEP_RERANKS
             ]  # fmt: skip
         faiss.omp_set_num_threads(os.cpu_count() or 1)
         del index
@@ -426,15 +428,19 @@ def base_vectors(index_dir: str | None) -> np.ndarray | None:
     return VectorIndex.load(Path(index_dir)).vectors()
 
 
-def section(report: dict[str, Any]) -> str:
-    lines = [START, "## Scale: `index build` engines, resume, ANN kinds (bench/bench_scale.py)", ""]
+def run_line(report: dict[str, Any]) -> str:
+    """When, where, at which commit and load, and the command: the first line of a section."""
     m = report["machine"]
-    lines += [
+    return (
         f"Run {report['date']} on {m['cpu']} ({m['cores']} cores, load average "
         f"{m['load']:.1f} at the start: the cores were shared with other jobs, so absolute "
-        f"numbers are pessimistic), commit {report['commit']}. Command: `{report['command']}`",
-        "",
-    ]
+        f"numbers are pessimistic), commit {report['commit']}. Command: `{report['command']}`"
+    )
+
+
+def section(report: dict[str, Any]) -> str:
+    lines = [START, "## Scale: `index build` engines, resume, ANN kinds (bench/bench_scale.py)", ""]
+    lines += [run_line(report), ""]
     if report.get("resume"):
         r = report["resume"]
         lines += [
@@ -452,13 +458,9 @@ def section(report: dict[str, Any]) -> str:
 def ann_section(report: dict[str, Any], notes: bool) -> str:
     """The ANN kinds and end-to-end text search, a section of its own (ANN_START..ANN_END), so
     an engines-only run and an ANN-only run each keep the other's figures."""
-    m = report["machine"]
     lines = [ANN_START, "## Scale: ANN kinds to 1M+ and text search end to end "
              "(bench/bench_scale.py)", "",
-             f"Run {report['date']} on {m['cpu']} ({m['cores']} cores, load average "
-             f"{m['load']:.1f} at the start: the cores were shared with other jobs, so absolute "
-             f"numbers are pessimistic), commit {report['commit']}. Command: "
-             f"`{report['command']}`", ""]  # fmt: skip
+             run_line(report), ""]  # fmt: skip
     if report.get("ann"):
         lines += ["ANN kinds: recall@10 against exact on 1,000 queries (fresh perturbed copies, "
                   "not in the index); IVF-PQ rows in brackets: the PQ codes alone, no re-rank.",
@@ -480,12 +482,13 @@ def ann_section(report: dict[str, Any], notes: bool) -> str:
         lines.append("")
         for r in report["ann"]:
             if r.get("sweep"):
-                lines += [f"IVF-PQ per-search knobs, {r['data']} {r['n']:,} (recall@10 / p50 ms):",
-                          "", "| nprobe | rerank 4 | rerank 16 | rerank 64 |",
-                          "|---|---|---|---|"]  # fmt: skip
                 by = {(s["nprobe"], s["rerank"]): s for s in r["sweep"]}
+                lines += [f"IVF-PQ per-search knobs, {r['data']} {r['n']:,} (recall@10 / p50 ms):",
+                          "", "| nprobe | "
+                          + " | ".join(f"rerank {f}" for f in SWEEP_RERANKS) + " |",
+                          "|---" * (len(SWEEP_RERANKS) + 1) + "|"]  # fmt: skip
                 for nprobe in sorted({s["nprobe"] for s in r["sweep"]}):
-                    cells = [by.get((nprobe, f)) for f in (4, 16, 64)]
+                    cells = [by.get((nprobe, f)) for f in SWEEP_RERANKS]
                     lines.append(f"| {nprobe} | " + " | ".join(
                         f"{c['recall_at_10']} / {c['p50_ms']}" if c else "-" for c in cells
                     ) + " |")  # fmt: skip
