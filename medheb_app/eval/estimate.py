@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from medheb_app.eval.rankers import content_key, task_forms
+from medheb_app.eval.rankers import content_key, unread_forms
 from medheb_app.eval.results import Summary
 from medheb_app.settings import Settings
 
@@ -230,7 +230,7 @@ def estimate_medheb(
             if spec in BASELINES:
                 cells.append(Cell(task.name, spec, 0, 0, Rate(0.0, "baseline: embeds nothing")))
                 continue
-            missing = task_forms(task) - set(card.get("modalities") or ("text", "2d", "3d"))
+            missing = unread_forms(task, card.get("modalities") or ("text", "2d", "3d"))
             if missing:
                 why = f"skipped: does not read {', '.join(sorted(missing))}"
                 cells.append(Cell(task.name, spec, 0, 0, Rate(0.0, why)))

@@ -270,3 +270,9 @@ def task_forms(task: Any) -> set[str]:
     for entry in [*task.queries, *task.candidates]:
         forms |= item_forms(entry.item)
     return forms
+
+
+def unread_forms(task: Any, modalities: Sequence[str]) -> set[str]:
+    """The task's evidence forms that a model reading `modalities` cannot read (empty: it can
+    score the task). One rule for the runner, its Ray engine and the run estimate."""
+    return task_forms(task) - set(modalities)

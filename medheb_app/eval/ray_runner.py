@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from medheb_app.eval.rankers import Progress, Ranker, load_ranker, task_forms
+from medheb_app.eval.rankers import Progress, Ranker, load_ranker, unread_forms
 from medheb_app.models.base import ModelCard
 from medheb_app.settings import Settings
 
@@ -55,7 +55,7 @@ def _scored(ranker: Ranker, task: Any, readable: bool) -> Scored:
 def score_medheb_pair(model: str | Ranker, task: Any, settings: Settings) -> Scored:
     """Ray task body: one model (loaded in this worker) scores one MedHEB task."""
     ranker = load_ranker(model, settings) if isinstance(model, str) else model
-    return _scored(ranker, task, not task_forms(task) - set(ranker.card.modalities))
+    return _scored(ranker, task, not unread_forms(task, ranker.card.modalities))
 
 
 def score_cxr_model(

@@ -29,7 +29,7 @@ from medheb_app.eval.medheb_scoring import (  # re-exported: the runner's public
     rank,
     summarise_model,
 )
-from medheb_app.eval.rankers import Progress, Ranker, load_ranker, task_forms
+from medheb_app.eval.rankers import Progress, Ranker, load_ranker, unread_forms
 from medheb_app.eval.results import ModelSummary, Summary, TaskRun, model_dirname, now_iso
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.settings import Settings
@@ -230,7 +230,7 @@ def _run_medheb(
                 done = (m * sum(weights) + sum(weights[:t])) / total
                 share = weights[t] / total
                 report(done, f"{spec}: {task.name}")
-                missing = task_forms(task) - set(ranker.card.modalities)
+                missing = unread_forms(task, ranker.card.modalities)
                 if missing:
                     why = f"{spec} does not read {', '.join(sorted(missing))} evidence"
                     skipped[f"{spec}/{task.name}"] = why
