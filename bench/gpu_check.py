@@ -61,13 +61,12 @@ def main() -> int:
         return 0
     import numpy as np
 
-    from medheb_app.demo import ensure_chest_corpus
     from medheb_app.evidence.phantoms import load_corpus
+    from medheb_app.evidence.phantoms.saved import demo_corpus
     from medheb_app.settings import Settings
 
     settings = Settings.from_env()
-    directory, _ = ensure_chest_corpus(settings, max(args.n, 10), settings.demo_seed)
-    studies = load_corpus(directory)[: args.n]
+    studies = load_corpus(demo_corpus(settings, max(args.n, 10)))[: args.n]
     half = str(inference_dtype("cuda")).replace("torch.", "")
     rows = []
     for spec in (*SHIPPED, *(args.model or [])):

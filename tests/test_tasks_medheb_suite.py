@@ -10,6 +10,7 @@ import pytest
 from medheb_app import cli
 from medheb_app.eval.rankers import OracleRanker
 from medheb_app.eval.runner import evaluate_task
+from medheb_app.evidence.phantoms import saved
 from medheb_app.tasks import medheb
 from medheb_app.tasks.base import FAMILIES
 
@@ -24,7 +25,7 @@ def corpora(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def small_suite(monkeypatch: pytest.MonkeyPatch, corpora: Path):
     monkeypatch.setattr(medheb, "CHEST_N", 240)
     monkeypatch.setattr(medheb, "VOLUME_SUBJECTS", 8)
-    monkeypatch.setattr(medheb, "corpus_root", lambda settings: corpora)
+    monkeypatch.setattr(saved, "corpora_root", lambda settings: corpora)
     return medheb.get_suite("medheb-lite")
 
 

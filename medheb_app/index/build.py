@@ -16,14 +16,11 @@ The embedding step is an engine: "local" (this process) or "ray" (index/ray_engi
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,51 +32,33 @@ from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.catalog import (
     check_index_name,
     index_info,
-    study_content_key,
     study_metadata,
     write_index,
 )
 from medheb_app.index.faiss_index import VectorIndex, resolve_kind
+from medheb_app.index.shards import (
+    Shard,
+    ShardResult,
+    build_dir,
+    commit_shard,
+    embed_shard,
+    make_shards,
+    open_manifest,
+    read_shard,
+    shard_file,
+)
 from medheb_app.index.sources import LoadedSource, SourceSpec, load_source, parse_source
 from medheb_app.models.base import Embedder
 from medheb_app.settings import Settings
 
 Progress = Callable[[float, str], None]
 ENGINES = ("local", "ray")
-BUILD_MANIFEST = "build.json"
 FAILED_FILE = "failed.jsonl"
 DEFAULT_SHARD_SIZE = 512
-BUILD_VERSION = 1
 
 
 class BuildError(ValueError):
     """A build that cannot produce an index (e.g. every file failed)."""
-
-
-@dataclass
-class Shard:
-    """One fixed slice of the source's studies, in source order."""
-
-    number: int
-    studies: list[Study]
-    keys: list[str]
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha1("\n".join(self.keys).encode()).hexdigest()[:16]
-
-
-@dataclass
-class ShardResult:
-    """What embedding a shard produced: vectors for the ids that worked, reasons for the rest."""
-
-    number: int
-    ids: list[str]
-    keys: list[str]
-    vectors: np.ndarray
-    failed: list[dict[str, str]]
-    embedded: int
-    reused: int
 
 
 @dataclass
@@ -106,206 +85,6 @@ class BuildReport:
         return payload
 
 
-# ---------------------------------------------------------------- shards on disk
-
-
-def build_dir(settings: Settings, name: str, fingerprint: str) -> Path:
-    """Where a build in progress keeps its shards (hidden: list_indices skips it)."""
-    return settings.index_dir / check_index_name(name) / f".build-{fingerprint}"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
-def read_manifest(directory: Path) -> dict[str, Any]:
-    path = directory / BUILD_MANIFEST
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def _shard_file(directory: Path, number: int) -> Path:
-    return directory / "shards" / f"shard-{number:06d}.parquet"
-
-
-def write_shard(directory: Path, result: ShardResult, findings: dict[str, Any]) -> None:
-    """Write the shard's parquet file (id, key, vector, findings) atomically."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    dims = result.vectors.shape[1] if result.vectors.ndim == 2 else 0
-    flat = pa.array(np.ascontiguousarray(result.vectors, np.float32).reshape(-1))
-    vectors = (
-        pa.FixedSizeListArray.from_arrays(flat, dims)
-        if dims
-        else pa.array([], pa.list_(pa.float32()))
-    )
-    table = pa.table(
-        {
-            "id": pa.array(result.ids, pa.string()),
-            "key": pa.array(result.keys, pa.string()),
-            "vector": vectors,
-            "findings": pa.array([json.dumps(findings[i]) for i in result.ids], pa.string()),
-        }
-    )
-    path = _shard_file(directory, result.number)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    _atomic_write(path, sink.getvalue().to_pybytes())
-
-
-def read_shard(directory: Path, number: int) -> tuple[list[str], list[str], np.ndarray]:
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(_shard_file(directory, number))
-    ids = table.column("id").to_pylist()
-    keys = table.column("key").to_pylist()
-    column = table.column("vector").combine_chunks()
-    if len(ids) == 0:
-        return ids, keys, np.zeros((0, 0), np.float32)
-    values = np.asarray(column.flatten().to_numpy(zero_copy_only=False), np.float32)
-    return ids, keys, values.reshape(len(ids), -1)
-
-
-def commit_shard(
-    directory: Path, manifest: dict[str, Any], result: ShardResult, digest: str, findings: dict
-) -> None:
-    """Shard file first, then the manifest that names it: a reader never sees half a shard."""
-    write_shard(directory, result, findings)
-    manifest["shards"][str(result.number)] = {
-        "digest": digest,
-        "n": len(result.ids),
-        "failed": result.failed,
-    }
-    _atomic_write(directory / BUILD_MANIFEST, json.dumps(manifest, indent=1).encode())
-
-
-# ---------------------------------------------------------------- embedding (local engine)
-
-
-def decode(study: Study) -> str | None:
-    """Load the study's pixels; the reason it cannot be read, or None when it can."""
-    if study.form == "text":
-        return None if study.text else "empty text"
-    try:
-        pixels = study.load_pixels()
-    except Exception as error:  # any reader failure is one failed item, never the build
-        return _reason(error)
-    return None if pixels is not None else "no pixels and no readable path"
-
-
-def _reason(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0][:300]
-
-
-def _label(study: Study) -> str:
-    return study.path or study.id
-
-
-def _decode_batch(batch: list[tuple[Study, str]]) -> list[tuple[Study, str, str | None]]:
-    return [(study, key, decode(study)) for study, key in batch]
-
-
-def embed_shard(
-    shard: Shard,
-    embedder: Embedder,
-    cache: EmbeddingCache,
-    batch_size: int,
-    stop: threading.Event | None = None,
-) -> ShardResult:
-    """Cached vectors are reused; the rest are decoded, embedded in batches and cached.
-
-    The next batch is read and decoded on a second thread while this one is embedded (image
-    decoding releases the GIL), so file reading no longer stalls the model. A batch that fails
-    is retried one item at a time, so one bad file costs only itself.
-    """
-    fingerprint = embedder.card.fingerprint
-    found = cache.get(fingerprint, shard.keys)
-    failed: dict[str, str] = {}
-    pending = [(s, k) for s, k in zip(shard.studies, shard.keys, strict=True) if k not in found]
-    reused = len(shard.keys) - len(pending)
-    embedded = 0
-    batches = [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode") as reader:
-        upcoming = reader.submit(_decode_batch, batches[0]) if batches else None
-        for number in range(len(batches)):
-            if stop is not None and stop.is_set():
-                raise InterruptedError("The index build was cancelled.")
-            decoded = upcoming.result()  # type: ignore[union-attr]
-            if number + 1 < len(batches):
-                upcoming = reader.submit(_decode_batch, batches[number + 1])
-            readable = []
-            for study, key, reason in decoded:
-                if reason is None:
-                    readable.append((study, key))
-                else:
-                    failed[study.id] = f"{_label(study)}: {reason}"
-            vectors = _encode_tolerant(embedder, readable, failed)
-            for (study, key), vector in zip(readable, vectors, strict=True):
-                if study.path is not None:
-                    study.pixels = None  # keep memory flat on large sources
-                if vector is not None:
-                    found[key] = vector
-            good = [(k, v) for (_s, k), v in zip(readable, vectors, strict=True) if v is not None]
-            if good:
-                cache.put(fingerprint, [k for k, _ in good], np.stack([v for _, v in good]))
-                embedded += len(good)
-    return _result(shard, found, failed, embedded, reused)
-
-
-def _encode_tolerant(
-    embedder: Embedder, batch: list[tuple[Study, str]], failed: dict[str, str]
-) -> list[np.ndarray | None]:
-    if not batch:
-        return []
-    try:
-        vectors = np.asarray(embedder.encode([s for s, _ in batch]), np.float32)
-        if vectors.shape[0] == len(batch):
-            return list(vectors)
-    except Exception:
-        pass
-    out: list[np.ndarray | None] = []
-    for study, _key in batch:
-        try:
-            out.append(np.asarray(embedder.encode([study]), np.float32)[0])
-        except Exception as error:
-            failed[study.id] = f"{_label(study)}: cannot be embedded ({_reason(error)})"
-            out.append(None)
-    return out
-
-
-def _result(
-    shard: Shard, found: dict[str, np.ndarray], failed: dict[str, str], embedded: int, reused: int
-) -> ShardResult:
-    ids, keys, vectors = [], [], []
-    for study, key in zip(shard.studies, shard.keys, strict=True):
-        if key in found and study.id not in failed:
-            ids.append(study.id)
-            keys.append(key)
-            vectors.append(found[key])
-    array = np.stack(vectors).astype(np.float32) if vectors else np.zeros((0, 0), np.float32)
-    return ShardResult(
-        number=shard.number,
-        ids=ids,
-        keys=keys,
-        vectors=array,
-        failed=[{"item": k, "reason": v} for k, v in failed.items()],
-        embedded=embedded,
-        reused=reused,
-    )
-
-
 def local_engine(
     shards: Sequence[Shard],
     embedder: Embedder,
@@ -319,14 +98,6 @@ def local_engine(
 
 
 # ---------------------------------------------------------------- the build
-
-
-def _shards(studies: Sequence[Study], shard_size: int) -> list[Shard]:
-    keys = [study_content_key(study) for study in studies]
-    return [
-        Shard(number, list(studies[start : start + shard_size]), keys[start : start + shard_size])
-        for number, start in enumerate(range(0, len(studies), shard_size))
-    ]
 
 
 class _Rate:
@@ -381,14 +152,14 @@ def build_from_source(
     embedder = load_embedder(model_spec, settings, device=resolved_device)
     fingerprint = embedder.card.fingerprint
     studies = _unique(loaded.studies)
-    shards = _shards(studies, shard_size)
+    shards = make_shards(studies, shard_size)
     directory = build_dir(settings, name, fingerprint)
-    manifest = _open_manifest(directory, spec, fingerprint, shard_size, len(studies))
+    manifest = open_manifest(directory, spec, fingerprint, shard_size, len(studies))
     committed = {
         s.number
         for s in shards
         if manifest["shards"].get(str(s.number), {}).get("digest") == s.digest
-        and _shard_file(directory, s.number).is_file()
+        and shard_file(directory, s.number).is_file()
     }
     pending = [s for s in shards if s.number not in committed]
     findings = {s.id: s.findings for s in studies}
@@ -432,28 +203,6 @@ def _unique(studies: Sequence[Study]) -> list[Study]:
     return list(seen.values())
 
 
-def _open_manifest(
-    directory: Path, spec: SourceSpec, fingerprint: str, shard_size: int, count: int
-) -> dict[str, Any]:
-    """The build manifest of a matching earlier attempt, or a fresh one (stale shards go)."""
-    wanted = {
-        "version": BUILD_VERSION,
-        "source": spec.text,
-        "fingerprint": fingerprint,
-        "shard_size": shard_size,
-        "count": count,
-    }
-    manifest = read_manifest(directory)
-    if all(manifest.get(k) == v for k, v in wanted.items()):
-        manifest.setdefault("shards", {})
-        return manifest
-    shutil.rmtree(directory, ignore_errors=True)
-    (directory / "shards").mkdir(parents=True, exist_ok=True)
-    manifest = {**wanted, "shards": {}}
-    _atomic_write(directory / BUILD_MANIFEST, json.dumps(manifest).encode())
-    return manifest
-
-
 def _finish(
     name: str,
     loaded: LoadedSource,
@@ -475,7 +224,7 @@ def _finish(
         if entry["n"]:
             import pyarrow.parquet as pq
 
-            ids.extend(pq.read_table(_shard_file(directory, shard.number), columns=["id"])
+            ids.extend(pq.read_table(shard_file(directory, shard.number), columns=["id"])
                        .column("id").to_pylist())  # fmt: skip
     if not ids:
         first = failures[0]["reason"] if failures else "no items"

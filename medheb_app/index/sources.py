@@ -29,8 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from medheb_app.evidence.findings import CHEXPERT_14, NIH_14
-from medheb_app.evidence.study import Findings, Study
+from medheb_app.evidence.findings import CHEXPERT_14, NIH_14, Vocabulary, scheme_of
+from medheb_app.evidence.phantoms.corpus import load_corpus
+from medheb_app.evidence.phantoms.saved import demo_corpus
+from medheb_app.evidence.study import Study
 from medheb_app.settings import Settings
 
 SOURCE_KINDS = ("phantom", "nih", "mimic", "chexpert", "dicom", "folder", "medmnist", "manifest")
@@ -48,35 +50,6 @@ USAGE = (
 
 class SourceError(ValueError):
     """A source spec that cannot be read; the message says what was expected."""
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """The findings a source labels, how it codes them, and under which names."""
-
-    names: tuple[str, ...] = ()
-    scheme: str = "none"  # "positive-only" | "coded" (1 / 0 / -1 / blank) | "none"
-    source: str = ""
-
-    @property
-    def labelled(self) -> bool:
-        return bool(self.names) and self.scheme != "none"
-
-    @property
-    def confirmed_negatives(self) -> bool:
-        """Whether a 0 means 'confirmed absent' (needed by strict negation)."""
-        return self.scheme == "coded"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"names": list(self.names), "scheme": self.scheme, "source": self.source}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Vocabulary | None:
-        if not data:
-            return None
-        return cls(
-            tuple(data.get("names", ())), str(data.get("scheme", "none")), data.get("source", "")
-        )
 
 
 @dataclass(frozen=True)
@@ -161,24 +134,11 @@ def load_source(spec: SourceSpec | str, settings: Settings) -> LoadedSource:
     return loaded
 
 
-def scheme_of(findings: list[Findings]) -> str:
-    """'coded' when any label is 0 or -1, 'positive-only' when only 1s, 'none' when empty."""
-    values = {value for row in findings for value in row.values() if value is not None}
-    if not values:
-        return "none"
-    return "coded" if values & {0, -1} else "positive-only"
-
-
 # ---------------------------------------------------------------- one loader per kind
 
 
 def _phantom(spec: SourceSpec, settings: Settings) -> LoadedSource:
-    from medheb_app.demo import ensure_chest_corpus
-    from medheb_app.evidence.phantoms import load_corpus
-
-    n = spec.n or settings.demo_size
-    directory, _ = ensure_chest_corpus(settings, n, settings.demo_seed)
-    studies = load_corpus(directory)
+    studies = load_corpus(demo_corpus(settings, spec.n or settings.demo_size))
     names = _ordered_names(studies, CHEXPERT_14)
     rows = [s.findings for s in studies]
     return LoadedSource(spec, studies, Vocabulary(names, scheme_of(rows), "phantom"))

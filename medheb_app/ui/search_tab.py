@@ -130,7 +130,7 @@ def error_outcome(text: str, kind: str = "error") -> SearchOutcome:
 
 
 def _offer(services: Services) -> dict[str, list[str]]:
-    from medheb_app.search import offered
+    from medheb_app.serving import offered
 
     return offered(services.settings)
 
@@ -142,7 +142,7 @@ def index_choices(services: Services) -> list[str]:
 
 def model_choices(services: Services, index: str | None = None) -> list[str]:
     """Listed models with `index` built, strongest first (read fresh: new builds appear)."""
-    from medheb_app.search import default_model
+    from medheb_app.serving import default_model
 
     index = index or services.settings.default_index
     return _offer(services).get(index, []) or [default_model(services.settings, index)]
@@ -157,7 +157,7 @@ def _pick(current: str | None, choices: list[str], default: str) -> str:
 def refresh_pickers(services: Services, model: str | None = None, index: str | None = None):
     """Dropdown updates with the offered indices and the models built for the chosen one,
     keeping the user's choice when it is still offered, else the strongest model."""
-    from medheb_app.search import default_model
+    from medheb_app.serving import default_model
 
     indices = index_choices(services)
     chosen_index = _pick(index, indices, services.settings.default_index)
@@ -458,7 +458,8 @@ def run_search(
 
     Only offered (model, index) pairs are searched; errors become messages. With `compare`,
     the similarity ranking of the same query is shown beside the default one."""
-    from medheb_app.search import SearchError, default_model, search
+    from medheb_app.search import SearchError, search
+    from medheb_app.serving import default_model
 
     query = (query or "").strip()
     index = index or services.settings.default_index
