@@ -21,16 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medheb_app.evidence.phantoms.corpus import load_corpus
 from medheb_app.evidence.phantoms.saved import CorpusKey, corpora_root, ensure_saved
-from medheb_app.evidence.study import Study
-from medheb_app.index.catalog import (
-    IndexNotFoundError,
-    LoadedIndex,
-    build_index,
-    list_indices,
-    load_index,
-)
+from medheb_app.index.build import build_index
+from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index, query_vocabulary
+from medheb_app.index.sources import LoadedSource, phantom_source, phantom_volume_source
+from medheb_app.ranking.index_logic import prepare_index_logic
 from medheb_app.serving import default_demo_models
 from medheb_app.settings import Settings
 
@@ -77,19 +72,6 @@ def _stage(progress: Progress | None, start: float, end: float) -> Progress | No
     return lambda fraction, message: progress(start + (end - start) * fraction, message)
 
 
-class _LazyCorpus:
-    """Loads a saved corpus on first use: a warm start whose indices exist never reads it."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._studies: list[Study] | None = None
-
-    def __call__(self) -> list[Study]:
-        if self._studies is None:
-            self._studies = load_corpus(self.directory)
-        return self._studies
-
-
 def _index_matches(loaded: LoadedIndex, corpus: dict[str, Any]) -> bool:
     recorded = loaded.info.get("corpus", {})
     return all(recorded.get(key) == corpus[key] for key in ("kind", "n", "seed", "generator"))
@@ -98,13 +80,17 @@ def _index_matches(loaded: LoadedIndex, corpus: dict[str, Any]) -> bool:
 def _ensure_index(
     name: str,
     spec: str,
-    studies: Callable[[], list[Study]],
+    source: Callable[[], LoadedSource],
     corpus: dict[str, Any],
     settings: Settings,
     progress: Progress | None,
     stop: threading.Event | None,
 ) -> dict[str, Any]:
-    from medheb_app.models.registry import load_embedder
+    """Load the demo index `name` for `spec` if it was built from this corpus, else build it
+    with the one index builder (index/build.py), which also prepares logic-aware ranking.
+    A loaded index gets its probes into memory, so the first logic-aware search answers at
+    once; `source` is read only when a build is needed."""
+    from medheb_app.models.registry import load_embedder  # deferred: the registry imports torch
 
     started = time.perf_counter()
     if progress:
@@ -116,21 +102,14 @@ def _ensure_index(
         if not _index_matches(loaded, corpus):
             raise IndexNotFoundError("index was built from a different demo corpus")
         if progress:
-            progress(1.0, f"index {name} for {spec} is ready")
+            progress(1.0, f"preparing logic-aware ranking of {name} for {spec}")
+        note = prepare_index_logic(loaded, embedder, settings, query_vocabulary(loaded))
     except IndexNotFoundError:
         if progress:
             progress(0.0, f"building index {name} for {spec}")
-        loaded = build_index(
-            name, studies(), embedder, settings, progress=progress, stop=stop, corpus=corpus
-        )
-        built = True
-    logic = False
-    if name == DEMO_CXR:  # fit the logic-aware probes now, so no search ever waits for them
-        from medheb_app.ranking.index_logic import prepare_index_logic
-
-        if progress:
-            progress(1.0, f"preparing logic-aware ranking of {name} for {spec}")
-        logic = prepare_index_logic(loaded, embedder, settings)
+        report = build_index(source(), embedder, name, settings, progress=progress, stop=stop)
+        loaded = load_index(name, embedder.card.fingerprint, settings)
+        note, built = (None if report.logic else report.logic_note), True
     return {
         "name": name,
         "model": spec,
@@ -138,7 +117,7 @@ def _ensure_index(
         "count": loaded.index.count,
         "kind": loaded.index.kind,
         "built": built,
-        "logic": logic,
+        "logic": note is None,
         "seconds": round(time.perf_counter() - started, 2),
         "path": str(loaded.directory),
     }
@@ -166,7 +145,6 @@ def ensure_demo(
     key = CorpusKey("cxr", n, seed)
     with _demo_lock(settings):
         directory, generated = ensure_saved(corpora_root(settings), key, _stage(progress, 0.0, 0.3))
-        studies = _LazyCorpus(directory)
         corpus = key.record(directory)
         stages = len(specs) + (1 if with_3d else 0)
         entries = []
@@ -174,7 +152,17 @@ def ensure_demo(
             step = _stage(
                 progress, 0.3 + 0.7 * position / stages, 0.3 + 0.7 * (position + 1) / stages
             )
-            entries.append(_ensure_index(DEMO_CXR, spec, studies, corpus, settings, step, stop))
+            entries.append(
+                _ensure_index(
+                    DEMO_CXR,
+                    spec,
+                    lambda: phantom_source(settings, n, seed),
+                    corpus,
+                    settings,
+                    step,
+                    stop,
+                )
+            )
         if with_3d:
             volumes_progress = _stage(progress, 0.3 + 0.7 * len(specs) / stages, 1.0)
             entries.append(_ensure_volume_index(settings, specs[0], seed, volumes_progress, stop))
@@ -201,43 +189,8 @@ def _ensure_volume_index(
     """The 3D demo index: CT, T1 and T2 MR volumes and CT projections of a few subjects."""
     key = CorpusKey("volumes", n_subjects, seed)
     directory, _ = ensure_saved(corpora_root(settings), key, progress)
-    corpus = key.record(directory)
-    loader = _LazyCorpus(directory)
-    return _ensure_index(DEMO_3D, spec, loader, corpus, settings, progress, stop)
-
-
-def ensure_demo_index(name: str, spec: str, settings: Settings) -> LoadedIndex:
-    """A demo index for one more model, built from the corpus the index already uses.
-
-    For the command line and admin jobs only (a search never builds). The corpus size and
-    seed are taken from an existing build of the same index, else from settings.
-    """
-    from medheb_app.models.registry import load_embedder
-
-    if name not in (DEMO_CXR, DEMO_3D):
-        raise IndexNotFoundError(f"{name!r} is not a demo index.")
-    embedder = load_embedder(spec, settings)
-    try:
-        return load_index(name, embedder, settings)
-    except IndexNotFoundError:
-        pass
-    siblings = [entry for entry in list_indices(settings) if entry["name"] == name]
-    corpus: dict[str, Any] = {}
-    if siblings:
-        sibling = load_index(name, siblings[0]["fingerprint"], settings)
-        corpus = sibling.info.get("corpus", {})
-    if name == DEMO_3D:
-        seed = int(corpus.get("seed", settings.demo_seed))
-        with _demo_lock(settings):
-            _ensure_volume_index(settings, spec, seed, None, None, int(corpus.get("n", 12)))
-    else:
-        ensure_demo(
-            settings,
-            n=int(corpus.get("n", settings.demo_size)),
-            seed=int(corpus.get("seed", settings.demo_seed)),
-            models=[spec],
-        )
-    return load_index(name, embedder, settings)
+    source = lambda: phantom_volume_source(settings, n_subjects, seed)  # noqa: E731
+    return _ensure_index(DEMO_3D, spec, source, key.record(directory), settings, progress, stop)
 
 
 def bootstrap_app(settings: Settings, progress: Progress | None = None) -> DemoAssets:

@@ -17,9 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from medheb_app.evidence.findings import CXR_RETRIEVE_10, Vocabulary
+from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import EvidenceError, Study
-from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index
+from medheb_app.index.catalog import (
+    IndexNotFoundError,
+    LoadedIndex,
+    index_vocabulary,
+    load_index,
+    query_vocabulary,
+)
 from medheb_app.models.base import Embedder
 from medheb_app.models.device import intra_op_threads
 from medheb_app.query.parser import (
@@ -39,8 +45,9 @@ FILE_LOGIC_WARNING = (
     "Logic-aware ranking reads a text query's findings; a file query is ranked by similarity."
 )
 PROBES_NOT_READY = (
-    "Logic-aware ranking is not prepared for this model and index yet (an admin index job or "
-    "`python -m medheb_app demo build` prepares it); ranked by similarity."
+    "Logic-aware ranking is not prepared for this model and index yet (building the index "
+    "prepares it: `python -m medheb_app index build`, `demo build` or an admin index job); "
+    "ranked by similarity."
 )
 NO_FINDING_WARNING = (
     "No known finding in the query, so results are ranked by similarity only and not "
@@ -149,18 +156,6 @@ def _check_modality(embedder: Embedder, form: str, spec: str) -> None:
     if form not in embedder.card.modalities:
         readable = ", ".join(embedder.card.modalities)
         raise SearchError(f"Model {spec!r} cannot embed {form} input; it reads: {readable}.")
-
-
-def index_vocabulary(loaded: LoadedIndex) -> Vocabulary | None:
-    """The finding vocabulary the index's source labels (None for indices built before
-    indices recorded one: the demo, labelled with the CXR-Retrieve ten)."""
-    return Vocabulary.from_dict(loaded.info.get("vocabulary"))
-
-
-def query_vocabulary(loaded: LoadedIndex) -> tuple[str, ...]:
-    """Names a query is parsed against: the index's own labelled findings, else the ten."""
-    vocabulary = index_vocabulary(loaded)
-    return vocabulary.names if vocabulary is not None and vocabulary.labelled else CXR_RETRIEVE_10
 
 
 def vocabulary_warnings(
@@ -302,8 +297,8 @@ def search(
 
     Nothing heavy happens here: a missing index is an error, never built. `public=True` is an
     anonymous request (the web app): the model and index must be among `offered(settings)` and
-    logic-aware ranking reads only probes prepared in advance (the demo bootstrap and index
-    jobs prepare them), falling back to similarity with a warning otherwise.
+    logic-aware ranking reads only probes prepared in advance (the index builder,
+    index/build.py, prepares them), falling back to similarity with a warning otherwise.
     """
     from medheb_app.models.registry import load_embedder
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from medheb_app.demo import DEMO_CXR, ensure_demo, ensure_demo_index
+from medheb_app.demo import DEMO_CXR, ensure_demo
 from medheb_app.evidence.phantoms.saved import CorpusKey, corpus_path
 from medheb_app.index.catalog import list_indices, load_index
 
@@ -56,8 +56,10 @@ def test_a_different_corpus_size_rebuilds_the_index(settings) -> None:
 
 
 def test_demo_index_for_another_model_reuses_the_built_corpus(settings) -> None:
-    ensure_demo(settings, n=30, seed=3, models=["oracle"])
-    loaded = ensure_demo_index(DEMO_CXR, "random", settings)
+    first = ensure_demo(settings, n=30, seed=3, models=["oracle"])
+    second = ensure_demo(settings, n=30, seed=3, models=["random"])
+    assert not second.corpus_generated and second.corpus_dir == first.corpus_dir
+    loaded = load_index(DEMO_CXR, second.indices[0]["fingerprint"], settings)
     assert loaded.index.count == 30
     assert loaded.info["corpus"]["seed"] == 3
     assert sorted(e["model"] for e in list_indices(settings)) == ["oracle", "random"]

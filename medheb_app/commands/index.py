@@ -114,6 +114,9 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
         f"Embedded {report.embedded}, reused {report.reused} (already embedded), "
         f"failed {report.failed}",
         f"Vocabulary: {describe_vocabulary(vocabulary)}",
+        "Logic-aware ranking: prepared"
+        if report.logic
+        else f"Logic-aware ranking: not available ({report.logic_note})",
     ]
     if report.failed:
         lines.append(f"Unreadable items and why: {report.directory}/failed.jsonl")

@@ -12,6 +12,12 @@ shards in order, so a resumed build ends with the same index as an uninterrupted
 A file that cannot be read or embedded is recorded with its reason (failed.jsonl next to the
 index) and never aborts the build; the build fails only when nothing could be indexed.
 The embedding step is an engine: "local" (this process) or "ray" (index/ray_engine.py).
+
+This is the one index builder: the demo bootstrap, `index build`, the admin's index job and
+the benchmarks all call build_index (a loaded source and an embedder) or build_from_source (a
+source spec and a model spec). The same step that writes the index fits its logic-aware
+probes on the index's own vocabulary (ranking/index_logic.py), so a logic-aware search of a
+fresh index answers at once whoever built it, or the report says why it cannot.
 """
 
 from __future__ import annotations
@@ -30,8 +36,11 @@ import numpy as np
 from medheb_app.evidence.study import Study
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.catalog import (
+    LoadedIndex,
     check_index_name,
     index_info,
+    load_index,
+    query_vocabulary,
     study_metadata,
     write_index,
 )
@@ -49,6 +58,7 @@ from medheb_app.index.shards import (
 )
 from medheb_app.index.sources import LoadedSource, SourceSpec, load_source, parse_source
 from medheb_app.models.base import Embedder
+from medheb_app.ranking.index_logic import prepare_index_logic
 from medheb_app.settings import Settings
 
 Progress = Callable[[float, str], None]
@@ -77,6 +87,8 @@ class BuildReport:
     vocabulary: dict[str, Any]
     directory: str = ""
     model: str = ""
+    logic: bool = False  # the index is ready for logic-aware search (its probes are fit)
+    logic_note: str = ""  # why it is not, in words, when logic is False
     failures: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -132,11 +144,38 @@ def build_from_source(
     ray_actors: int | None = None,
     index_params: dict[str, Any] | None = None,
 ) -> BuildReport:
-    """Index every readable item of `source` with `model_spec` as the index `name`."""
-    from medheb_app.models.device import resolve_device
-    from medheb_app.models.registry import load_embedder
+    """Index every readable item of `source` with `model_spec` as the index `name` (the
+    source is read and the model loaded here; build_index does the rest)."""
+    from medheb_app.models.device import resolve_device  # deferred: torch
+    from medheb_app.models.registry import load_embedder  # deferred: torch
 
-    started = time.perf_counter()
+    _check_build(name, engine, batch_size, shard_size)
+    spec = parse_source(source) if isinstance(source, str) else source
+    resolved_device = resolve_device(device or settings.device)
+    if progress:
+        progress(0.0, f"reading source {spec.text}")
+    loaded = loaded_source or load_source(spec, settings)
+    embedder = load_embedder(model_spec, settings, device=resolved_device)
+    return build_index(
+        loaded,
+        embedder,
+        name,
+        settings,
+        model_spec=model_spec,
+        engine=engine,
+        ray_address=ray_address,
+        device=resolved_device,
+        batch_size=batch_size,
+        kind=kind,
+        shard_size=shard_size,
+        progress=progress,
+        stop=stop,
+        ray_actors=ray_actors,
+        index_params=index_params,
+    )
+
+
+def _check_build(name: str, engine: str, batch_size: int, shard_size: int) -> None:
     check_index_name(name)
     if engine not in ENGINES:
         raise ValueError(f"Unknown engine {engine!r}; use {' or '.join(ENGINES)}.")
@@ -144,17 +183,41 @@ def build_from_source(
         raise ValueError(f"--batch-size must be at least 1; got {batch_size}.")
     if shard_size < 1:
         raise ValueError(f"shard size must be at least 1; got {shard_size}.")
-    spec = parse_source(source) if isinstance(source, str) else source
-    resolved_device = resolve_device(device or settings.device)
+
+
+def build_index(
+    loaded: LoadedSource,
+    embedder: Embedder,
+    name: str,
+    settings: Settings,
+    *,
+    model_spec: str | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+    device: str | None = None,
+    batch_size: int = 32,
+    kind: str = "auto",
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+    ray_actors: int | None = None,
+    index_params: dict[str, Any] | None = None,
+) -> BuildReport:
+    """Embed `loaded`'s studies with `embedder` shard by shard (resumable), write the index
+    `name` with the source's vocabulary, and prepare it for logic-aware search.
+
+    The Ray engine loads the model in its actors, so it needs `model_spec`.
+    """
+    started = time.perf_counter()
+    _check_build(name, engine, batch_size, shard_size)
+    if engine == "ray" and model_spec is None:
+        raise ValueError("The ray engine loads the model in its actors: name its model_spec.")
     say = progress or (lambda fraction, message: None)
-    say(0.0, f"reading source {spec.text}")
-    loaded = loaded_source or load_source(spec, settings)
-    embedder = load_embedder(model_spec, settings, device=resolved_device)
     fingerprint = embedder.card.fingerprint
     studies = _unique(loaded.studies)
     shards = make_shards(studies, shard_size)
     directory = build_dir(settings, name, fingerprint)
-    manifest = open_manifest(directory, spec, fingerprint, shard_size, len(studies))
+    manifest = open_manifest(directory, loaded.spec, fingerprint, shard_size, len(studies))
     committed = {
         s.number
         for s in shards
@@ -167,11 +230,12 @@ def build_from_source(
     embedded = 0
     rate = _Rate(sum(len(s.studies) for s in pending))
     say(0.05, f"{len(studies)} items in {len(shards)} shards; {len(committed)} shards committed")
+    resolved_device = device or settings.device
     if engine == "ray":
-        from medheb_app.index.ray_engine import ray_engine
+        from medheb_app.index.ray_engine import ray_engine  # deferred: ray is heavy, optional
 
         results = ray_engine(
-            pending, model_spec, settings, batch_size, resolved_device, ray_address, stop,
+            pending, str(model_spec), settings, batch_size, resolved_device, ray_address, stop,
             ray_actors,
         )  # fmt: skip
     else:
@@ -184,13 +248,29 @@ def build_from_source(
         reused += result.reused
         done += len(result.ids) + len(result.failed)
         say(0.05 + 0.85 * done / max(rate.total, 1), f"embedded {rate.message(done)}")
-    report = _finish(
+    written, failures = _write(
         name, loaded, studies, shards, directory, manifest, embedder, kind, settings, index_params
     )
-    report.embedded, report.reused = embedded, reused
-    report.seconds = round(time.perf_counter() - started, 3)
-    report.engine, report.device = engine, resolved_device
     shutil.rmtree(directory, ignore_errors=True)
+    say(0.95, f"preparing logic-aware ranking of {name}")
+    logic_note = prepare_index_logic(written, embedder, settings, query_vocabulary(written))
+    report = BuildReport(
+        name=name,
+        n_items=written.index.count,
+        embedded=embedded,
+        reused=reused,
+        failed=len(failures),
+        seconds=round(time.perf_counter() - started, 3),
+        engine=engine,
+        device=resolved_device,
+        kind=written.index.kind,
+        vocabulary=loaded.vocabulary.to_dict(),
+        directory=str(written.directory),
+        model=embedder.card.name,
+        logic=logic_note is None,
+        logic_note=logic_note or "",
+        failures=failures,
+    )
     say(1.0, f"index {name} built: {report.n_items} items ({report.failed} failed), {report.kind}")
     return report
 
@@ -203,7 +283,7 @@ def _unique(studies: Sequence[Study]) -> list[Study]:
     return list(seen.values())
 
 
-def _finish(
+def _write(
     name: str,
     loaded: LoadedSource,
     studies: list[Study],
@@ -214,8 +294,9 @@ def _finish(
     kind: str,
     settings: Settings,
     params: dict[str, Any] | None = None,
-) -> BuildReport:
-    """Read the shards in order and write the index, its metadata and failed.jsonl."""
+) -> tuple[LoadedIndex, list[dict[str, str]]]:
+    """Read the shards in order and write the index, its metadata and failed.jsonl; returns
+    the index loaded back and every failure (the source's and the shards')."""
     ids: list[str] = []
     failures = list(loaded.failed)
     for shard in shards:  # ids first; vectors are streamed from the shards below
@@ -258,12 +339,12 @@ def _finish(
         embedder,
         index,
         [by_id[i] for i in ids],
-        corpus=loaded.spec.describe(),
+        corpus=loaded.describe(),
         vocabulary=loaded.vocabulary.to_dict(),
         failed=len(failures),
     )
     report_text = "".join(json.dumps(f) + "\n" for f in failures)
-    final = write_index(
+    write_index(
         name,
         index,
         [study_metadata(by_id[i]) for i in ids],
@@ -271,18 +352,4 @@ def _finish(
         settings,
         extra_files={FAILED_FILE: report_text},
     )
-    return BuildReport(
-        name=name,
-        n_items=index.count,
-        embedded=0,
-        reused=0,
-        failed=len(failures),
-        seconds=0.0,
-        engine="local",
-        device="cpu",
-        kind=index.kind,
-        vocabulary=loaded.vocabulary.to_dict(),
-        directory=str(final),
-        model=embedder.card.name,
-        failures=failures,
-    )
+    return load_index(name, fingerprint, settings), failures
