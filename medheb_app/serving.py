@@ -9,6 +9,10 @@ offers). It reads the index catalog and the model registry, never builds or load
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 from medheb_app.index.catalog import list_indices
 from medheb_app.settings import Settings
@@ -20,28 +24,54 @@ PREFERRED_MODELS = ("dual-lite@label-aware", "dual-lite", "medemb-lite")
 BASE_MODEL = "dual-lite"  # committed weights: every install has it
 LABEL_AWARE_SPEC = "dual-lite@label-aware"
 FILE_SPEC_MARKERS = ("/", "\\", ":", "..")
+T = TypeVar("T")
 
 
-_LISTED: dict[tuple, list[tuple[str, str]]] = {}
+def folder_stamp(roots: tuple[Path, ...], depth: int) -> tuple[tuple[str, int], ...]:
+    """(folder, mtime_ns) of `roots` and their sub-folders `depth` levels down: what changes
+    when an index or a checkpoint folder appears, is replaced (both are renamed into place)
+    or goes, read with a few dozen stats instead of a walk over every file."""
+    stamp: list[tuple[str, int]] = []
+    level = [root for root in roots if root.is_dir()]
+    for _ in range(depth + 1):
+        below: list[Path] = []
+        for folder in level:
+            try:
+                stamp.append((str(folder), folder.stat().st_mtime_ns))
+                below.extend(child for child in folder.iterdir() if child.is_dir())
+            except OSError:  # removed while we looked: the next call sees the new state
+                continue
+        level = below
+    return tuple(sorted(stamp))
+
+
+_MEMO: dict[str, tuple[tuple, object]] = {}
+_MEMO_LOCK = threading.Lock()
+
+
+def _memoised(name: str, stamp: tuple, compute: Callable[[], T]) -> T:
+    with _MEMO_LOCK:
+        held = _MEMO.get(name)
+    if held is not None and held[0] == stamp:
+        return held[1]  # type: ignore[return-value]
+    value = compute()
+    with _MEMO_LOCK:
+        _MEMO[name] = (stamp, value)
+    return value
+
+
+def _models_stamp(settings: Settings) -> tuple:
+    # checkpoints live in models/<name>/, models/dual-lite/<tag>/ and DATA_DIR/models/<tag>/
+    return folder_stamp((settings.models_dir, settings.trained_models_dir), depth=2)
 
 
 def _listed_models(settings: Settings) -> list[tuple[str, str]]:
-    """(spec, fingerprint) of every listed model that names no file, remembered until a file
-    under the model folders changes (listing hashes weights: ~60 ms, too slow per search)."""
+    """(spec, fingerprint) of every listed model that names no file, remembered until a model
+    folder changes (listing hashes weights: ~60 ms, too slow per search). Weights rewritten in
+    place under the same file names are not noticed: the trainers write a new folder."""
     from medheb_app.models.registry import list_models  # deferred: the registry imports torch
 
-    roots = (settings.models_dir, settings.trained_models_dir)
-    stamp = tuple(
-        sorted(
-            (str(path), path.stat().st_mtime_ns)
-            for root in roots
-            if root.is_dir()
-            for path in root.rglob("*")
-            if path.is_file()
-        )
-    )
-    key = (str(settings.models_dir), str(settings.trained_models_dir), stamp)
-    if key not in _LISTED:
+    def compute() -> list[tuple[str, str]]:
         specs = []
         for entry in list_models(settings):
             spec = str(entry["spec"])
@@ -50,27 +80,34 @@ def _listed_models(settings: Settings) -> list[tuple[str, str]]:
                 continue
             fingerprint = str(card.get("fingerprint", "")) if isinstance(card, dict) else ""
             specs.append((spec, fingerprint))
-        _LISTED.clear()
-        _LISTED[key] = specs
-    return _LISTED[key]
+        return specs
+
+    return _memoised("models", _models_stamp(settings), compute)
 
 
 def offered(settings: Settings) -> dict[str, list[str]]:
     """What an anonymous request may search: index name -> the listed model specs that have it
     built, strongest first. Only registered checkpoints and built-ins appear (never a spec
     that names a file), and only for indices that exist, so picking from it never builds,
-    generates or loads anything by path."""
-    built: dict[str, set[str]] = {}
-    for entry in list_indices(settings):
-        built.setdefault(str(entry["name"]), set()).add(str(entry["fingerprint"]))
-    specs = _listed_models(settings)
-    order = {spec: rank for rank, spec in enumerate(PREFERRED_MODELS)}
-    result: dict[str, list[str]] = {}
-    for name in sorted(built):
-        models = [spec for spec, fingerprint in specs if fingerprint in built[name]]
-        if models:
-            result[name] = sorted(models, key=lambda spec: (order.get(spec, len(order)), spec))
-    return result
+    generates or loads anything by path. Memoised on the index and model folders' mtimes
+    (folder_stamp), so a request costs a few stats, and a new build is offered at once."""
+
+    def compute() -> dict[str, list[str]]:
+        built: dict[str, set[str]] = {}
+        for entry in list_indices(settings):
+            built.setdefault(str(entry["name"]), set()).add(str(entry["fingerprint"]))
+        specs = _listed_models(settings)
+        order = {spec: rank for rank, spec in enumerate(PREFERRED_MODELS)}
+        result: dict[str, list[str]] = {}
+        for name in sorted(built):
+            models = [spec for spec, fingerprint in specs if fingerprint in built[name]]
+            if models:
+                result[name] = sorted(models, key=lambda s: (order.get(s, len(order)), s))
+        return result
+
+    # index_dir/<name>/<fingerprint>/ is renamed into place whole: depth 1 sees every change
+    stamp = (folder_stamp((settings.index_dir,), depth=1), _models_stamp(settings))
+    return dict(_memoised("offered", stamp, compute))
 
 
 def default_model(settings: Settings, index: str | None = None) -> str:
