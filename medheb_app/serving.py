@@ -8,7 +8,6 @@ offers). It reads the index catalog and the model registry, never builds or load
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -139,9 +138,8 @@ def default_demo_models(settings: Settings) -> list[str]:
     weights are present."""
     from medheb_app.models.registry import list_models  # deferred: the registry imports torch
 
-    listed = [spec.strip() for spec in os.environ.get("MEDHEB_DEMO_MODELS", "").split(",")]
-    if any(listed):
-        return [spec for spec in listed if spec]
+    if settings.demo_models:
+        return list(settings.demo_models)
     specs = [settings.pinned_model or BASE_MODEL]
     available = {entry["spec"] for entry in list_models(settings)}
     if LABEL_AWARE_SPEC in available and LABEL_AWARE_SPEC not in specs:

@@ -211,3 +211,51 @@ def test_tabs_import_no_other_tab() -> None:
         f"{module} -> {target}" for module in tabs for target in graph[module] if target in tabs
     )
     assert edges == []
+
+
+# Modules that read the environment besides settings.py, and why. medheb_app/__init__.py only
+# sets the offline flags (the one place they are set); access/ is issue 19's this round
+# (TRUST_PROXY_HEADERS, the Space's OAuth variables) and moves to Settings with it.
+ENV_READERS = {
+    "medheb_app": "sets the offline flags before any import reads them",
+    "medheb_app.access.limits": "TRUST_PROXY_HEADERS, being rewritten under issue 19",
+    "medheb_app.access.auth": "SPACE_ID / OAUTH_CLIENT_SECRET, being rewritten under issue 19",
+}
+
+
+def _reads_environment(path: Path) -> bool:
+    names = ("environ", "getenv")
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in names
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ):
+            return True
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "os"
+            and any(alias.name in names for alias in node.names)
+        ):
+            return True
+    return False
+
+
+def test_only_settings_reads_the_environment() -> None:
+    readers = sorted(
+        _module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        if _reads_environment(path) and _module_name(path) != "medheb_app.settings"
+    )
+    assert [name for name in readers if name not in ENV_READERS] == []
+
+
+def test_the_environment_check_sees_a_read(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os\ndef f():\n    return os.environ.get('X')\n")
+    assert _reads_environment(probe)
+    probe.write_text("from os import getenv\n")
+    assert _reads_environment(probe)
+    probe.write_text("import os\nos.path.join('a', 'b')\n")
+    assert not _reads_environment(probe)

@@ -161,6 +161,8 @@ class DualLiteEmbedder:
     the text ("<instruction> <text>"), the usual way to condition a sentence encoder.
     """
 
+    precision: str = "auto"  # "fp32" turns autocast off (Settings.precision, via place)
+
     def __init__(
         self,
         heads: ProjectionHeads,
@@ -233,7 +235,7 @@ class DualLiteEmbedder:
     def image_features(self, images: Sequence[np.ndarray]) -> torch.Tensor:
         """(n, 1280) frozen-tower features for images in [0, 1] (float32, on the CPU)."""
         chunks = [torch.zeros(0, IMAGE_DIM)]
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(images), self.batch_size):
                 pixels = preprocess_images(images[start : start + self.batch_size], self.image_size)
                 chunks.append(self.image_tower(pixels).float().cpu())
@@ -242,7 +244,7 @@ class DualLiteEmbedder:
     def text_features(self, texts: Sequence[str]) -> torch.Tensor:
         """(n, 384) frozen-tower sentence features (float32, on the CPU)."""
         chunks = [torch.zeros(0, TEXT_DIM)]
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(texts), self.batch_size):
                 batch = texts[start : start + self.batch_size]
                 chunks.append(self.text_tower.encode(batch).float().cpu())

@@ -105,6 +105,8 @@ def load_backbone() -> nn.Module:
 class MedEmbLiteEmbedder(nn.Module):
     """The unified embedder; also the MedEmb trainer's model (embed / sequence_length)."""
 
+    precision: str = "auto"  # "fp32" turns autocast off (Settings.precision, via place)
+
     lora_targets = LORA_TARGETS
 
     def __init__(
@@ -142,7 +144,7 @@ class MedEmbLiteEmbedder(nn.Module):
     # -- visual tokens ---------------------------------------------------------------------
     def _tower_tokens(self, images: Sequence[np.ndarray], size: int, grid: int) -> torch.Tensor:
         """(n, grid*grid, 1280) pooled feature-map cells of the frozen EfficientNet (CPU, fp32)."""
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             pixels = preprocess_images(images, size).to(self.image_tower.device)
             maps = self.image_tower.net.forward_features(pixels)
             cells = F.adaptive_avg_pool2d(maps, grid).float().cpu()
@@ -290,7 +292,7 @@ class MedEmbLiteEmbedder(nn.Module):
         evidence = [as_evidence(item) for item in items]
         self.precompute_visual(evidence)
         chunks = [np.zeros((0, self.card.dims), dtype=np.float32)]
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(evidence), self.batch_size):
                 batch = evidence[start : start + self.batch_size]
                 vectors = self.embed(batch, [instruction] * len(batch))

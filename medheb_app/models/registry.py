@@ -153,13 +153,14 @@ def load_embedder(spec: str, settings: Settings, device: str | None = None) -> E
     spec = spec.strip()
     resolved = resolve_device(device or settings.device)
     key, loader = _resolve(spec, settings)
-    cache_key = (*key, resolved)
+    cache_key = (*key, resolved, settings.precision)
     with _LOCK:
         if cache_key not in _CACHE:
-            for old in superseded(key, [cached[:-1] for cached in _CACHE]):
-                for stale in [cached for cached in _CACHE if cached[:-1] == old]:
+            # a cache key is (*key, device, precision)
+            for old in superseded(key, [cached[:-2] for cached in _CACHE]):
+                for stale in [cached for cached in _CACHE if cached[:-2] == old]:
                     del _CACHE[stale]
-            _CACHE[cache_key] = place(loader(), resolved)
+            _CACHE[cache_key] = place(loader(), resolved, settings.precision)
         return _CACHE[cache_key]
 
 
