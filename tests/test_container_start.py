@@ -110,6 +110,7 @@ def _wait_for(url: str, process: subprocess.Popen, limit_s: float) -> float:
     raise AssertionError(f"the app did not serve {url} within {limit_s} s")
 
 
+@pytest.mark.own_phantoms  # the app process must find the corpus in its own DATA_DIR
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to uid 1000 needs root")
 def test_the_app_serves_as_uid_1000_from_a_read_only_folder_within_20_s_warm(
     tmp_path: Path,

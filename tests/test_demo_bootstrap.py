@@ -8,6 +8,8 @@ from medheb_app.demo import DEMO_CXR, ensure_demo
 from medheb_app.evidence.phantoms.saved import CorpusKey, corpus_path
 from medheb_app.index.catalog import list_indices, load_index
 
+pytestmark = pytest.mark.own_phantoms  # these tests watch the corpus being generated
+
 
 def test_first_start_builds_and_second_start_only_loads(settings) -> None:
     events: list[tuple[float, str]] = []
