@@ -87,57 +87,6 @@ def _figure(title: str, **axes: str) -> go.Figure:
     return figure
 
 
-def family_profile(summary: Summary, metric: str = "hit@1") -> go.Figure:
-    """Grouped bars: each model's task-macro `metric` per family (MedHEB Figure 6A)."""
-    families = reports.families_present(summary)
-    figure = _figure(f"{metric} per retrieval family", x="family", y=f"{metric} (%)")
-    real, bounds = _split_baselines(summary.models)
-    for name in real:
-        model = summary.models[name]
-        figure.add_bar(
-            name=name,
-            marker_color=model_colour(name),
-            x=families,
-            y=[model.families[f][metric] if f in model.families else None for f in families],
-        )
-    add_bounds(
-        figure,
-        families,
-        {
-            name: [summary.models[name].families.get(f, {}).get(metric) for f in families]
-            for name in bounds
-        },
-    )
-    figure.update_layout(barmode="group")
-    return figure
-
-
-def split_profile(summary: Summary, metric: str = "hit@1") -> go.Figure:
-    """Grouped bars over ID, held-out-source and all tasks."""
-    splits = [s for s in reports.SPLITS if any(s in m.splits for m in summary.models.values())]
-    figure = _figure(f"{metric} by split", x="split", y=f"{metric} (%)")
-    labels = [reports.SPLIT_LABELS[s] for s in splits]
-    real, bounds = _split_baselines(summary.models)
-    for name in real:
-        model = summary.models[name]
-        figure.add_bar(
-            name=name,
-            marker_color=model_colour(name),
-            x=labels,
-            y=[model.splits[s][metric] if s in model.splits else None for s in splits],
-        )
-    add_bounds(
-        figure,
-        labels,
-        {
-            name: [summary.models[name].splits.get(s, {}).get(metric) for s in splits]
-            for name in bounds
-        },
-    )
-    figure.update_layout(barmode="group")
-    return figure
-
-
 def accuracy_vs_balance(summary: Summary) -> go.Figure:
     """Mean family Hit@1 against cross-family CV, one point per model (MedHEB Figure 6C)."""
     figure = _figure("Accuracy vs balance", x="mean family Hit@1 (%)", y="CV (lower = more even)")
@@ -224,13 +173,3 @@ def cxr_regimes(
     add_bounds(figure, list(kinds), {name: values(name) for name in bounds})
     figure.update_layout(barmode="group")
     return figure
-
-
-FIGURES = {
-    "family": family_profile,
-    "split": split_profile,
-    "balance": accuracy_vs_balance,
-    "difficulty": difficulty_buckets,
-    "gap": relation_gap,
-    "graded": graded_ndcg,
-}

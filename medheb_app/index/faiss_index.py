@@ -1,7 +1,7 @@
 """VectorIndex: a FAISS inner-product index over L2-normalised vectors with string ids.
 
 Vectors are unit length, so inner product is cosine similarity (MedHEB section 3.1.1 ranks
-every candidate pool by cosine). Three kinds:
+every candidate pool by cosine). Four kinds ("auto" picks by size, resolve_kind):
 - "exact": IndexFlatIP, brute force; the default and the reference for recall.
 - "ivf": IVF-Flat (inverted lists over k-means cells); `nlist` cells, `nprobe` searched.
 - "hnsw": HNSW graph; `m` links per node, `ef_construction`, `ef_search`.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import threading
@@ -31,6 +32,7 @@ from medheb_app.index.sources import SourceSpec
 from medheb_app.models.base import Embedder
 from medheb_app.settings import Settings
 
+log = logging.getLogger(__name__)
 BUILD_MANIFEST = "build.json"
 BUILD_VERSION = 1
 
@@ -222,8 +224,10 @@ def _encode_tolerant(
         vectors = np.asarray(embedder.encode([s for s, _ in batch]), np.float32)
         if vectors.shape[0] == len(batch):
             return list(vectors)
-    except Exception:
-        pass
+        log.warning("a batch of %d gave %d vectors; embedding one by one", len(batch), len(vectors))
+    except Exception as error:  # any model failure: find the item(s) at fault one by one
+        reason = failure_reason(error)
+        log.info("a batch of %d failed (%s); embedding one by one", len(batch), reason)
     out: list[np.ndarray | None] = []
     for study, _key in batch:
         try:

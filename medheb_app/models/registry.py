@@ -16,6 +16,7 @@ process; a checkpoint is reloaded when its weights file changes.
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from medheb_app.models.medemb_lite import checkpoints as medemb_lite_checkpoints
 from medheb_app.models.medemb_lite import read_checkpoint_config as read_medemb_lite_config
 from medheb_app.settings import Settings
 
+log = logging.getLogger(__name__)
 DEFAULT_DUAL_LITE_TAG = "report"
 
 
@@ -78,7 +80,8 @@ def checkpoint_folders(settings: Settings) -> dict[str, Path]:
             continue
         try:
             config = read_checkpoint_config(folder)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as error:  # listed without it; the app keeps serving
+            log.warning("skipping checkpoint folder %s: %s", folder, error)
             continue
         if config.get("name") != DUAL_LITE:
             continue
