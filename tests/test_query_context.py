@@ -233,3 +233,23 @@ def test_the_constraints_serialise_themselves() -> None:
         "history": [FX],
     }
     assert isinstance(parsed, ParsedQuery)
+
+
+def test_logic_ranking_and_the_oracle_map_uncertain_to_the_setting() -> None:
+    import numpy as np
+
+    from medheb_app.models.baselines import constraint_vector
+    from medheb_app.ranking.logic_aware import logic_scores
+
+    findings = (PE, PN)
+    logits = np.array([[2.0, 3.0], [2.0, -3.0]])  # the second image: pneumonia unlikely
+    hedged = parse_query("effusion, possible pneumonia")
+    plain = parse_query("effusion")
+    main = logic_scores(hedged, logits, findings, setting="main")
+    assert np.allclose(main, logic_scores(plain, logits, findings))  # main: no preference
+    strict = logic_scores(hedged, logits, findings, setting="strict")
+    assert strict[0] > strict[1]  # strict: only a confirmed pneumonia counts
+    vocabulary = ("Pleural Effusion", "Pneumonia", "Pneumothorax")
+    text = "effusion, possible pneumonia, no pneumothorax"
+    assert constraint_vector(text, vocabulary).tolist() == [1.0, 0.0, -1.0]
+    assert constraint_vector(text, vocabulary, "strict").tolist() == [1.0, 1.0, -1.0]
