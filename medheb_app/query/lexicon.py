@@ -48,6 +48,9 @@ _add(
     "heart is enlarged",
     "enlarged heart size",
     "big heart",
+    "heart is large",
+    "heart size is large",
+    "cardiac silhouette is large",
     "large heart",
     "cm",
 )
@@ -635,6 +638,9 @@ CONTEXT_RULES: tuple[ContextRule, ...] = (
         "differential includes",
         "differential diagnosis includes",
         "no new",
+        "suggest",
+        "most likely",
+        "more likely",
     ),
     *_rules("uncertainty", "either", CHEXPERT, "likely", "unlikely"),
     *_rules("uncertainty", "forward", PROJECT, "equivocal", "indeterminate"),
@@ -854,7 +860,17 @@ _STOP_TEXT = """a an the image images picture pictures radiograph radiographs fi
     bodies adjacent amount component overall size mildly markedly marked portable placement
     wall keeping like plate st nd rd th minimally interstitial alveolar bronchogram
     bronchograms semi upright supine erect inspiration expiratory technique"""
-STOP_WORDS: frozenset[str] = frozenset(_STOP_TEXT.split())
+# Descriptive words of the IU X-ray reports (issue 20) that sat next to a finding and left it
+# open as a possible negation; none of them can negate or hedge ("vague nodule", "bandlike
+# atelectasis", "crowding and atelectasis").
+_REPORT_WORDS = """midlung vague crowding bandlike platelike calcific prominent tissue projecting
+    developed defined early nodular sized segment calcifications irregular partial superior
+    biapical compressive recurrent continued rounded lobulated subpleural coarse circumscribed
+    ovoid masslike uncalcified predominantly few measuring approximately throughout involving
+    appear appears due than secondary causing greater greatest space part one two given
+    relatively complete combination fibronodular visualized redemonstration correlate better
+    collection only"""
+STOP_WORDS: frozenset[str] = frozenset(_STOP_TEXT.split()) | frozenset(_REPORT_WORDS.split())
 
 UNIT_AFTER_NUMBER = frozenset({"cm", "mm"})
 MAX_PHRASE = max(len(p.split()) for p in [*FINDING_PHRASES, *CUES, *STRUCTURES, *GROUPS])
