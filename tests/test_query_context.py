@@ -253,3 +253,17 @@ def test_logic_ranking_and_the_oracle_map_uncertain_to_the_setting() -> None:
     text = "effusion, possible pneumonia, no pneumothorax"
     assert constraint_vector(text, vocabulary).tolist() == [1.0, 0.0, -1.0]
     assert constraint_vector(text, vocabulary, "strict").tolist() == [1.0, 1.0, -1.0]
+
+
+def test_the_cli_text_and_json_carry_the_uncertain_list() -> None:
+    from medheb_app.commands.search import format_response
+    from medheb_app.search import SearchResponse
+
+    parsed = parse_query("effusion, possible pneumonia")
+    response = SearchResponse(
+        query=parsed.text, query_kind="text", model="m", model_fingerprint="f", index="i", k=1
+    )
+    response.positive, response.uncertain = list(parsed.positive), list(parsed.uncertain)
+    payload = response.to_json()
+    assert payload["constraints"] == {"positive": [PE], "negative": [], "uncertain": [PN]}
+    assert "Uncertain: Pneumonia" in format_response(payload)

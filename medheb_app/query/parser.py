@@ -65,15 +65,20 @@ Decisions, so that behaviour is predictable:
   "disease") excludes the acute chest findings (the airspace ones, Pleural Effusion,
   Pneumothorax) but not Cardiomegaly, lesions or fractures ("Stable cardiomegaly. No acute
   cardiopulmonary process." keeps Cardiomegaly required); "no osseous abnormality" excludes
-  Fracture. If one of these findings is also required explicitly, the query contradicts
-  itself about it and it goes to `uncertain`.
+  Fracture. Such a statement excludes only what it names and never overrides a finding the
+  same text reports (or hedges) elsewhere: "Minimal opacity at the left base. The lungs are
+  otherwise clear." keeps Lung Opacity required and excludes the other airspace findings;
+  "Mild edema. No acute cardiopulmonary process." keeps Edema. Only when the statement is
+  about nothing but that finding and no "otherwise" limits it ("Cardiomegaly. Heart size is
+  normal.") does the text contradict itself: the finding goes to `uncertain`.
 - "normal" / "unremarkable" / "no finding(s)" about no structure exclude every finding of the
   vocabulary (or require "No Finding" when the vocabulary has it and nothing is required), with
   a warning; findings required explicitly are kept ("effusion, otherwise normal").
 - "rule out X", "r/o X", "evaluate for X", "query X" and "?X" are clinical QUESTIONS, not
   negations: X goes to `uncertain`, with a warning. "X ruled out" (past tense) is a negation.
   "possible / probable / likely / suspected / cannot exclude X" and "X cannot be excluded"
-  also go to `uncertain`. Uncertain findings never constrain `satisfies`.
+  also go to `uncertain`. Alone they never constrain `satisfies` (None); beside required or
+  excluded findings they follow the setting (below).
 - A finding stated both ways ("effusion and no effusion", or two readings of a repeated
   text) is never in both lists: it goes to `uncertain` with a warning that the query
   contradicts itself.
@@ -101,6 +106,22 @@ Decisions, so that behaviour is predictable:
   seen, edema" excludes effusion and requires edema).
 - "A or B" between required findings is read as "A and B" (queries are conjunctions), with a
   warning.
+- The ConText lexicon (lexicon.CONTEXT_RULES: trigger, category, direction, source) is data;
+  the grammar above reads each category: pseudo-triggers ("no change in", "no increase in",
+  "not only", "gram negative") negate nothing and the finding after them is required;
+  termination terms ("but", "however", "otherwise", "which", "aside from") end a scope;
+  "versus" hedges both sides ("effusion versus atelectasis"); "not" with nothing after it
+  negates the finding before it ("effusion is present, pneumothorax is not"); "is no longer
+  seen" is a post-negation; history cues ("h/o", "history of", "s/p") put the finding in
+  `history` (not current, not a constraint) unless the text names it as current elsewhere.
+- Shorthand: "w/" is "with", "w/o" "without", "(+)" / "(-)" after a finding "positive" /
+  "negative", "positive for" ends a negation scope ("negative for A and positive for B").
+- A finding named as absent in one place and as possible, or next to a word not understood,
+  in another ("Streaky opacities XXXX reflect atelectasis. No focal infiltrate.") is left
+  open with a warning. A bare "normal" after a word not understood in its sentence
+  ("Pulmonary XXXX normal.") is about that word and excludes nothing.
+- Uncertain findings follow CheXpert's -1 convention of the setting in `satisfies`
+  (`uncertain_holds`): main, present or unknown; strict, confirmed only.
 """
 
 from __future__ import annotations
