@@ -516,8 +516,9 @@ def _logic(
 
     try:
         scores, ids, probe_warnings = logic_search(
-            loaded, embedder, parsed, vector, request.k, settings, fit=not request.public
-        )
+            loaded, embedder, parsed, vector, request.k, settings, fit=not request.public,
+            setting=request.setting,
+        )  # fmt: skip
     except ProbesNotReady:
         notes.append(PROBES_NOT_READY)
         return None

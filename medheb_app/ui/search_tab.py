@@ -33,6 +33,7 @@ from medheb_app.search import MAX_PUBLIC_K, Score, SearchError, SearchResponse
 from medheb_app.services import Services
 from medheb_app.serving import default_model, offered
 from medheb_app.ui import components as ui
+from medheb_app.ui.query_reading import reading_html
 from medheb_app.ui.search_upload import (
     GENERIC_FAILURE,
     SEARCH_CONCURRENCY,
@@ -279,6 +280,8 @@ def _outcome(answer: SearchResponse, other: SearchResponse | None, compare: bool
         else "",
         notice=ui.notices_html(warnings=[user_message(w) for w in answer.warnings]),
     )  # fmt: skip
+    if answer.query_kind == "text":  # issue 20 item 5
+        outcome.parsed_html += reading_html(answer.query, answer.to_json())
     if answer.ranking == "logic":
         outcome.notice += ui.notice_html("info", LOGIC_NOTE)
     outcome.hits, outcome.gallery = _ranked(answer)
