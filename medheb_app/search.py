@@ -373,7 +373,18 @@ def search(
     Nothing heavy happens here: a missing index is an error, never built. `public=True` is an
     anonymous request (the web app): the model and index must be among `offered(settings)` and
     logic-aware ranking reads only probes prepared in advance (the index builder,
-    index/build.py, prepares them), falling back to similarity with a warning otherwise.
+    index/build.py, prepares them), falling back to similarity with a warning otherwise;
+    at most MAX_PUBLIC_K hits (else MAX_K).
+
+    Every check happens here, once (validate), before a model or an index is loaded: a
+    request to refuse raises SearchError, whose message is a sentence for the user (no path,
+    no class name) and whose `field` names the parameter at fault ("query", "k", "ranking",
+    "setting", "file", "model", "index", "input", a knob's name; None otherwise). The answer
+    is everything a page shows: SearchResponse.to_json() is the `search --json` document, and
+    each SearchHit has its score typed (`score_kind` "cosine" or "log_p", with `p_query` and
+    `log_odds` for "log_p"; `typed_score`), its labels against the query (`satisfies`,
+    `violations`), report `text`, finding `boxes`, `form`, `modality`, `split` and image `path`
+    (a server path: an HTTP answer should not pass it on as is).
     """
     from medheb_app.models.registry import load_embedder  # deferred: the registry imports torch
 
