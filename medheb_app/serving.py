@@ -66,7 +66,7 @@ def _models_stamp(settings: Settings) -> tuple:
 
 def _listed_models(settings: Settings) -> list[tuple[str, str]]:
     """(spec, fingerprint) of every listed model that names no file, remembered until a model
-    folder changes (listing hashes weights: ~60 ms, too slow per search). Weights rewritten in
+    folder changes (listing hashes every weights file: too slow per search). Weights rewritten in
     place under the same file names are not noticed: the trainers write a new folder."""
     from medheb_app.models.registry import list_models  # deferred: the registry imports torch
 

@@ -123,8 +123,8 @@ def connect(address: str | None) -> bool:
 def default_actors(resources: dict[str, float]) -> tuple[int, float]:
     """(actors, GPUs per actor): one actor per GPU, else one 1-thread actor per CPU.
 
-    On CPUs, actors scale almost linearly while each runs torch on one thread (2 actors 1.89x
-    one on 2 cores, BENCHMARKS.md), and a torch thread per core is what a single process would
+    On CPUs, actors scale almost linearly while each runs torch on one thread (BENCHMARKS.md,
+    "Scale: `index build` engines"), and a torch thread per core is what a single process would
     use anyway; a CPU actor reads and decodes its own batches, so no CPU waits for tasks.
     """
     gpus = int(resources.get("GPU", 0))
