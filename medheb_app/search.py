@@ -388,7 +388,8 @@ def search(
     """
     from medheb_app.models.registry import load_embedder  # deferred: the registry imports torch
 
-    settings = settings or Settings.from_env()
+    if settings is None:  # a library function never reads the environment itself
+        raise TypeError("search() needs settings (medheb_app.settings.Settings.from_env()).")
     request = validate(
         query_text, file, model_spec, index, k, settings, setting, ranking, study, public,
         nprobe, ef_search, rerank,
