@@ -14,9 +14,11 @@ import io
 import logging
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 
+from medheb_app.settings import Settings
 from medheb_app.store.api_tables import AuditEvent
 from medheb_app.store.db import Store
 
@@ -116,3 +118,32 @@ def to_csv(rows: list[AuditRecord]) -> str:
             ["'" + c if isinstance(c, str) and c[:1] in ("=", "+", "-", "@") else c for c in cells]
         )
     return out.getvalue()
+
+
+def index_is_synthetic(settings: Settings, name: str) -> bool:
+    """Whether every build of index `name` is synthetic (phantoms hold no patient)."""
+    from medheb_app.api.adapter import builds
+
+    found = builds(settings, name)
+    return bool(found) and all(bool(entry.get("synthetic")) for entry in found)
+
+
+def ui_search(services: Any, client: str, payload: dict[str, Any]) -> None:
+    """A search from the web page, logged when its index holds real studies."""
+    if index_is_synthetic(services.settings, str(payload.get("index", ""))):
+        return
+    record(
+        services.store,
+        who=f"anonymous:{client}",
+        channel="ui",
+        action="search",
+        route="search tab",
+        index=str(payload.get("index", "")),
+        query=str(payload.get("query", "")),
+        count=len(payload.get("results") or []),
+    )
+
+
+def ui_admin(services: Any, action: str, what: str) -> None:
+    """An admin action taken on the web page (job start or cancel, token issue, ...)."""
+    record(services.store, who="admin", channel="ui", action=action, route="admin tab", query=what)

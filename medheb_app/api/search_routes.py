@@ -78,11 +78,6 @@ def _shape(services: Services, payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "results": hits}
 
 
-def _synthetic(services: Services, index: str) -> bool:
-    found = adapter.builds(services.settings, index)
-    return bool(found) and all(entry.get("synthetic") for entry in found)
-
-
 def searched(
     services: Services,
     caller: Principal,
@@ -120,7 +115,7 @@ def searched(
     except (adapter.SearchError, adapter.EvidenceError) as error:
         raise ApiProblem("search-refused", str(error)) from None
     shaped = _shape(services, payload)
-    if not _synthetic(services, index):
+    if not audit.index_is_synthetic(services.settings, index):
         audit.record(
             services.store,
             who=caller.who,

@@ -458,6 +458,7 @@ def run_search(
 
     Only offered (model, index) pairs are searched; errors become messages. With `compare`,
     the similarity ranking of the same query is shown beside the default one."""
+    from medheb_app.api import audit
     from medheb_app.search import SearchError, default_model, search
 
     query = (query or "").strip()
@@ -502,6 +503,7 @@ def run_search(
 
     try:
         payload = _one(ranking)
+        audit.ui_search(services, client, payload)  # real (non-synthetic) indices only
         other = _one("similarity") if compare and payload["ranking"] != "similarity" else None
     except (EvidenceError, SearchError) as error:
         return error_outcome(str(error))
