@@ -9,6 +9,7 @@ from medheb_app import __version__
 from medheb_app.api.admin_routes import router as admin_router
 from medheb_app.api.problems import install_handlers
 from medheb_app.api.read_routes import router as read_router
+from medheb_app.api.schemas import Problem
 from medheb_app.api.search_routes import router as search_router
 from medheb_app.api.security import ApiLimits
 from medheb_app.services import Services
@@ -57,14 +58,33 @@ def _bearer_scheme(api: FastAPI) -> None:
                 routes=api.routes,
                 servers=api.servers or [{"url": API_PREFIX}],
             )
-            schema.setdefault("components", {})["securitySchemes"] = {
-                "bearer": {"type": "http", "scheme": "bearer"}
-            }
+            components = schema.setdefault("components", {})
+            components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+            _problem_responses(schema)
             schema["security"] = [{"bearer": []}, {}]
             api.openapi_schema = schema
         return api.openapi_schema
 
     api.openapi = openapi  # type: ignore[method-assign]
+
+
+PROBLEM_CODES = ("401", "403", "404", "422", "429", "500")
+
+
+def _problem_responses(schema: dict) -> None:
+    """Every error an operation can answer, documented as application/problem+json with the
+    Problem schema (FastAPI's default 422 body is not what this API sends)."""
+    components = schema["components"].setdefault("schemas", {})
+    components["Problem"] = Problem.model_json_schema()
+    problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            for code in {*PROBLEM_CODES, *(c for c in responses if c[0] in "45")}:
+                described = responses.get(code, {}).get("description") or "A problem"
+                responses[code] = {"description": described, "content": problem}
+    for unused in ("HTTPValidationError", "ValidationError"):
+        components.pop(unused, None)
 
 
 def mount_api(app: FastAPI, services: Services) -> FastAPI:
