@@ -16,6 +16,7 @@ from medheb_app.api import audit
 from medheb_app.api.problems import ApiProblem
 from medheb_app.api.schemas import (
     AuditEntry,
+    DbId,
     InvitationRequest,
     Invitations,
     JobRequest,
@@ -73,12 +74,12 @@ def start_job(body: JobRequest, request: Request, caller: Admin) -> dict[str, An
 
 
 @router.get("/jobs/{job_id}", response_model=JobState, summary="A job's progress and log")
-def job(job_id: int, request: Request, caller: Admin) -> dict[str, Any]:
+def job(job_id: DbId, request: Request, caller: Admin) -> dict[str, Any]:
     return _job_state(services_of(request), job_id)
 
 
 @router.delete("/jobs/{job_id}", response_model=JobState, summary="Cancel a job")
-def cancel_job(job_id: int, request: Request, caller: Admin) -> dict[str, Any]:
+def cancel_job(job_id: DbId, request: Request, caller: Admin) -> dict[str, Any]:
     services = services_of(request)
     state = _job_state(services, job_id)
     services.jobs.cancel(job_id)
@@ -147,7 +148,7 @@ def _study_id(services: Services, study_id: int) -> int:
     summary="Issue rater invitations (shown once)",
 )
 def invite(
-    study_id: int, body: InvitationRequest, request: Request, caller: Admin
+    study_id: DbId, body: InvitationRequest, request: Request, caller: Admin
 ) -> dict[str, Any]:
     from medheb_app.study import create_invitations
 
@@ -176,7 +177,7 @@ def invite(
     "/reader-studies/{study_id}/analysis", summary="A study's analysis (as `study analyse`)"
 )
 def analysis(
-    study_id: int,
+    study_id: DbId,
     request: Request,
     caller: Admin,
     min_gold_accuracy: Annotated[float | None, Query(ge=0.0, le=1.0)] = None,

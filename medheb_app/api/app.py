@@ -68,7 +68,7 @@ def _bearer_scheme(api: FastAPI) -> None:
     api.openapi = openapi  # type: ignore[method-assign]
 
 
-PROBLEM_CODES = ("401", "403", "404", "422", "429", "500")
+PROBLEM_CODES = ("400", "401", "403", "404", "422", "429", "500")
 
 
 def _problem_responses(schema: dict) -> None:

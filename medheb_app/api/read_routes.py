@@ -19,6 +19,7 @@ from fastapi.responses import Response
 from medheb_app.api import adapter, audit
 from medheb_app.api.problems import ApiProblem
 from medheb_app.api.schemas import (
+    DbId,
     IndexDetail,
     IndexSummary,
     ModelEntry,
@@ -289,7 +290,7 @@ def runs(
 
 
 @router.get("/runs/{run_id}", response_model=RunDetail, summary="A run's summary", responses=ERRORS)
-def run_detail(run_id: int, request: Request, caller: Reader) -> dict[str, Any]:
+def run_detail(run_id: DbId, request: Request, caller: Reader) -> dict[str, Any]:
     from dataclasses import asdict
 
     from medheb_app.run_service import run_skipped
@@ -322,13 +323,13 @@ def run_detail(run_id: int, request: Request, caller: Reader) -> dict[str, Any]:
     responses=ERRORS,
 )
 def run_queries(
-    run_id: int,
+    run_id: DbId,
     task: str,
     request: Request,
     caller: Reader,
     models: Annotated[list[str] | None, Query(max_length=8)] = None,
     failures_only: bool = False,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> dict[str, Any]:
     from medheb_app.eval import drilldown

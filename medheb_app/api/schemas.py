@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 Finding = int | None  # 1 present, 0 absent, -1 uncertain, null not mentioned
 Ranking = Literal["auto", "logic", "similarity"]
 RelevanceSetting = Literal["main", "strict"]
 MAX_K = 1000
+MAX_ID = 2**31 - 1  # a database integer
+
+
+DbId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
 class Strict(BaseModel):
@@ -269,7 +274,7 @@ class JobState(BaseModel):
 class StudyCreate(Strict):
     """`study create` from a stored run."""
 
-    run: int = Field(ge=1, description="The benchmark run's id.")
+    run: int = Field(ge=1, le=MAX_ID, description="The benchmark run's id.")
     models: list[Annotated[str, Field(min_length=1, max_length=300)]] = Field(
         min_length=2, max_length=8
     )
@@ -279,7 +284,7 @@ class StudyCreate(Strict):
     raters: int = Field(1, ge=1, le=100)
     open_enrolment: bool = False
     gold_share: float = Field(0.0, ge=0.0, le=0.5)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_ID)
     reveal_after_vote: bool = True
 
 
