@@ -636,8 +636,10 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
             notice = gr.HTML(elem_id="search-notice")
         with gr.Column(scale=2):
             with gr.Row():
-                model = gr.Dropdown(label="Model", choices=[], allow_custom_value=False)
-                index = gr.Dropdown(label="Index", choices=[], allow_custom_value=False)
+                # choices arrive on load; a custom value lets an API call pass the names the
+                # page shows (the handler refuses any pair not offered, in words)
+                model = gr.Dropdown(label="Model", choices=[], allow_custom_value=True)
+                index = gr.Dropdown(label="Index", choices=[], allow_custom_value=True)
             ranking = gr.Radio(
                 RANKING_CHOICES,
                 value="auto",
