@@ -54,3 +54,25 @@ def test_page_searches_are_audited_on_real_indices_only(services):
     assert [(e.who, e.channel, e.action, e.index, e.query, e.count) for e in logged] == [
         ("anonymous:192.0.2.7", "ui", "search", "ward-cxr", "lungs", 4)
     ]
+
+
+def test_admin_study_actions_on_the_page_are_audited(services, tmp_path):
+    from medheb_app.api.audit import events
+    from medheb_app.study.items import create_study
+    from medheb_app.ui.admin_study import issue_invitations, revoke
+    from tests.api_site import text_run
+
+    run = text_run(tmp_path / "run", services.settings, "audit")
+    study = create_study(services.store, "audited", ["random", "oracle"], run.out_dir, n_items=2)
+    before = len(events(services.store))
+    assert "Copy these now" in issue_invitations(services, True, study.id, 2, "ward")
+    assert "Sign in" in issue_invitations(services, False, study.id, 2, "ward")  # refused: no row
+    from medheb_app.study import list_invitations
+
+    first = list_invitations(services.store, study.id)[0].id
+    assert "revoked" in revoke(services, True, first)
+    logged = [(e.who, e.channel, e.action, e.query) for e in events(services.store)[before:]]
+    assert logged == [
+        ("admin", "ui", "study-invite", f"study {study.id}: 2 invitations"),
+        ("admin", "ui", "study-revoke-invitation", f"invitation {first}"),
+    ]
