@@ -332,6 +332,9 @@ def test_runs_and_a_run_summary(site):
         detail = client.get(f"/runs/{site.runs['open']}").json()
         assert set(detail["models"]) == {"random", "oracle"} and detail["blinded"] is False
         assert detail["models"]["oracle"]["splits"]["all"]["hit@1"] == 100.0
+        board = {row["model"]: row for row in detail["leaderboard"]}
+        assert board["oracle"]["hit@1"] == 100.0 and board["oracle"]["hit@1_ci_low"] == 100.0
+        assert board["random"]["hit@1_ci_low"] <= board["random"]["hit@1"] <= 100.0
         assert client.get(f"/runs/{site.runs['blinded']}").json()["blinded"] is True
         assert_problem(client.get("/runs/99999"), 404, "not-found")
 

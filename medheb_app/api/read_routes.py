@@ -273,6 +273,28 @@ def _blinded(services: Services, summary: Any) -> bool:
     return run_is_blinded(services, getattr(summary, "out_dir", None))
 
 
+def leaderboard_rows(summary: Any) -> list[dict[str, Any]]:
+    """The explorer's leaderboard of a run (eval/leaderboard.py) as JSON rows: per model the
+    task-macro Hit@1, MRR@5, Hit@5 with the 95% bootstrap CI of Hit@1 (MedHEB), or P@k per
+    regime with the negation P@5 CI (CXR-Retrieve)."""
+    from medheb_app.eval import reports
+    from medheb_app.eval.leaderboard import cxr_leaderboard, leaderboard, task_frame
+
+    if summary.kind == "cxr-retrieve":
+        board = cxr_leaderboard(summary)
+    else:
+        frame = task_frame(summary)
+        board = leaderboard(frame)
+        single = frame[~frame["graded"]] if not frame.empty else frame
+        lows, highs = [], []
+        for name in board["model"]:
+            ci = reports.hit1_ci(summary, name, list(single[single["model"] == name]["task"]))
+            lows.append(ci[1] if ci else None)
+            highs.append(ci[2] if ci else None)
+        board["hit@1_ci_low"], board["hit@1_ci_high"] = lows, highs
+    return json.loads(board.to_json(orient="records"))  # NaN as null
+
+
 @router.get("/runs", response_model=list[RunRow], summary="Benchmark runs, newest first")
 def runs(
     request: Request,
@@ -311,6 +333,7 @@ def run_detail(run_id: DbId, request: Request, caller: Reader) -> dict[str, Any]
         "finished": summary.finished,
         "blinded": _blinded(services, summary),
         "models": models,
+        "leaderboard": leaderboard_rows(summary),
         "tasks": summary.tasks,
         "skipped": run_skipped(services, summary, is_admin=False),
     }

@@ -180,6 +180,9 @@ class RunDetail(BaseModel):
     models: dict[str, dict[str, Any]] = Field(
         description="Per model: families, splits, consistency, graded, tasks (percent)."
     )
+    leaderboard: list[dict[str, Any]] = Field(
+        description="The explorer's leaderboard, with 95% bootstrap CIs."
+    )
     tasks: list[dict[str, Any]]
     skipped: list[dict[str, str]]
 
