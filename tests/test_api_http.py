@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 from pathlib import Path
 
@@ -76,7 +77,12 @@ def test_openapi_document_validates_and_lists_every_route(site):
     assert document["servers"][0]["url"] == "/api/v1"
     error = document["paths"]["/search"]["post"]["responses"]["422"]["content"]
     assert list(error) == [PROBLEM]
-    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    assert docs.status_code == 200 and "SwaggerUIBundle" in docs.text
+    assets = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
+    assert assets and all(url.startswith("/api/v1/docs-static/") for url in assets), assets
+    with site.client() as client:  # the page's files are served here, not from a CDN
+        for url in assets:
+            assert client.get(url.removeprefix("/api/v1")).status_code == 200, url
 
 
 # ---------------------------------------------------------------- search

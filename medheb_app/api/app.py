@@ -32,7 +32,7 @@ def build_api(services: Services) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,
         redoc_url=None,
     )
     api.state.services = services
@@ -42,7 +42,32 @@ def build_api(services: Services) -> FastAPI:
     api.include_router(read_router)
     api.include_router(admin_router)
     _bearer_scheme(api)
+    _local_docs(api)
     return api
+
+
+def _local_docs(api: FastAPI) -> None:
+    """Interactive docs at /docs from Swagger UI files shipped in a package (swagger-ui-py),
+    so they work on a hospital network without the CDN FastAPI's default page loads from."""
+    from pathlib import Path
+
+    import swagger_ui
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from fastapi.staticfiles import StaticFiles
+
+    static = Path(swagger_ui.__file__).parent / "static"
+    api.mount("/docs-static", StaticFiles(directory=static), name="docs-static")
+
+    @api.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=f"{API_PREFIX}/openapi.json",
+            title=f"{api.title} - docs",
+            swagger_js_url=f"{API_PREFIX}/docs-static/swagger-ui-bundle.js",
+            swagger_css_url=f"{API_PREFIX}/docs-static/swagger-ui.css",
+            swagger_favicon_url=f"{API_PREFIX}/docs-static/favicon-32x32.png",
+        )
 
 
 def _bearer_scheme(api: FastAPI) -> None:
