@@ -11,6 +11,7 @@ import re
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from PIL import Image
 
@@ -303,6 +304,10 @@ def test_token_cli_issues_a_token_the_api_accepts_and_revokes_it(site, monkeypat
         capsys.readouterr()
         assert_problem(client.get("/audit"), 401, "unauthenticated")
     assert cli.main(["token", "create", "--scope", "admin", "--days", "-1"]) == 2
+    from medheb_app.api.audit import events
+
+    logged = [(e.who, e.channel, e.action) for e in events(site.services.store)]
+    assert ("cli", "cli", "token-create") in logged and ("cli", "cli", "token-revoke") in logged
 
 
 # ---------------------------------------------------------------- limits
@@ -484,3 +489,65 @@ def test_audit_logs_real_index_reads_and_admin_actions_only(site, monkeypatch, c
     assert {e["query"] for e in exported} >= {"w9 target lungs", "second", "anonymous ward"}
     assert cli.main(["audit", "export", "--since", "2999-01-01"]) == 0
     assert capsys.readouterr().out.strip() == "id,at,who,channel,action,route,index,query,count"
+
+
+def _nifti(depth: int = 12) -> bytes:
+    import gzip
+
+    import nibabel
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    volume = rng.normal(40, 300, size=(48, 48, depth)).astype(np.float32)
+    image = nibabel.Nifti1Image(volume, np.eye(4))
+    return gzip.compress(image.to_bytes())
+
+
+def test_a_volume_searches_whole_or_by_slice(site):
+    with site.client("search") as client:
+        whole = client.post(
+            "/search/image",
+            files={"file": ("ct.nii.gz", _nifti(), "application/gzip")},
+            data={"k": "3"},
+        )
+        assert whole.status_code == 200, whole.text
+        assert any(w.startswith("The upload is a CT") for w in whole.json()["warnings"])
+        one = client.post(
+            "/search/image",
+            files={"file": ("ct.nii.gz", _nifti(), "application/gzip")},
+            data={"k": "3", "volume": "slice", "slice": "5"},
+        )
+        assert one.status_code == 200 and len(one.json()["results"]) == 3
+        assert one.json()["query_kind"] == "file"
+        past = client.post(
+            "/search/image",
+            files={"file": ("ct.nii.gz", _nifti(), "application/gzip")},
+            data={"volume": "slice", "slice": "99"},
+        )
+        assert (
+            "slice must be between 0 and" in assert_problem(past, 422, "search-refused")["detail"]
+        )
+    assert list(site.tmp.iterdir()) == []
+
+
+def test_a_search_while_the_demo_is_prepared_answers_503(tmp_path):
+    import threading
+
+    from fastapi import FastAPI
+
+    from medheb_app.api.app import mount_api
+    from medheb_app.services import create_services
+    from medheb_app.settings import Settings
+    from tests.web_client import serve
+
+    release = threading.Event()
+    settings = Settings(data_dir=tmp_path / "data")
+    services = create_services(settings, ensure_demo=lambda s, progress: release.wait(30))
+    try:
+        with serve(mount_api(FastAPI(), services)) as base:
+            reply = httpx.post(f"{base}/api/v1/search", json={"text": QUERY}, timeout=30)
+        body = assert_problem(reply, 503, "not-ready")
+        assert "being prepared" in body["detail"] and reply.headers["retry-after"] == "30"
+    finally:
+        release.set()
+        services.jobs.shutdown(wait=False)

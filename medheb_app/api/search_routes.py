@@ -198,7 +198,10 @@ def _read_study(services: Services, data: bytes, filename: str, mode: str, posit
     if study.form != "3d":
         return study
     if position is not None and not 0 <= position < pixels.shape[0]:
-        raise adapter.EvidenceError(f"slice must be between 0 and {pixels.shape[0] - 1}.")
+        raise adapter.EvidenceError(
+            f"The volume has {pixels.shape[0]} slices; slice must be between 0 and "
+            f"{pixels.shape[0] - 1}."
+        )
     return query_study(upload, mode, position if position is not None else pixels.shape[0] // 2)
 
 

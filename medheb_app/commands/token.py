@@ -44,6 +44,12 @@ def _store(settings: Settings):
     return Store.open(settings.database_url)
 
 
+def _audit(settings: Settings, action: str, what: str) -> None:
+    from medheb_app.api.audit import record
+
+    record(_store(settings), who="cli", channel="cli", action=action, query=what)
+
+
 def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     from medheb_app.api.tokens import TokenError, create_token
 
@@ -52,6 +58,7 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         secret, info = create_token(_store(settings), args.scope, days, args.name, "cli")
     except TokenError as error:
         raise UserError(str(error)) from None
+    _audit(settings, "token-create", f"token {info.id} {info.scope}")
     expiry = f"expires {info.expires_at} UTC" if info.expires_at else "never expires"
     human = (
         f"Token {info.id} ({info.scope}, {expiry}):\n{secret}\n"
@@ -83,4 +90,5 @@ def run_revoke(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         info = revoke_token(_store(settings), args.id)
     except TokenError as error:
         raise UserError(str(error)) from None
+    _audit(settings, "token-revoke", f"token {info.id}")
     return f"Revoked token {info.id} ({info.scope}).", info.to_dict()
