@@ -551,3 +551,32 @@ def test_a_search_while_the_demo_is_prepared_answers_503(tmp_path):
     finally:
         release.set()
         services.jobs.shutdown(wait=False)
+
+
+def test_a_zipped_dicom_series_is_searched_and_its_phi_not_echoed(site):
+    import zipfile
+
+    import pydicom
+    from pydicom.data import get_testdata_file
+    from pydicom.uid import generate_uid
+
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for number in range(4):
+            dataset = pydicom.dcmread(get_testdata_file("CT_small.dcm", download=False))
+            dataset.PatientName = "ROE^RICHARD"
+            dataset.InstanceNumber = number + 1
+            dataset.SOPInstanceUID = generate_uid()
+            dataset.ImagePositionPatient = [0.0, 0.0, float(number)]
+            out = io.BytesIO()
+            dataset.save_as(out)
+            zipped.writestr(f"series/ROE_{number}.dcm", out.getvalue())
+    with site.client("search") as client:
+        reply = client.post(
+            "/search/image",
+            files={"file": ("ROE_RICHARD.zip", archive.getvalue(), "application/zip")},
+            data={"k": "2", "volume": "slice", "slice": "1"},
+        )
+    assert reply.status_code == 200, reply.text
+    assert "ROE" not in reply.text and len(reply.json()["results"]) == 2
+    assert list(site.tmp.iterdir()) == []

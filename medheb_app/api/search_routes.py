@@ -64,7 +64,7 @@ def _shape(services: Services, payload: dict[str, Any]) -> dict[str, Any]:
     kind = SCORE_KINDS.get(payload.get("ranking", "similarity"), "cosine")
     hits = []
     for hit in payload["results"]:
-        row = loaded.items.get(hit["id"]) if hit["id"] in loaded.items else {}
+        row = loaded.items[hit["id"]] if hit["id"] in loaded.items else {}
         hit = {key: value for key, value in hit.items() if key != "path"}
         hits.append(
             {
