@@ -100,6 +100,8 @@ def _specs_by_fingerprint(services: Services) -> dict[str, list[str]]:
 def indices(request: Request, caller: Catalog) -> list[dict[str, Any]]:
     services = services_of(request)
     names = sorted({entry["name"] for entry in adapter.builds(services.settings)})
+    if caller.anonymous:  # what the page's picker lists
+        names = [name for name in names if name in adapter.offered(services.settings)]
     return [_index_summary(services, name) for name in names]
 
 
@@ -109,6 +111,8 @@ def index_detail(name: str, request: Request, caller: Catalog) -> dict[str, Any]
     from medheb_app.index.catalog import CATALOG_FILE
 
     services = services_of(request)
+    if caller.anonymous and name not in adapter.offered(services.settings):
+        raise ApiProblem("not-found", f"There is no index named {name!r} offered here.")
     summary = _index_summary(services, name)
     params, failed = {}, {}
     for entry in adapter.builds(services.settings, name):

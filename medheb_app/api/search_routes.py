@@ -64,13 +64,13 @@ def _shape(services: Services, payload: dict[str, Any]) -> dict[str, Any]:
     kind = SCORE_KINDS.get(payload.get("ranking", "similarity"), "cosine")
     hits = []
     for hit in payload["results"]:
-        row = loaded.items[hit["id"]] if hit["id"] in loaded.items else {}
+        row = loaded.items.get(hit["id"], {})
         hit = {key: value for key, value in hit.items() if key != "path"}
         hits.append(
             {
                 **hit,
                 "score_kind": kind,
-                "text": (row or {}).get("text"),
+                "text": row.get("text"),
                 "is_training_study": hit.get("split") == "train",
                 "links": study_links(payload["index"], hit["id"]),
             }
