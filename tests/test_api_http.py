@@ -140,6 +140,8 @@ def test_search_parameters_are_honoured_and_checked(site):
         unknown = client.post("/search", json={"text": QUERY, "index": "no-such-index"})
         assert_problem(unknown, 422, "search-refused", site)
         assert_problem(client.post("/search", content=b"{not json"), 422, "invalid-request")
+        assert_problem(client.get("/search"), 405, "method-not-allowed")
+        assert_problem(client.get("/no-such-route"), 404, "not-found")
 
 
 def _dicom_with_phi() -> bytes:
