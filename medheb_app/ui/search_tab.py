@@ -26,6 +26,7 @@ import numpy as np
 
 from medheb_app import search as service
 from medheb_app.access.limits import client_key
+from medheb_app.api import audit
 from medheb_app.evidence.readers import read_any
 from medheb_app.evidence.study import EvidenceError
 from medheb_app.query.parser import MAX_QUERY_CHARS
@@ -250,6 +251,7 @@ def run_search(
 
     try:
         answer = _one(ranking)
+        audit.ui_search(services, client, answer.to_json())  # real (non-synthetic) indices only
         other = _one("similarity") if compare and answer.ranking != "similarity" else None
     except SearchError as error:
         waiting = _bootstrap_notice(services, index) if error.field == "index" else ""
@@ -390,8 +392,10 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
             notice = gr.HTML(elem_id="search-notice")
         with gr.Column(scale=2):
             with gr.Row():
-                model = gr.Dropdown(label="Model", choices=[], allow_custom_value=False)
-                index = gr.Dropdown(label="Index", choices=[], allow_custom_value=False)
+                # choices arrive on load; a custom value lets an API call pass the names the
+                # page shows (the handler refuses any pair not offered, in words)
+                model = gr.Dropdown(label="Model", choices=[], allow_custom_value=True)
+                index = gr.Dropdown(label="Index", choices=[], allow_custom_value=True)
             ranking = gr.Radio(
                 RANKING_CHOICES,
                 value="auto",

@@ -274,6 +274,7 @@ def bounded_queue(blocks: gr.Blocks, services: Services) -> gr.Blocks:
 
 def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     """The FastAPI app: auth routes, the raters' Blocks at /rate, the workbench at /."""
+    from medheb_app.api.app import mount_api
     from medheb_app.ui import components as ui
     from medheb_app.ui import evidence_view
     from medheb_app.ui.rater_app import RATER_HEAD, build_rater_app
@@ -283,6 +284,7 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
     app.state.guards = guards
     add_auth_routes(app, services, guards)
+    mount_api(app, services)  # /api/v1, before the page at "/" that catches every path
     common = {
         "footer_links": [],
         "show_error": False,
