@@ -25,6 +25,7 @@ from medheb_app.evidence.phantoms.saved import CorpusKey, corpora_root, ensure_s
 from medheb_app.index.build import build_index
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index, query_vocabulary
 from medheb_app.index.sources import LoadedSource, phantom_source, phantom_volume_source
+from medheb_app.models import registry
 from medheb_app.ranking.index_logic import prepare_index_logic
 from medheb_app.serving import default_demo_models
 from medheb_app.settings import Settings
@@ -90,12 +91,10 @@ def _ensure_index(
     with the one index builder (index/build.py), which also prepares logic-aware ranking.
     A loaded index gets its probes into memory, so the first logic-aware search answers at
     once; `source` is read only when a build is needed."""
-    from medheb_app.models.registry import load_embedder  # deferred: the registry imports torch
-
     started = time.perf_counter()
     if progress:
         progress(0.0, f"loading model {spec}")
-    embedder = load_embedder(spec, settings)
+    embedder = registry.load_embedder(spec, settings)
     built = False
     try:
         loaded = load_index(name, embedder, settings)

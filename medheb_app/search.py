@@ -27,6 +27,7 @@ from medheb_app.index.catalog import (
     load_index,
     query_vocabulary,
 )
+from medheb_app.models import registry
 from medheb_app.models.base import Embedder
 from medheb_app.models.device import intra_op_threads
 from medheb_app.query.parser import (
@@ -386,15 +387,13 @@ def search(
     `violations`), report `text`, finding `boxes`, `form`, `modality`, `split` and image `path`
     (a server path: an HTTP answer should not pass it on as is).
     """
-    from medheb_app.models.registry import load_embedder  # deferred: the registry imports torch
-
     if settings is None:  # a library function never reads the environment itself
         raise TypeError("search() needs settings (medheb_app.settings.Settings.from_env()).")
     request = validate(
         query_text, file, model_spec, index, k, settings, setting, ranking, study, public,
         nprobe, ef_search, rerank,
     )  # fmt: skip
-    embedder = load_embedder(request.model, settings)
+    embedder = registry.load_embedder(request.model, settings)
     loaded = resolve_index(request.index, embedder, settings)
     return assemble(request, rank(request, embedder, loaded, settings), embedder, loaded)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from medheb_app.index.catalog import list_indices
+from medheb_app.models import registry
 from medheb_app.settings import Settings
 
 # The strongest shipped models first: the default of the search tab and the CLI is the first
@@ -68,11 +69,10 @@ def _listed_models(settings: Settings) -> list[tuple[str, str]]:
     """(spec, fingerprint) of every listed model that names no file, remembered until a model
     folder changes (listing hashes every weights file: too slow per search). Weights rewritten in
     place under the same file names are not noticed: the trainers write a new folder."""
-    from medheb_app.models.registry import list_models  # deferred: the registry imports torch
 
     def compute() -> list[tuple[str, str]]:
         specs = []
-        for entry in list_models(settings):
+        for entry in registry.list_models(settings):
             spec = str(entry["spec"])
             card = entry.get("card") or {}
             if any(marker in spec for marker in FILE_SPEC_MARKERS):
@@ -136,12 +136,10 @@ def default_demo_models(settings: Settings) -> list[str]:
     MEDHEB_DEMO_MODELS (comma-separated) when set, else the model the operator pinned
     (MEDHEB_DEFAULT_MODEL; dual-lite with "auto") plus the label-aware fine-tune when its
     weights are present."""
-    from medheb_app.models.registry import list_models  # deferred: the registry imports torch
-
     if settings.demo_models:
         return list(settings.demo_models)
     specs = [settings.pinned_model or BASE_MODEL]
-    available = {entry["spec"] for entry in list_models(settings)}
+    available = {entry["spec"] for entry in registry.list_models(settings)}
     if LABEL_AWARE_SPEC in available and LABEL_AWARE_SPEC not in specs:
         specs.append(LABEL_AWARE_SPEC)
     return specs

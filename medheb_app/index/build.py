@@ -57,7 +57,9 @@ from medheb_app.index.shards import (
     shard_file,
 )
 from medheb_app.index.sources import LoadedSource, SourceSpec, load_source, parse_source
+from medheb_app.models import registry
 from medheb_app.models.base import Embedder
+from medheb_app.models.device import resolve_device
 from medheb_app.ranking.index_logic import prepare_index_logic
 from medheb_app.settings import Settings
 
@@ -146,8 +148,6 @@ def build_from_source(
 ) -> BuildReport:
     """Index every readable item of `source` with `model_spec` as the index `name` (the
     source is read and the model loaded here; build_index does the rest)."""
-    from medheb_app.models.device import resolve_device  # deferred: torch
-    from medheb_app.models.registry import load_embedder  # deferred: torch
 
     _check_build(name, engine, batch_size, shard_size)
     spec = parse_source(source) if isinstance(source, str) else source
@@ -155,7 +155,7 @@ def build_from_source(
     if progress:
         progress(0.0, f"reading source {spec.text}")
     loaded = loaded_source or load_source(spec, settings)
-    embedder = load_embedder(model_spec, settings, device=resolved_device)
+    embedder = registry.load_embedder(model_spec, settings, device=resolved_device)
     return build_index(
         loaded,
         embedder,
