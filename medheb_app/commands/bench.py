@@ -21,8 +21,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     commands = bench.add_subparsers(dest="bench_command", required=True)
 
-    listing = commands.add_parser("list", help="the suite's tasks (building them) and skips")
+    listing = commands.add_parser(
+        "list", help="the suite's tasks from their metadata (--build: sizes and skips too)"
+    )
     listing.add_argument("--suite", default=DEFAULT_SUITE, help=f"default {DEFAULT_SUITE}")
+    listing.add_argument(
+        "--build",
+        action="store_true",
+        help="build every task (minutes on real data) to show forms, sizes and skipped tasks",
+    )
     add_json_flag(listing)
     listing.set_defaults(handler=run_list)
 
@@ -115,7 +122,27 @@ def _selected_tasks(suite, args: argparse.Namespace) -> list[str] | None:
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    """The suite's tasks. By default from the registered metadata only (name, family, split,
+    source: nothing is built, so it answers in about a second); --build builds each task as a
+    run would, for its form, query and candidate counts, and the tasks that would be skipped."""
     suite = _suite(args.suite)
+    if not getattr(args, "build", False) and getattr(suite, "specs", None):
+        rows = [
+            {
+                "name": spec.name,
+                "family": spec.family,
+                "split": spec.split,
+                "source": spec.source,
+                "trainable": spec.trainable,
+            }
+            for spec in suite.specs.values()
+        ]
+        payload = {"suite": suite.name, "built": False, "tasks": rows, "skipped": []}
+        lines = [f"Suite {suite.name}: {len(rows)} tasks (metadata; --build for sizes and skips)"]
+        lines += [
+            f"  {r['name']:<32} {r['family']:<6} {r['split']:<16} {r['source']}" for r in rows
+        ]
+        return "\n".join(lines), payload
     tasks, skipped = suite.build(settings)
     rows = [
         {
@@ -132,6 +159,7 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
     ]
     payload = {
         "suite": suite.name,
+        "built": True,
         "tasks": rows,
         "skipped": [{"name": name, "reason": why} for name, why in skipped.items()],
     }

@@ -228,7 +228,7 @@ def build_embedder(config: TrainerConfig, init: Path | None = None) -> DualLiteE
     return embedder
 
 
-FEATURE_CHUNK = 64  # images / texts per cancellation check while caching frozen features
+FEATURE_CHUNK = 16  # images / texts per cancellation check while caching frozen features
 
 
 class _Features:
