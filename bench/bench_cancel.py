@@ -8,9 +8,9 @@ panel uses (services.JOB_FACTORIES), polls its row every 0.1 s, and measures:
 - ack: cancel() -> "stop requested: stopping after this batch" in the job log;
 - end: cancel() -> the job's status is final (cancelled), and its last message.
 Scenarios: the issue's training job (report recipe, 2,000 phantom studies, 20 epochs),
-cancelled while it caches tower features; a 200-study one cancelled during its steps; an index build of
-phantom:600 with dual-lite; a medheb-lite benchmark run with dual-lite. Prints a markdown
-block for BENCHMARKS.md with the machine, the date and the load average.
+cancelled while it caches tower features; a 200-study one cancelled during its steps; an
+index build of phantom:600 with dual-lite; a medheb-lite benchmark run with dual-lite.
+Prints a markdown block for BENCHMARKS.md with the machine, the date and the load average.
 """
 
 from __future__ import annotations
@@ -61,9 +61,7 @@ def measure(services, kind: str, params: dict, when: str | float, limit_s: float
         if first is None and info.message:
             first = now - submitted
         ready = (
-            now - submitted >= when
-            if isinstance(when, float)
-            else info.message.startswith(when)
+            now - submitted >= when if isinstance(when, float) else info.message.startswith(when)
         )
         if ready or info.finished:
             break
