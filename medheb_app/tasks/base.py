@@ -185,9 +185,15 @@ class Suite:
         return list(self.specs)
 
     def build(
-        self, settings: Settings, only: Sequence[str] | None = None, part: Part = "test"
+        self,
+        settings: Settings,
+        only: Sequence[str] | None = None,
+        part: Part = "test",
+        before_each: Callable[[str, int, int], None] | None = None,
     ) -> tuple[list[Task], dict[str, str]]:
-        """(tasks built, {task name: reason skipped}); unknown names in `only` are an error."""
+        """(tasks built, {task name: reason skipped}); unknown names in `only` are an error.
+        `before_each(name, i, n)` is called before each build (a runner reports the stage and
+        checks for cancel there: a real-data task can take a minute to build)."""
         wanted = list(only) if only else self.names()
         unknown = [name for name in wanted if name not in self.specs]
         if unknown:
@@ -197,7 +203,9 @@ class Suite:
             )
         tasks: list[Task] = []
         skipped: dict[str, str] = {}
-        for name in wanted:
+        for i, name in enumerate(wanted):
+            if before_each is not None:
+                before_each(name, i, len(wanted))
             try:
                 tasks.append(self.specs[name].build(settings, part))
             except TaskUnavailable as reason:
