@@ -12,18 +12,22 @@ import itertools
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from medheb_app.cli import main
 from medheb_app.eval.estimate import (
     DEFAULT_SECONDS_PER_ITEM,
     Estimate,
+    Rate,
+    calibrate_rates,
     estimate_cxr,
     estimate_medheb,
     measured_rate,
     model_cards,
     new_vectors_key,
     rates_from_store,
+    samples_by_kind,
 )
 from medheb_app.eval.progress import WorkProgress
 from medheb_app.eval.rankers import EmbeddingRanker
@@ -33,6 +37,7 @@ from medheb_app.index.cache import EmbeddingCache
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 from medheb_app.store.runs import list_runs
+from medheb_app.tasks.base import Item
 from medheb_app.tasks.builders.generic import paired_task
 from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 from tests.test_cxr_cli import nih_fixture
@@ -213,3 +218,34 @@ def test_cxr_retrieve_progress_follows_work_with_a_log_line_per_stage(
         "logic:oracle",
     ]
     assert "probe fit" in stage_lines[2] and "0 cached" in stage_lines[2]
+
+
+def test_a_never_measured_model_is_timed_on_a_calibration_batch(settings: Settings) -> None:
+    import time
+
+    class Slow:
+        """Embeds a text in 2 ms and an image in 20 ms: ten times the work per image."""
+
+        def encode(self, items):
+            for item in items:
+                time.sleep(0.002 if isinstance(item, str) else 0.02)
+
+    loaded: list[str] = []
+
+    def load(spec, _settings):
+        loaded.append(spec)
+        return Slow()
+
+    from medheb_app.evidence.study import Evidence
+
+    image = Evidence(image=np.zeros((8, 8), np.float32))
+    entries = [Item(f"t{i}", f"text {i}") for i in range(6)] + [Item("i", image)] * 6
+    samples = samples_by_kind(entries)
+    assert {k: len(v) for k, v in samples.items()} == {"text": 4, "image": 4}
+    measured = {"known": Rate(0.5, "run 1", "model")}
+    rates = calibrate_rates(["slow", "oracle", "known"], samples, measured, settings, load)
+    assert loaded == ["slow"]  # baselines and measured models are not loaded
+    assert rates["slow/text"].quality == rates["slow/image"].quality == "calibrated"
+    assert 0.002 <= rates["slow/text"].seconds_per_item < 0.02
+    assert 0.02 <= rates["slow/image"].seconds_per_item < 0.2
+    assert rates["known"] == measured["known"]

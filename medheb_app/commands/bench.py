@@ -78,6 +78,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run nothing: per task and model, the items to embed, how many the embedding "
         "cache holds and the estimated seconds",
     )
+    run.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="with --estimate: time each never-measured model on 4 items of each input kind "
+        "(loads the model) instead of the 0.3 s/item default",
+    )
     add_json_flag(run)
     run.set_defaults(handler=run_bench)
 
@@ -191,7 +197,7 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
     if args.ray_address and args.engine != "ray":
         raise UserError("--ray-address needs --engine ray.")
     if args.estimate:
-        return run_estimate(suite, args.model, only, settings)
+        return run_estimate(suite, args.model, only, settings, args.calibrate)
     if not args.out:
         raise UserError("bench run needs --out (or --estimate to run nothing).")
     out = Path(args.out)
@@ -217,7 +223,11 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
 
 
 def run_estimate(
-    suite: Any, models: list[str], only: list[str] | None, settings: Settings
+    suite: Any,
+    models: list[str],
+    only: list[str] | None,
+    settings: Settings,
+    calibrate: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """`bench run --estimate`: the run's cost from the embedding cache's state, run nothing."""
     from medheb_app.eval.estimate import estimate_run, rates_from_store
@@ -225,7 +235,7 @@ def run_estimate(
 
     rates = rates_from_store(Store.open(settings.database_url), models)
     try:
-        estimate = estimate_run(suite, models, settings, rates, only)
+        estimate = estimate_run(suite, models, settings, rates, only, calibrate=calibrate)
     except KeyError as error:  # unknown task names
         raise UserError(error.args[0] if error.args else str(error)) from error
     return estimate.render(), estimate.to_dict()

@@ -41,6 +41,7 @@ KINDS = ("text", "image", "volume", "crop")
 RANGES = {
     "kind": (0.6, 1.6),  # measured for this model and input kind
     "model": (0.4, 2.5),  # measured for this model, all kinds together
+    "calibrated": (0.3, 3.0),  # timed on a few items before a model's first run
     "default": (0.2, 5.0),  # never measured
     "none": (1.0, 1.0),  # nothing to embed
 }
@@ -399,14 +400,64 @@ def estimate_cxr(
     return Estimate(suite.name, cells, {})
 
 
+CALIBRATION_ITEMS = 4
+
+
+def samples_by_kind(entries: Iterable[Any], n: int = CALIBRATION_ITEMS) -> dict[str, list[Any]]:
+    """Up to `n` items of each input kind among `entries` (objects with `.item`)."""
+    found: dict[str, list[Any]] = {}
+    for entry in entries:
+        items = found.setdefault(item_kind(entry.item), [])
+        if len(items) < n:
+            items.append(entry.item)
+    return found
+
+
+def calibrate_rates(
+    specs: Sequence[str],
+    samples: Mapping[str, Sequence[Any]],
+    rates: Mapping[str, Rate],
+    settings: Settings,
+    load: Any = None,
+) -> dict[str, Rate]:
+    """`rates` plus, for each model never measured, its seconds per item of each kind timed
+    on a small calibration batch (one warm-up item first, so the batch times embedding, not
+    first-call setup). This loads the model: the first run's estimate is then a measurement
+    of this machine, not a 0.3 s/item guess. Baselines and measured models are left alone."""
+    import time
+
+    if load is None:
+        from medheb_app.models.registry import load_embedder
+
+        load = load_embedder
+    out = dict(rates)
+    for spec in specs:
+        base = spec.removeprefix(LOGIC_PREFIX)
+        if base in BASELINES or rate_for(out, spec, "text").quality != "default":
+            continue
+        embedder = load(base, settings)
+        for kind, items in samples.items():
+            if not items or f"{spec}/{kind}" in out:
+                continue
+            embedder.encode(list(items[:1]))
+            started = time.perf_counter()
+            embedder.encode(list(items))
+            per_item = (time.perf_counter() - started) / len(items)
+            source = f"{per_item:.4f} s/{kind} item timed on {len(items)} calibration items"
+            out[f"{spec}/{kind}"] = Rate(per_item, source, "calibrated")
+    return out
+
+
 def estimate_run(
     suite: Any,
     specs: Sequence[str],
     settings: Settings,
     rates: Mapping[str, Rate] | None = None,
     only: Sequence[str] | None = None,
+    calibrate: bool = False,
 ) -> Estimate:
-    """Build the run's tasks (or gallery) as the run would and estimate it; runs nothing."""
+    """Build the run's tasks (or gallery) as the run would and estimate it; runs nothing.
+    `calibrate` times models never measured on a few items of each kind (calibrate_rates)."""
     from medheb_app.index.cache import EmbeddingCache
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
@@ -416,6 +467,15 @@ def estimate_run(
     rates = rates or {}
     if isinstance(suite, CxrRetrieveSuite):
         gallery, train = suite.build(settings)
+        if calibrate:
+            from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
+
+            task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)
+            samples = samples_by_kind([*task.candidates, *task.queries])
+            rates = calibrate_rates(specs, samples, rates, settings)
         return estimate_cxr(suite, gallery, train, specs, settings, cards, cache, rates)
     tasks, skipped = suite.build(settings, only=only)
+    if calibrate:
+        entries = [entry for task in tasks for entry in (*task.candidates, *task.queries)]
+        rates = calibrate_rates(specs, samples_by_kind(entries), rates, settings)
     return estimate_medheb(suite.name, tasks, specs, cards, cache, rates, skipped)
