@@ -125,11 +125,14 @@ class Rater(Base):
 
 class Assignment(Base):
     """An item handed to a rater, with the side order drawn for them and the opaque token the
-    UI holds. `vote_id` is the vote currently in force (None: not voted, or undone);
-    `released_at` is set when an unvoted claim gave its slot back, `released_reason` says why
-    ("idle", "taken": another rater completed the item first, "revoked"). `served_at` is the
-    last time the item was handed out (idleness counts from it). `revealed_at`: the model names
-    were shown to this rater, so the vote in force is final."""
+        UI holds. `vote_id` is the vote currently in force (None: not voted, or undone);
+        `released_at` is set when an unvoted claim gave its slot back, `released_reason` says why
+        ("idle", "taken": another rater completed the item first, "revoked"). `served_at` is the
+        last time the item was handed out (idleness counts from it). `revealed_at`: the model names
+        were shown to this rater, so the vote in force is final. `model_left` is a CSPRNG draw made
+    when the claim was created (nothing a rater sees predicts it). `cover`: for a gold
+    (quality-control) item, the pair of study models its reveal names, drawn the same way, so a
+    reveal does not tell a rater which items were quality checks."""
 
     __tablename__ = "study_assignments"
     __table_args__ = (UniqueConstraint("item_id", "rater_id", name="uq_assignment_item_rater"),)
@@ -147,6 +150,7 @@ class Assignment(Base):
     released_reason: Mapped[str | None] = mapped_column(String(20), nullable=True, default=None)
     served_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=None)
     revealed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=None)
+    cover: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True, default=None)
 
 
 class Vote(Base):

@@ -39,6 +39,7 @@ GOLD_REFERENCE = "gold:reference"
 GOLD_RANDOM = "gold:random"
 DEFAULT_PUBLIC_TITLE = "Reader study: which list of studies is more useful?"
 log = logging.getLogger(__name__)
+_CSPRNG = random.SystemRandom()  # item positions: no seed a rater could learn
 
 
 @dataclass(frozen=True)
@@ -335,7 +336,9 @@ def create_study(
         )
         session.add(study)
         session.flush()
-        for position, spec in enumerate(built.items):
+        order = list(built.items)
+        _CSPRNG.shuffle(order)  # positions (and so where gold items fall) from the CSPRNG
+        for position, spec in enumerate(order):
             session.add(StudyItem(study_id=study.id, position=position, **vars(spec)))
         study_id = study.id
     n_gold = sum(spec.is_gold for spec in built.items)

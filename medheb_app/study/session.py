@@ -2,11 +2,13 @@
 item, vote, reveal the models, undo.
 
 `record_vote` is the only function that writes a vote (FastChat's single vote writer). Blinding
-lives here on the server: the left/right order is drawn per (item, rater) and stored on the
-assignment, and the `ItemView` handed to the UI carries only an opaque random token, the query
-and the two top-3 payload lists, never model names, gold ids, the task, the stratum or whether
-the item is a quality-control (gold) item. Model names come only from `reveal`, after a vote,
-and revealing makes that vote final: it can no longer be undone.
+lives here on the server: the left/right order is a CSPRNG draw (`secrets`) made when a rater
+claims an item and stored on the assignment, the item a rater gets next is drawn the same way
+among the free ones (so gold items fall at unpredictable positions), and the `ItemView`
+handed to the UI carries only an opaque random token, the query and the two top-3 lists,
+never model names, gold ids, the task, the stratum or whether the item is a quality-control
+(gold) item. Model names come only from `reveal`, after a vote, and revealing makes that vote
+final: it can no longer be undone.
 
 Claims: a rater holds at most one open claim per study; an unvoted claim idle for the study's
 `claim_timeout_s` (default 10 minutes) gives its slot back. When no free slot is left, a rater
@@ -25,7 +27,7 @@ cannot over-fill an item or vote twice.
 
 from __future__ import annotations
 
-import hashlib
+import random
 import secrets
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
@@ -50,7 +52,8 @@ CHOICES = ("A", "B", "tie", "both_poor")
 UNDO_WINDOW_SECONDS = 30.0
 DEFAULT_CLAIM_TIMEOUT_SECONDS = 10 * 60.0
 SHARE_AFTER_SECONDS = 60.0  # a rater who has voted keeps a claim to themselves this long
-GOLD_SIDES = ("reference (relevant studies first)", "random candidates")
+CLAIM_DRAW_POOL = 200  # a new claim is drawn uniformly among this many free items
+_CSPRNG = random.SystemRandom()  # os.urandom underneath: no seed, no state a rater can learn
 
 
 @dataclass(frozen=True)
@@ -188,9 +191,10 @@ def reveal(store: Store, item_token: str, rater_id: int) -> dict[str, str]:
             raise StudyError("Vote on this item first; the systems are shown only after a vote.")
         session.add(_event("reveal", assignment, rater_id, retracts=assignment.vote_id))
         item = session.get(StudyItem, assignment.item_id)
-        if item.is_gold:  # a quality-control item: say so, it has no models to name
-            a_left = assignment.model_left == item.model_a
-            return {"A": GOLD_SIDES[0 if a_left else 1], "B": GOLD_SIDES[1 if a_left else 0]}
+        if item.is_gold:  # a quality check: named like any item, by its stored cover pair
+            cover = assignment.cover or {}
+            models = list(study.models)
+            return {"A": cover.get("A", models[0]), "B": cover.get("B", models[-1])}
         return {"A": assignment.model_left, "B": assignment.model_right}
 
 
@@ -410,7 +414,9 @@ def _open_assignment(session: Session, study_id: int, rater_id: int) -> Assignme
 
 
 def _claim(session: Session, study: PreferenceStudy, rater_id: int) -> Assignment | None:
-    """Take a free slot on the first item (in the study's shuffled order) the rater has not had."""
+    """Take a free slot on an item the rater has not had, drawn by the server's CSPRNG among
+    the free items (so neither the order a rater meets items in nor where the gold items fall
+    can be predicted from ids, positions or other raters' orders)."""
     seen = select(Assignment.item_id).where(Assignment.rater_id == rater_id)
     candidates = session.scalars(
         select(StudyItem.id)
@@ -421,8 +427,9 @@ def _claim(session: Session, study: PreferenceStudy, rater_id: int) -> Assignmen
             StudyItem.id.not_in(seen),
         )
         .order_by(StudyItem.position)
-        .limit(50)
+        .limit(CLAIM_DRAW_POOL)
     ).all()
+    _CSPRNG.shuffle(candidates)
     for item_id in candidates:
         claimed = session.execute(
             update(StudyItem)
@@ -477,7 +484,16 @@ def _share(session: Session, study: PreferenceStudy, rater_id: int) -> Assignmen
 
 
 def _assign(session: Session, study: PreferenceStudy, item: StudyItem, rater_id: int) -> Assignment:
-    a_left = _a_on_left(study.seed, item.id, rater_id)
+    """A new claim; which list goes left is a CSPRNG draw stored with it (never derived from
+    the seed, the ids or anything else a rater can see), and a gold item gets a cover pair of
+    the study's models, drawn the same way, that its reveal names (so a reveal never says
+    which items were quality checks)."""
+    a_left = secrets.randbelow(2) == 0
+    cover = None
+    if item.is_gold:
+        models = list(study.models)
+        first, second = _CSPRNG.sample(models, 2)
+        cover = {"A": first, "B": second}
     assignment = Assignment(
         token=secrets.token_urlsafe(16),
         study_id=study.id,
@@ -485,16 +501,11 @@ def _assign(session: Session, study: PreferenceStudy, item: StudyItem, rater_id:
         rater_id=rater_id,
         model_left=item.model_a if a_left else item.model_b,
         model_right=item.model_b if a_left else item.model_a,
+        cover=cover,
     )
     session.add(assignment)
     session.flush()
     return assignment
-
-
-def _a_on_left(seed: int, item_id: int, rater_id: int) -> bool:
-    """The side draw for (item, rater): a fair coin, reproducible from the study seed."""
-    digest = hashlib.sha256(f"{seed}:{item_id}:{rater_id}".encode()).digest()
-    return digest[0] % 2 == 0
 
 
 def _sides(item: StudyItem, assignment: Assignment) -> tuple[list[dict], list[dict]]:
