@@ -278,6 +278,7 @@ def create_study(
     open_enrolment: bool = False,
     gold_share: float = 0.0,
     claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_SECONDS,
+    source: str | Path = "",
 ) -> StudyCreated:
     """Create a study and its items; returns its id, item counts and the withheld queries.
 
@@ -288,6 +289,8 @@ def create_study(
     `gold_share` of the items are quality-control items (see `_gold_item`), excluded from the
     model comparison. `describe` renders payloads (`payloads.describe_with_tasks`); without
     it the run files' own payloads are used, and queries they cannot show are withheld.
+    `source`: the run folder loaded outputs came from (recorded for the admin; blinding
+    itself recognises the run by its content, see `study.blinding`).
     """
     name = name.strip()
     if not name:
@@ -305,7 +308,7 @@ def create_study(
     title = public_title.lower()
     if any(m.lower() in title for m in models) or (len(name) >= 4 and name.lower() in title):
         raise StudyError("The public title must not name the models or the internal study name.")
-    source = ""
+    source = str(source or "")
     if not isinstance(queries, Mapping):
         source = str(queries)
         queries = load_run(queries, models)
