@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 
 import pytest
 
@@ -59,9 +60,8 @@ def test_analysis_shows_rates_strengths_agreement_bias_and_rater_quality(service
 
 
 def test_csv_download_has_one_row_per_vote_and_neutralised_formulas(services, study_id):
-    path = analysis_tab.export(services, study_id)
-    with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    body = analysis_tab.export_bytes(services, study_id)
+    rows = list(csv.DictReader(io.StringIO(body.decode("utf-8"), newline="")))
     assert len(rows) == 8
     names = {row["rater_name"] for row in rows}
     assert "R1" in names and not any(name.startswith("=") for name in names)
@@ -70,4 +70,4 @@ def test_csv_download_has_one_row_per_vote_and_neutralised_formulas(services, st
 def test_empty_and_missing_studies_give_messages(services):
     assert "Pick a study" in analysis_tab.analyse(services, None)[0]
     assert "No study" in analysis_tab.analyse(services, 42)[0]
-    assert analysis_tab.export(services, None) is None
+    assert analysis_tab.export_bytes(services, None) is None

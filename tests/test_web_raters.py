@@ -171,3 +171,76 @@ def test_rater_sign_in_page_lists_public_titles_only(site):
     assert "Chest reader study" not in page  # invitation-only studies are not listed
     for secret in (*MODELS, TASK):
         assert secret not in page
+
+
+def test_a_revoked_rater_is_told_so_not_that_they_are_signed_out(site):
+    """Issue 18 item 9: revocation says what happened (it said only 'not signed in')."""
+    from medheb_app.study import create_invitations, revoke_invitation
+
+    invitation = create_invitations(site["services"].store, site["invited"], 1)[0]
+    client = QueueClient(site["base"])
+    assert client.http.get(invitation.link).status_code == 303
+    show = _rater_fns(site)["show"]
+    assert "Side A" in _text(client.call(show, [], prefix="/rate"))
+    revoke_invitation(site["services"].store, invitation.id)
+    text = _text(client.call(show, [], prefix="/rate"))
+    assert "invitation to this study was revoked" in text and "not signed in" not in text
+    vote = _rater_fns(site)["vote"]
+    text = _text(client.call(vote, ["", "", ""], prefix="/rate"))
+    assert "revoked" in text
+
+
+def test_a_closed_study_tells_its_raters_it_closed(tmp_path):
+    """Issue 18 item 9: a closed study says so (it said only 'not signed in')."""
+    from medheb_app.settings import Settings
+    from medheb_app.study import close_study, create_invitations, create_study
+
+    settings = Settings.from_env(data_dir=tmp_path / "data", admin_password="pw-closed-1")
+    services = create_services(settings, start_bootstrap=False)
+    write_run(tmp_path / "run")
+    study = create_study(services.store, "to-close", list(MODELS), tmp_path / "run", 2).id
+    invitation = create_invitations(services.store, study, 1)[0]
+    app = build_server(services)
+    with serve(app) as base:
+        client = QueueClient(base)
+        assert client.http.get(invitation.link).status_code == 303
+        show = fn_index(app.state.blocks["rate"], "build_rater_app.<locals>.show")
+        assert "Side A" in _text(client.call(show, [], prefix="/rate"))
+        close_study(services.store, study)
+        text = _text(client.call(show, [], prefix="/rate"))
+        assert "study is closed" in text and "not signed in" not in text
+    services.jobs.shutdown(wait=False)
+
+
+def test_exports_are_served_only_to_a_signed_in_admin_and_never_written_to_disk(site):
+    """Issue 18 item 9: the analysis CSV URL worked without any cookie and the file sat in the
+    shared temporary folder. Now: a route that checks the admin cookie on every request."""
+    import os
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from medheb_app.ui.analysis_tab import export_links
+
+    started = time.time()
+    path = f"/study-export/{site['invited']}/votes.csv"
+    assert path in export_links(site["invited"])
+    anonymous = QueueClient(site["base"])
+    reply = anonymous.http.get(path)
+    assert reply.status_code == 403 and "model" not in reply.text
+    rater = QueueClient(site["base"])
+    rater.http.get(site["invitations"][2].link)  # a rater's cookie is no admin's
+    assert rater.http.get(path).status_code == 403
+    admin = QueueClient(site["base"])
+    assert admin.post_form("/auth/admin", {"password": "pw-raters-1"}).status_code == 303
+    reply = admin.http.get(path)
+    assert reply.status_code == 200, reply.text
+    assert reply.text.startswith("study,vote_id,item,rater")
+    assert reply.headers["cache-control"] == "no-store"
+    assert "attachment" in reply.headers["content-disposition"]
+    assert admin.http.get("/study-export/999/votes.csv").status_code == 404
+    gradio_temp = Path(os.environ.get("GRADIO_TEMP_DIR", Path(tempfile.gettempdir()) / "gradio"))
+    data = Path(site["services"].settings.data_dir)
+    written = [*gradio_temp.rglob("*.csv"), *data.rglob("*.csv")]
+    leaked = [p for p in written if p.is_file() and p.stat().st_mtime >= started - 1]
+    assert not leaked, leaked

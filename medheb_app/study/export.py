@@ -132,15 +132,20 @@ def votes_frame(
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def csv_text(frame: pd.DataFrame) -> str:
+    """A table as spreadsheet-safe CSV text: formulas neutralised, RFC 4180 line ends (so a
+    cell holding a carriage return is quoted, not a row break)."""
+    return neutralise_formulas(frame).to_csv(index=False, lineterminator="\r\n")
+
+
 def export_csv(store: Store, out: str | Path, study: int | str | None = None) -> int:
     """Write the votes in force to a CSV file; returns the number of rows written."""
     out = Path(out)
     if out.is_dir():
         raise StudyError(f"{out} is a folder; give a file name such as {out / 'votes.csv'}.")
-    frame = neutralise_formulas(votes_frame(store, study))
+    frame = votes_frame(store, study)
     out.parent.mkdir(parents=True, exist_ok=True)
-    # RFC 4180 line ends, so a cell holding a carriage return is quoted, not a row break
-    frame.to_csv(out, index=False, lineterminator="\r\n")
+    out.write_text(csv_text(frame), newline="")
     return len(frame)
 
 

@@ -235,6 +235,30 @@ def resume(store: Store, resume_secret: str | None) -> RaterSession | None:
         return RaterSession(rater.id, study.id, rater.display_name, resume_secret)
 
 
+CLOSED_MESSAGE = (
+    "This study is closed, so no more items are served; your votes are kept. Thank you for "
+    "taking part."
+)
+
+
+def signed_out_reason(store: Store, resume_secret: str | None) -> str | None:
+    """Why a cookie's resume secret no longer signs its rater in, in words for the rater:
+    the invitation was revoked, or the study was closed (None for anything else: an unknown
+    or replaced secret says nothing about anyone)."""
+    if not resume_secret or len(resume_secret) > 200:
+        return None
+    with store.session() as session:
+        rater = session.scalar(select(Rater).where(Rater.resume_hash == digest(resume_secret)))
+        if rater is None or rater.study_id is None:
+            return None
+        if _revoked(session, rater):
+            return REVOKED_MESSAGE
+        study = session.get(PreferenceStudy, rater.study_id)
+        if study is not None and study.closed_at is not None:
+            return CLOSED_MESSAGE
+        return None
+
+
 def active_rater(session: Session, study_id: int, rater_id: int) -> Rater:
     """The rater, checked to belong to `study_id` and not revoked; a StudyError otherwise."""
     rater = session.get(Rater, rater_id)

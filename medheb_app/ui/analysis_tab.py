@@ -10,11 +10,11 @@ gets nothing without it).
 from __future__ import annotations
 
 import html
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
 import pandas as pd
+from fastapi import Request, Response
 
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
@@ -151,15 +151,53 @@ def analyse(services: Services, study_id: Any, min_gold_percent: float | None = 
     )
 
 
-def export(services: Services, study_id: Any) -> str | None:
-    """Write the study's votes to a CSV under DATA_DIR/exports and return its path."""
-    from medheb_app.study.export import export_csv
+EXPORT_PATH = "/study-export"
+EXPORTS = {"votes": "the votes, one row per vote"}
 
-    if study_id in (None, ""):
+
+def export_bytes(services: Services, study_id: Any, kind: str = "votes") -> bytes | None:
+    """A study's export as CSV bytes, made in memory for one admin's download (never written
+    to a file: a file in a shared temporary folder outlives the session and can be read by
+    anyone on the machine). None for no study or an unknown kind."""
+    from medheb_app.study.export import csv_text, votes_frame
+
+    if study_id in (None, "") or kind not in EXPORTS:
         return None
-    out = Path(services.settings.data_dir) / "exports" / f"study-{int(study_id)}-votes.csv"
-    export_csv(services.store, out, int(study_id))
-    return str(out)
+    return csv_text(votes_frame(services.store, int(study_id))).encode("utf-8")
+
+
+def export_links(study_id: Any) -> str:
+    """Links to the admin-only export route (the cookie is checked there, on every request)."""
+    if study_id in (None, ""):
+        return ""
+    links = " · ".join(
+        f'<a href="{EXPORT_PATH}/{int(study_id)}/{kind}.csv" download '
+        f'id="analysis-export-{kind}">Download {html.escape(what)} (CSV)</a>'
+        for kind, what in EXPORTS.items()
+    )
+    return f'<div id="analysis-exports">{links}</div>'
+
+
+def add_export_routes(app: Any, services: Services, auth: Any) -> None:
+    """GET /study-export/<id>/<kind>.csv: the CSV for a signed-in admin (checked on each
+    request from the cookie), 403 for anyone else; never cached by the browser or a proxy."""
+
+    @app.get(EXPORT_PATH + "/{study_id}/{name}", include_in_schema=False)
+    def study_export(study_id: str, name: str, request: Request) -> Response:
+        headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+        if auth is None or not auth.is_admin(request):
+            return Response(ADMIN_ONLY, status_code=403, media_type="text/plain", headers=headers)
+        kind = name.removesuffix(".csv")
+        if not study_id.isdigit() or kind not in EXPORTS or not name.endswith(".csv"):
+            return Response("No such export.", status_code=404, headers=headers)
+        from medheb_app.study import StudyError
+
+        try:
+            body = export_bytes(services, int(study_id), kind)
+        except (StudyError, ValueError) as error:
+            return Response(str(error), status_code=404, media_type="text/plain", headers=headers)
+        headers["Content-Disposition"] = f'attachment; filename="study-{study_id}-{kind}.csv"'
+        return Response(body, media_type="text/csv; charset=utf-8", headers=headers)
 
 
 ADMIN_ONLY = "Study analysis is for admins only while studies run: sign in as admin to see it."
@@ -182,7 +220,7 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
     rates = gr.Dataframe(label="Preference rates by top-1 stratum (95% Wilson CI)")
     bt = gr.Dataframe(label="Bradley-Terry strengths (bootstrap intervals)")
     figure = gr.Plot(label="Outcomes by stratum")
-    download = gr.DownloadButton("Download votes (CSV)")
+    download = gr.HTML("", elem_id="analysis-download")
 
     def _admin(request: Any) -> bool:
         return auth is not None and auth.is_admin(request)
@@ -197,7 +235,7 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
     def _show(study_id, threshold, request: gr.Request):
         if not _admin(request):
             return ui.notice_html("info", ADMIN_ONLY), None, None, None, None, None
-        return (*analyse(services, study_id, threshold), export(services, study_id))
+        return (*analyse(services, study_id, threshold), export_links(study_id))
 
     shown = [overview, rates, bt, figure, quality, download]
     study.change(_show, [study, min_gold], shown, api_name=False)

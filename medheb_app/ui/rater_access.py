@@ -59,3 +59,13 @@ def resolve(services: Services, claim: RaterClaim | None) -> int | None:
     ):
         return None
     return int(session.rater_id)
+
+
+def signed_out_reason(services: Services, claim: RaterClaim | None) -> str | None:
+    """For a cookie that no longer signs its rater in: whether the invitation was revoked or
+    the study closed (a message for the rater), else None."""
+    from medheb_app.study.identity import signed_out_reason as reason
+
+    if claim is None:
+        return None
+    return reason(services.store, claim.secret)

@@ -184,6 +184,14 @@ def current_rater(services: Services, auth: Authenticator, request: Any):
     return rater_id, claim.study_id
 
 
+def signed_out_html(services: Services, auth: Authenticator, request: Any) -> str:
+    """Why this request has no rater: revoked, study closed, or simply not signed in."""
+    reason = rater_access.signed_out_reason(services, auth.rater(request))
+    if reason:
+        return ui.notice_html("warning", reason)
+    return _signed_out()
+
+
 def render_view(view: Any) -> tuple[str, str, str]:
     """(query, side A, side B) HTML of an item; Unrenderable when any part cannot be shown."""
     query = evidence_view.render_payload(view.query, alt="query")
@@ -199,7 +207,7 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
 
     who = current_rater(services, auth, request)
     if who is None:
-        return Screen(message=_signed_out())
+        return Screen(message=signed_out_html(services, auth, request))
     rater_id, study_id = who
     title = _title(services, study_id)
     try:
@@ -255,7 +263,7 @@ def cast_vote(
 
     who = current_rater(services, auth, request)
     if who is None:
-        return False, _signed_out(), "", ""
+        return False, signed_out_html(services, auth, request), "", ""
     if not token:
         return False, ui.notice_html("error", "There is no item to vote on."), "", ""
     try:
@@ -287,7 +295,7 @@ def undo_vote(services: Services, auth: Authenticator, request: Any) -> tuple[bo
 
     who = current_rater(services, auth, request)
     if who is None:
-        return False, _signed_out()
+        return False, signed_out_html(services, auth, request)
     rater_id, study_id = who
     try:
         undo_last_vote(services.store, study_id, rater_id)

@@ -276,6 +276,7 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     """The FastAPI app: auth routes, the raters' Blocks at /rate, the workbench at /."""
     from medheb_app.ui import components as ui
     from medheb_app.ui import evidence_view
+    from medheb_app.ui.analysis_tab import add_export_routes
     from medheb_app.ui.rater_app import RATER_HEAD, build_rater_app
     from medheb_app.ui.shell import build_app
 
@@ -283,6 +284,7 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
     app.state.guards = guards
     add_auth_routes(app, services, guards)
+    add_export_routes(app, services, guards.auth)  # study CSVs: admin cookie checked per request
     common = {
         "footer_links": [],
         "show_error": False,
