@@ -4,6 +4,7 @@ rendered as the raters' page renders it."""
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -106,9 +107,11 @@ def test_instruction_line_names_what_better_means_per_family(payloads):
     }
     for family, (query, candidates) in cases.items():
         assert rater_app.family_of(query, candidates) == family
-        assert rater_app.INSTRUCTIONS[family] in rater_app.instruction_for(family)
+        line = html.escape(rater_app.INSTRUCTIONS[family])
+        assert line in rater_app.instruction_for(family)
     assert "answers the question" in rater_app.INSTRUCTIONS["VQA"]
     assert "region" in rater_app.INSTRUCTIONS["VG"]
+    assert "same patient's other scan" in rater_app.INSTRUCTIONS["MB-VR"]  # a pairing family
 
 
 @pytest.mark.slow

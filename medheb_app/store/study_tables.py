@@ -78,7 +78,9 @@ class StudyInvitation(Base):
 
 class StudyItem(Base):
     """One query shown with two models' top-3 lists; `model_a`/`model_b` is the canonical pair
-    order used in analysis (the left/right order a rater sees is drawn per assignment)."""
+    order used in analysis (the left/right order a rater sees is drawn per assignment).
+    `instruction`: what "better" means for the task's kind (study.instructions), shown above
+    the item; empty on items made before it existed (the page then infers it)."""
 
     __tablename__ = "study_items"
 
@@ -98,6 +100,7 @@ class StudyItem(Base):
     hit_a: Mapped[bool] = mapped_column(Boolean)
     hit_b: Mapped[bool] = mapped_column(Boolean)
     is_gold: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    instruction: Mapped[str] = mapped_column(String(300), default="", server_default="")
     n_assigned: Mapped[int] = mapped_column(Integer, default=0)
     withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

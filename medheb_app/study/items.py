@@ -15,7 +15,7 @@ import itertools
 import logging
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from sqlalchemy import func, select, update
 from medheb_app.store.db import Store
 from medheb_app.store.study_tables import PreferenceStudy, StudyItem, Vote, utcnow
 from medheb_app.study.errors import StudyError
+from medheb_app.study.instructions import instruction
 from medheb_app.study.payloads import Renderer, Unrenderable
 from medheb_app.study.run_outputs import (
     Payload,
@@ -59,6 +60,7 @@ class ItemSpec:
     hit_a: bool
     hit_b: bool
     is_gold: bool = False
+    instruction: str = ""
 
 
 @dataclass(frozen=True)
@@ -260,7 +262,14 @@ def build_items(
         )
     items += gold_items
     rng.shuffle(items)
-    return BuiltItems(items, withheld)
+    lines = {task: _instruction(outputs[models[0]][task]) for task in {i.task for i in items}}
+    return BuiltItems([replace(i, instruction=lines[i.task]) for i in items], withheld)
+
+
+def _instruction(task: TaskOutput) -> str:
+    """What "better" means on this task, from its metadata and relevance (instructions.py)."""
+    meta = {"family": task.family, **task.meta}
+    return instruction(meta, (query.gold for query in task.queries.values()))
 
 
 def create_study(

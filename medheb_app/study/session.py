@@ -67,6 +67,7 @@ class ItemView:
     side_b: list[dict[str, Any]]
     done: int
     total: int
+    instruction: str = ""  # what "better" means for the task's kind (names no task)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,6 +116,7 @@ def next_item(
             side_b=[dict(entry["payload"]) for entry in right],
             done=done,
             total=total,
+            instruction=item.instruction or "",
         )
 
 

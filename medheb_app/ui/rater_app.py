@@ -22,6 +22,7 @@ import gradio as gr
 
 from medheb_app.access.auth import Authenticator
 from medheb_app.services import Services
+from medheb_app.study.instructions import INSTRUCTIONS as KIND_INSTRUCTIONS
 from medheb_app.ui import components as ui
 from medheb_app.ui import evidence_view, rater_access
 
@@ -46,16 +47,21 @@ NOT_SIGNED_IN = (
     "You are not signed in. Open the link from your invitation, or "
     '<a href="/auth/rater">sign in with its code</a>.'
 )
-# What "better" means, per task family (MedHEB's families), in one line above each item.
+# What "better" means, per task family, for items made before each item stored its own line
+# (study.instructions, from the task's kind); MB-VR tasks are pairings (the same patient's
+# other scan), never "the same finding".
 INSTRUCTIONS = {
-    "I-I": "Better = more of its images show the same finding as the query image.",
-    "MB-VR": "Better = more of its scans show the same finding as the query scan.",
-    "I-Lab": "Better = its labels match what the query image shows.",
-    "I-Rep": "Better = its reports describe the query image correctly.",
-    "T-I": "Better = more of its images show what the query text describes.",
-    "T-T": "Better = its passages match the query text.",
-    "VQA": "Better = it answers the question about the query image correctly.",
-    "VG": "Better = its outlined regions match the region the query describes.",
+    family: KIND_INSTRUCTIONS[kind]
+    for family, kind in {
+        "I-I": "finding",
+        "MB-VR": "pairing-scan",
+        "I-Lab": "label",
+        "I-Rep": "report",
+        "T-I": "finding-text",
+        "T-T": "text",
+        "VQA": "answer",
+        "VG": "region",
+    }.items()
 }
 DEFAULT_INSTRUCTION = "Better = its top-3 list is more useful for the query."
 
@@ -149,8 +155,9 @@ def family_of(query: dict[str, Any], candidates: list[dict[str, Any]]) -> str:
     return "T-I" if forms & {"image"} else "T-T"
 
 
-def instruction_for(family: str) -> str:
-    line = INSTRUCTIONS.get(family, DEFAULT_INSTRUCTION)
+def instruction_for(family: str, line: str = "") -> str:
+    """The instruction line: the item's own (from its task's kind), else the family's."""
+    line = line or INSTRUCTIONS.get(family, DEFAULT_INSTRUCTION)
     return f'<div class="rater-instruction" id="rater-instruction-line">{html.escape(line)}</div>'
 
 
@@ -240,7 +247,9 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
     return Screen(
         token=view.token,
         header=_header(title, view.done, view.total),
-        instruction=instruction_for(family_of(view.query, [*view.side_a, *view.side_b])),
+        instruction=instruction_for(
+            family_of(view.query, [*view.side_a, *view.side_b]), getattr(view, "instruction", "")
+        ),
         query=query,
         side_a=_side("A", side_a),
         side_b=_side("B", side_b),
