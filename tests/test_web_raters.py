@@ -244,3 +244,56 @@ def test_exports_are_served_only_to_a_signed_in_admin_and_never_written_to_disk(
     written = [*gradio_temp.rglob("*.csv"), *data.rglob("*.csv")]
     leaked = [p for p in written if p.is_file() and p.stat().st_mtime >= started - 1]
     assert not leaked, leaked
+
+
+def test_two_raters_end_on_study_complete_with_their_count_and_no_next(tmp_path):
+    """Issue 18 item 5, in the page: after every vote both raters see 'Study complete, thank
+    you' with their own count and the Next button hidden (both were told 'No item is free for
+    you right now', progress stuck at their share); Next without a vote says so."""
+    import re
+
+    from medheb_app.settings import Settings
+    from medheb_app.study import create_invitations, create_study
+
+    settings = Settings.from_env(data_dir=tmp_path / "data", admin_password="pw-end-1")
+    services = create_services(settings, start_bootstrap=False)
+    write_run(tmp_path / "run")
+    study = create_study(services.store, "ending", list(MODELS), tmp_path / "run", 4).id
+    app = build_server(services)
+    with serve(app) as base:
+        blocks = app.state.blocks["rate"]
+        show = fn_index(blocks, "build_rater_app.<locals>.show")
+        vote = fn_index(blocks, "make_vote.<locals>.vote")
+        press_next = fn_index(blocks, "build_rater_app.<locals>.press_next")
+        clients = []
+        for invitation in create_invitations(services.store, study, 2):
+            client = QueueClient(base)
+            assert client.http.get(invitation.link).status_code == 303
+            clients.append(client)
+        first = _text(clients[0].call(show, [], prefix="/rate"))
+        assert "Side A" in first
+        again = _text(clients[0].call(press_next, [None], prefix="/rate"))
+        assert "no vote yet" in again and "Side A" in again  # the same item, and why
+        counts = [0, 0]
+        ended = ["", ""]
+        for _ in range(12):
+            for n, client in enumerate(clients):
+                if ended[n]:
+                    continue
+                text = _text(client.call(press_next, [None], prefix="/rate"))
+                if "Side A" in text:
+                    voted = _text(client.call(vote, [None, "", ""], prefix="/rate"))
+                    assert "Vote recorded" in voted
+                    counts[n] += 1
+                elif "Study complete" in text or "No item" in text or "being rated" in text:
+                    ended[n] = text if "Study complete" in text else ""
+            if all(ended):
+                break
+        assert sum(counts) == 4 and all(ended), (counts, ended)
+        for n, text in enumerate(ended):
+            assert "Study complete, thank you" in text
+            rated = f"You rated {counts[n]} item{'s' if counts[n] != 1 else ''}"
+            assert rated in text, text[-400:]
+            assert f"{counts[n]} of {counts[n]} items rated" in text  # 100% of theirs
+            assert re.search(r"'visible': False", text), text[-400:]  # no Next button
+    services.jobs.shutdown(wait=False)

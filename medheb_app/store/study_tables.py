@@ -110,7 +110,9 @@ class Rater(Base):
     """A person who votes in one study. `name` is a unique internal handle and `token` a
     random value nobody is shown (both kept for databases written before invitations);
     `display_name` is only a label. The credential is the invitation (or, between visits, the
-    resume secret whose digest is `resume_hash`). Legacy raters (no `study_id`) cannot sign in."""
+    resume secret whose digest is `resume_hash`). Legacy raters (no `study_id`) cannot sign in.
+    `enrol_key`: for an open-enrolment sign-in, a digest of (study, client address), never the
+    address itself, so sign-ins per address per hour can be capped."""
 
     __tablename__ = "raters"
 
@@ -124,6 +126,9 @@ class Rater(Base):
         String(64), nullable=True, default=None, index=True
     )
     invitation_id: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    enrol_key: Mapped[str | None] = mapped_column(
+        String(64), nullable=True, default=None, index=True
+    )
 
 
 class Assignment(Base):

@@ -52,6 +52,9 @@ CHOICES = ("A", "B", "tie", "both_poor")
 UNDO_WINDOW_SECONDS = 30.0
 DEFAULT_CLAIM_TIMEOUT_SECONDS = 10 * 60.0
 SHARE_AFTER_SECONDS = 60.0  # a rater who has voted keeps a claim to themselves this long
+# a rater who never voted in the study loses an unvoted claim after this long when another
+# rater finds nothing free (throwaway sign-ins cannot hold items; issue 19 item 5)
+FIRST_VOTE_TIMEOUT_SECONDS = 120.0
 CLAIM_DRAW_POOL = 200  # a new claim is drawn uniformly among this many free items
 _CSPRNG = random.SystemRandom()  # os.urandom underneath: no seed, no state a rater can learn
 
@@ -102,7 +105,13 @@ def next_item(
         _lock(session, Rater, rater_id)  # two tabs of one rater cannot claim two items
         assignment = _open_assignment(session, study_id, rater_id)
         if assignment is None:
-            assignment = _claim(session, study, rater_id) or _share(session, study, rater_id)
+            assignment = _claim(session, study, rater_id)
+        if assignment is None and _release_idle(
+            session, study_id, min(timeout, FIRST_VOTE_TIMEOUT_SECONDS), rater_id, True
+        ):  # throwaway sign-ins that never voted give their items back when someone needs one
+            assignment = _claim(session, study, rater_id)
+        if assignment is None:
+            assignment = _share(session, study, rater_id)
         if assignment is None:
             return None
         assignment.served_at = utcnow()
@@ -244,25 +253,41 @@ def release_idle_claims(
     """Give back the slots of claims never voted on (not even a later-undone vote) that were
     last served more than `older_than_s` ago, except `keep_rater`'s own; returns how many were
     released. Nothing is deleted: the claim keeps its row, marked released."""
+    with store.session() as session:
+        return _release_idle(session, study_id, older_than_s, keep_rater)
+
+
+def _release_idle(
+    session: Session,
+    study_id: int,
+    older_than_s: float,
+    keep_rater: int | None,
+    never_voters_only: bool = False,
+) -> int:
+    """`release_idle_claims` inside a transaction; with `never_voters_only`, only the claims
+    of raters who never voted in the study (the first-vote timeout)."""
     cutoff = utcnow() - timedelta(seconds=older_than_s)
     ever_voted = select(Vote.assignment_id).where(Vote.study_id == study_id, Vote.kind == "vote")
     last_seen = func.coalesce(Assignment.served_at, Assignment.created_at)
-    with store.session() as session:
-        idle = session.scalars(
-            select(Assignment).where(
-                Assignment.study_id == study_id,
-                Assignment.vote_id.is_(None),
-                Assignment.released_at.is_(None),
-                last_seen < cutoff,
-                Assignment.id.not_in(ever_voted),
-                Assignment.rater_id != (keep_rater if keep_rater is not None else -1),
-            )
-        ).all()
-        return sum(_release(session, assignment, "idle") for assignment in idle)
+    query = select(Assignment).where(
+        Assignment.study_id == study_id,
+        Assignment.vote_id.is_(None),
+        Assignment.released_at.is_(None),
+        last_seen < cutoff,
+        Assignment.id.not_in(ever_voted),
+        Assignment.rater_id != (keep_rater if keep_rater is not None else -1),
+    )
+    if never_voters_only:
+        voters = select(Vote.rater_id).where(Vote.study_id == study_id, Vote.kind == "vote")
+        query = query.where(Assignment.rater_id.not_in(voters))
+    idle = session.scalars(query).all()
+    return sum(_release(session, assignment, "idle") for assignment in idle)
 
 
-def progress(store: Store, study_id: int, rater_id: int | None = None) -> dict[str, int]:
-    """Votes in force: the rater's (done / items) and the study's (votes / items x raters)."""
+def progress(store: Store, study_id: int, rater_id: int | None = None) -> dict[str, Any]:
+    """Votes in force in the study (study_done of study_total = items x raters per item) and,
+    for a rater, `_outlook`: done of total (theirs), held_by_others, expires_at,
+    study_complete and finished."""
     with store.session() as session:
         study = _study(session, study_id)
         n_items = _n_items(session, study_id)
@@ -276,9 +301,12 @@ def progress(store: Store, study_id: int, rater_id: int | None = None) -> dict[s
                 StudyItem.withdrawn_at.is_(None),
             )
         )
-        result = {"study_done": study_done, "study_total": n_items * study.raters_per_item}
+        result: dict[str, Any] = {
+            "study_done": study_done,
+            "study_total": n_items * study.raters_per_item,
+        }
         if rater_id is not None:
-            result["done"], result["total"] = _progress(session, study_id, rater_id)
+            result.update(_outlook(session, study, rater_id))
         return result
 
 
@@ -385,18 +413,76 @@ def _n_items(session: Session, study_id: int) -> int:
 
 
 def _progress(session: Session, study_id: int, rater_id: int) -> tuple[int, int]:
-    done = session.scalar(
+    """(votes in force by the rater, the items that are theirs: those votes plus every item
+    they may still rate). An item another rater completed is not theirs, so a rater who
+    rated all they could stands at 100%, not at their share of the study."""
+    outlook = _outlook(session, _study(session, study_id), rater_id)
+    return outlook["done"], outlook["total"]
+
+
+def _outlook(session: Session, study: PreferenceStudy, rater_id: int) -> dict[str, Any]:
+    """Where a rater stands: done, total (theirs), `held_by_others` (items they may still
+    rate that others hold now), `expires_at` (naive UTC: the latest moment the first of those
+    claims runs out unvoted), `study_complete` (every item has its raters' votes) and
+    `finished` (nothing is left that this rater may rate)."""
+    voted = aliased(Assignment)
+    in_force = (
         select(func.count())
-        .select_from(Assignment)
-        .join(StudyItem, StudyItem.id == Assignment.item_id)
-        .where(
-            Assignment.study_id == study_id,
-            Assignment.rater_id == rater_id,
-            Assignment.vote_id.is_not(None),
-            StudyItem.withdrawn_at.is_(None),
-        )
+        .select_from(voted)
+        .where(voted.item_id == StudyItem.id, voted.vote_id.is_not(None))
+        .correlate(StudyItem)
+        .scalar_subquery()
     )
-    return done, _n_items(session, study_id)
+    live = (StudyItem.study_id == study.id, StudyItem.withdrawn_at.is_(None))
+    mine = {
+        item_id: (vote_id, released_at)
+        for item_id, vote_id, released_at in session.execute(
+            select(Assignment.item_id, Assignment.vote_id, Assignment.released_at)
+            .join(StudyItem, StudyItem.id == Assignment.item_id)
+            .where(Assignment.rater_id == rater_id, *live)
+        ).all()
+    }
+    done = sum(vote_id is not None for vote_id, _ in mine.values())
+    incomplete = session.scalars(
+        select(StudyItem.id).where(*live, in_force < study.raters_per_item)
+    ).all()
+    own_open = [i for i in incomplete if i in mine and mine[i] == (None, None)]
+    others = [i for i in incomplete if i not in mine]
+    expires_at = None
+    if others:
+        voters = set(
+            session.scalars(
+                select(Vote.rater_id).where(Vote.study_id == study.id, Vote.kind == "vote")
+            ).all()
+        )
+        holds = session.execute(
+            select(
+                Assignment.rater_id,
+                func.coalesce(Assignment.served_at, Assignment.created_at),
+            ).where(
+                Assignment.item_id.in_(others),
+                Assignment.vote_id.is_(None),
+                Assignment.released_at.is_(None),
+            )
+        ).all()
+        timeout = float(study.claim_timeout_s or DEFAULT_CLAIM_TIMEOUT_SECONDS)
+        ends = [
+            seen
+            + timedelta(
+                seconds=timeout if holder in voters else min(timeout, FIRST_VOTE_TIMEOUT_SECONDS)
+            )
+            for holder, seen in holds
+        ]
+        expires_at = min(ends, default=None)
+    remaining = len(own_open) + len(others)
+    return {
+        "done": done,
+        "total": done + remaining,
+        "held_by_others": len(others),
+        "expires_at": expires_at,
+        "study_complete": not incomplete,
+        "finished": remaining == 0,
+    }
 
 
 def _open_assignment(session: Session, study_id: int, rater_id: int) -> Assignment | None:
@@ -467,7 +553,10 @@ def _share(session: Session, study: PreferenceStudy, rater_id: int) -> Assignmen
             StudyItem.study_id == study.id,
             StudyItem.withdrawn_at.is_(None),
             StudyItem.id.not_in(seen),
-            StudyItem.n_assigned < 2 * study.raters_per_item,
+            or_(
+                StudyItem.n_assigned < 2 * study.raters_per_item,
+                Assignment.rater_id.not_in(voters),  # throwaways never fill an item up
+            ),
             Assignment.vote_id.is_(None),
             Assignment.released_at.is_(None),
             Assignment.rater_id != rater_id,

@@ -35,12 +35,13 @@ def redeem(services: Services, code: str, display_name: str = "") -> RaterClaim:
         raise SignInError(str(error)) from error
 
 
-def enrol(services: Services, study_id: int, label: str) -> RaterClaim:
-    """Open enrolment: always a fresh rater for this sign-in; `label` is a display name."""
+def enrol(services: Services, study_id: int, label: str, address: str | None = None) -> RaterClaim:
+    """Open enrolment: always a fresh rater for this sign-in; `label` is a display name and
+    `address` the client's (sign-ins per address per hour are capped)."""
     from medheb_app.study import StudyError, sign_in_open
 
     try:
-        return _claim(sign_in_open(services.store, int(study_id), label or ""))
+        return _claim(sign_in_open(services.store, int(study_id), label or "", address))
     except StudyError as error:
         raise SignInError(str(error)) from error
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import html
 import json
 import logging
+import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import gradio as gr
@@ -42,6 +44,10 @@ KEYS = {
     "U": "vote-undo",
     "Enter": "vote-next",
 }
+NEXT_WITHOUT_VOTE = (
+    "This item has no vote yet: choose A better, B better, tie or both poor (keys 1-4) first; "
+    "Next moves on after a vote."
+)
 REVEAL_PAUSE_MS = 1500  # the reveal stays over each side this long
 NOT_SIGNED_IN = (
     "You are not signed in. Open the link from your invitation, or "
@@ -126,6 +132,7 @@ class Screen:
     side_b: str = ""
     message: str = ""
     can_vote: bool = False
+    can_next: bool = True  # False at the end: nothing is left that this rater may rate
 
 
 def _form(payload: dict[str, Any]) -> str:
@@ -226,14 +233,11 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
 
         counts = progress(services.store, study_id, rater_id)
         done, total = int(counts.get("done", 0)), int(counts.get("total", 0))
-        text = (
-            "All items are rated. Thank you!"
-            if done >= total
-            else "No item is free for you right now (other raters hold them); try Next in a "
-            "few minutes."
-        )
+        text, finished = end_message(counts)
         return Screen(
-            header=_header(title, done, total), message=note + ui.notice_html("info", text)
+            header=_header(title, done, total),
+            message=note + ui.notice_html("info", text),
+            can_next=not finished,
         )
     try:
         query, side_a, side_b = render_view(view)
@@ -256,6 +260,36 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
         message=note
         + (ui.notice_html("info", notice) if (notice := getattr(view, "notice", "")) else ""),
         can_vote=True,
+    )
+
+
+def end_message(counts: dict[str, Any]) -> tuple[str, bool]:
+    """(what to tell a rater who got no item, whether their part is over: no Next then)."""
+    done = int(counts.get("done", 0))
+    rated = f"You rated {done} item{'s' if done != 1 else ''}."
+    if counts.get("study_complete"):
+        return f"Study complete, thank you. {rated}", True
+    if counts.get("finished"):
+        return (
+            f"You have rated every item open to you, thank you. {rated} Other raters are "
+            "finishing the rest of the study.",
+            True,
+        )
+    held = int(counts.get("held_by_others", 0))
+    expires = counts.get("expires_at")
+    when = ""
+    if expires is not None:
+        left = expires - datetime.now(UTC).replace(tzinfo=None)  # the store's naive UTC
+        minutes = max(1, math.ceil(left.total_seconds() / 60))
+        when = (
+            f" If they do not vote, the first of their claims expires by "
+            f"{expires:%H:%M} UTC (in about {minutes} min); press Next then."
+        )
+    items = f"{held} item{'s' if held != 1 else ''}"
+    return (
+        f"{rated} The {items} left for you {'are' if held != 1 else 'is'} being rated by "
+        f"other raters right now.{when or ' Press Next in a few minutes.'}",
+        False,
     )
 
 
@@ -343,7 +377,9 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
         token = gr.State("")
         advance = gr.State(False)
         vote_buttons = list(buttons.values())
-        screen_outputs = [token, header, instruction, query, side_a, side_b, message, *vote_buttons]
+        screen_outputs = [
+            token, header, instruction, query, side_a, side_b, message, *vote_buttons, nxt
+        ]  # fmt: skip
 
         def _screen(screen: Screen) -> tuple:
             enabled = gr.update(interactive=screen.can_vote)
@@ -356,10 +392,19 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
                 screen.side_b,
                 screen.message,
                 *[enabled] * len(vote_buttons),
+                gr.update(visible=screen.can_next),
             )
 
         def show(request: gr.Request):
             return _screen(next_screen(services, auth, request))
+
+        def press_next(current: str, request: gr.Request):
+            """Next: the next item, or, when the shown item has no vote yet, that item again
+            with a line saying so (it used to reload silently)."""
+            screen = next_screen(services, auth, request)
+            if current and screen.token == current:
+                screen.message = ui.notice_html("warning", NEXT_WITHOUT_VOTE) + screen.message
+            return _screen(screen)
 
         def make_vote(choice: str):
             def vote(current: str, shown_a: str, shown_b: str, request: gr.Request):
@@ -385,7 +430,7 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
         def do_undo(request: gr.Request):
             undone, note = undo_vote(services, auth, request)
             if not undone:
-                return (*[gr.update()] * 6, note, *[gr.update()] * len(vote_buttons))
+                return (*[gr.update()] * 6, note, *[gr.update()] * (len(vote_buttons) + 1))
             return _screen(next_screen(services, auth, request, note))
 
         blocks.load(show, None, screen_outputs, api_name=False)
@@ -402,7 +447,7 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
                 js=f"() => new Promise((done) => setTimeout(done, {REVEAL_PAUSE_MS}))",
                 api_name=False,
             ).then(after_vote, [advance], [advance, *screen_outputs], api_name=False)
-        nxt.click(show, None, screen_outputs, api_name=False)
+        nxt.click(press_next, [token], screen_outputs, api_name=False)
         undo.click(do_undo, None, screen_outputs, api_name=False)
     return blocks
 

@@ -204,7 +204,9 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             if form.get("code"):
                 claim = rater_access.redeem(services, form["code"], form.get("label", ""))
             elif form.get("study"):
-                claim = rater_access.enrol(services, int(form["study"]), form.get("label", ""))
+                claim = rater_access.enrol(
+                    services, int(form["study"]), form.get("label", ""), client_key(request)
+                )
             else:
                 return _rater_refused(request, "Type your invitation code.", 400)
         except (rater_access.SignInError, ValueError) as error:
