@@ -106,6 +106,17 @@ def test_study_commands_end_to_end(tmp_path: Path, settings: Settings, capsys):
     }
     code, out, _ = run_cli(capsys, "study", "analyse", "--boot", "0")
     assert "oracle (a) vs worst (b)" in out and "Position bias" in out
+    # the MRMC figures beside Wilson's, each with what it generalises to (issue 18 item 1)
+    [mrmc] = summary["mrmc"]
+    assert mrmc["n_readers"] == 2 and {"RRRC", "FRRC", "RRFC", "bootstrap"} <= set(mrmc["results"])
+    code, out, _ = run_cli(
+        capsys, "study", "analyse", "--study", "pilot", "--boot", "50", "--margin", "0.1"
+    )
+    assert "ORH random raters, random queries:" in out and "Wilson (per vote, n=" in out
+    assert "generalises to new raters and new queries" in out
+    assert "non-inferiority (margin 0.1) p" in out
+    code, _, err = run_cli(capsys, "study", "analyse", "--margin", "2")
+    assert code == 2 and "--margin must be between 0 and 1" in err
 
     code, out, _ = run_cli(capsys, "study", "close", "--study", "pilot")
     assert code == 0 and "closed" in out

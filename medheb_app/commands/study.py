@@ -115,6 +115,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="exclude raters below this accuracy on gold items (e.g. 0.8)",
     )
+    analyse.add_argument(
+        "--ties",
+        choices=("half", "exclude"),
+        default="half",
+        help="MRMC figure of merit: a tie or 'both poor' counts half for each model (default) "
+        "or is left out",
+    )
+    analyse.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        help="non-inferiority margin on the difference pref(a) - pref(b), e.g. 0.1: a one-sided "
+        "test that a is not worse than b by more than this",
+    )
     add_json_flag(analyse)
     analyse.set_defaults(handler=run_analyse)
 
@@ -299,8 +313,12 @@ def run_analyse(args: argparse.Namespace, settings: Settings) -> tuple[str, dict
         raise UserError(
             f"--min-gold-accuracy must be between 0 and 1; got {args.min_gold_accuracy}."
         )
+    if args.margin is not None and not 0 < args.margin < 1:
+        raise UserError(f"--margin must be between 0 and 1; got {args.margin}.")
     votes = votes_frame(_store(settings), args.study)
-    summary = summarise(votes, args.boot, args.seed, args.min_gold_accuracy)
+    summary = summarise(
+        votes, args.boot, args.seed, args.min_gold_accuracy, ties=args.ties, margin=args.margin
+    )
     return format_summary(summary), summary
 
 
@@ -367,4 +385,61 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"Position bias: left list chosen in {_pct(bias['left_rate']).strip()}% of "
             f"{bias['n']} A/B votes (binomial p = {bias['p_value']:.3g} vs 50%)."
         )
+    lines += mrmc_lines(summary.get("mrmc") or [])
     return "\n".join(lines)
+
+
+MRMC_NAMES = {
+    "RRRC": "ORH random raters, random queries",
+    "FRRC": "ORH fixed raters, random queries",
+    "RRFC": "ORH random raters, fixed queries",
+    "bootstrap": "Cluster bootstrap (raters x queries)",
+}
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return "< 0.001" if value < 0.001 else f"{value:.3g}"
+
+
+def mrmc_lines(pairs: list[dict[str, Any]]) -> list[str]:
+    """The MRMC section: per pair, the preference rate for a with each interval, the p-value
+    of the difference (and of non-inferiority), and what each interval generalises to."""
+    lines: list[str] = []
+    for pair in pairs:
+        lines += [
+            "",
+            f"MRMC: preference for {pair['model_a']} (a) over {pair['model_b']} (b), "
+            f"{pair['n_readers']} raters x {pair['n_cases']} queries, ties {pair['ties']}; "
+            "preference in %, 95% CI; difference = pref(a) - pref(b)",
+        ]
+        if pair.get("error"):
+            lines.append(f"  {pair['error']}")
+        for name, label in MRMC_NAMES.items():
+            res = pair["results"].get(name)
+            if res is None:
+                continue
+            df = "inf" if res["df"] is None else f"{res['df']:.3g}"
+            ni = ""
+            if res.get("margin") is not None:
+                ni = f", non-inferiority (margin {res['margin']:.3g}) p {_p(res['ni_p_value'])}"
+            lines.append(
+                f"  {label}: {_pct(res['preference'])} [{_pct(res['preference_lo'])}-"
+                f"{_pct(res['preference_hi'])}], difference {res['difference']:.3g} "
+                f"[{res['lo']:.3g}, {res['hi']:.3g}], df {df}, p {_p(res['p_value'])}{ni}."
+            )
+            lines.append(f"      generalises to {res['generalises_to']}")
+        wilson = pair["wilson"]
+        if wilson.get("n"):
+            lines.append(
+                f"  Wilson (per vote, n={wilson['n']}): {_pct(wilson['preference'])} "
+                f"[{_pct(wilson['lo'])}-{_pct(wilson['hi'])}]"
+            )
+            lines.append(f"      generalises to {wilson['generalises_to']}")
+        if pair.get("dropped_raters"):
+            lines.append(
+                f"  Left out (fewer than 2 rated queries): rater(s) "
+                f"{', '.join(map(str, pair['dropped_raters']))}"
+            )
+    return lines

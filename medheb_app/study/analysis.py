@@ -31,6 +31,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from scipy import stats
 
+from medheb_app.study.mrmc import mrmc_by_pair
+
 OUTCOMES = ("a", "b", "tie", "both_poor")
 STRATA = ("both_hit", "only_a", "only_b", "neither")
 
@@ -254,12 +256,17 @@ def summarise(
     n_boot: int = 200,
     seed: int = 0,
     min_gold_accuracy: float | None = None,
+    ties: str = "half",
+    margin: float | None = None,
 ) -> dict[str, Any]:
     """Everything the analysis view and `study analyse --json` show, as plain data.
 
     Gold items are left out of the model comparison. With `min_gold_accuracy`, raters below
     it are excluded from rates, Bradley-Terry and position bias; agreement is reported with
-    all raters ("agreement") and without the excluded ones ("agreement_kept")."""
+    all raters ("agreement") and without the excluded ones ("agreement_kept"). "mrmc": per
+    model pair, the ORH analyses, the cluster bootstrap (`n_boot` draws) and the Wilson
+    figure of the preference rate (study.mrmc; `ties` "half" or "exclude", an optional
+    non-inferiority `margin` on the difference)."""
     quality = rater_quality(votes) if len(votes) else pd.DataFrame(columns=QUALITY_COLUMNS)
     excluded: list[Any] = []
     kept = votes
@@ -284,6 +291,11 @@ def summarise(
     }
     if len(models) >= 2 and len(compared):
         summary["bradley_terry"] = _records(bradley_terry(compared, n_boot=n_boot, seed=seed))
+    summary["mrmc"] = (
+        mrmc_by_pair(compared, ties=ties, margin=margin, n_boot=n_boot, seed=seed)
+        if len(compared)
+        else []
+    )
     return _no_nan(summary)
 
 
@@ -292,15 +304,15 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _no_nan(value: Any) -> Any:
-    """NaN (an empty stratum, an undefined kappa) as None, and numpy scalars as Python ones,
-    so the summary is strict JSON."""
+    """NaN (an empty stratum, an undefined kappa) and infinite degrees of freedom as None,
+    and numpy scalars as Python ones, so the summary is strict JSON."""
     if isinstance(value, dict):
         return {key: _no_nan(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_no_nan(item) for item in value]
     if isinstance(value, np.generic):
         value = value.item()
-    if isinstance(value, float) and math.isnan(value):
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None
     return value
 

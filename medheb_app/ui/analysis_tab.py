@@ -119,14 +119,102 @@ def quality_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     return frame.rename(columns=QUALITY_LABELS)
 
 
-def analyse(services: Services, study_id: Any, min_gold_percent: float | None = None):
-    """(overview html, rates table, Bradley-Terry table, stratum figure, rater quality table)
-    for one study; with `min_gold_percent` > 0, raters below that gold accuracy are excluded
-    from rates, Bradley-Terry and bias (agreement is shown with and without them)."""
+MRMC_LABELS = {
+    "RRRC": "ORH: random raters, random queries",
+    "FRRC": "ORH: fixed raters, random queries",
+    "RRFC": "ORH: random raters, fixed queries",
+    "bootstrap": "Cluster bootstrap (raters x queries)",
+}
+
+
+def _sig(value: float | None, digits: int = 3) -> str:
+    """A number at `digits` significant digits ('–' for none)."""
+    if value is None or pd.isna(value):
+        return "–"
+    return f"{float(value):.{digits}g}"
+
+
+def _p_text(value: float | None) -> str:
+    if value is None or pd.isna(value):
+        return "–"
+    return "< 0.001" if value < 0.001 else _sig(value)
+
+
+def mrmc_html(pairs: list[dict[str, Any]]) -> str:
+    """Per model pair: the preference rate for A with each MRMC interval and Wilson's, the
+    difference, df and p-values, and one sentence each on what the interval generalises to."""
+    if not pairs:
+        return ""
+    blocks = []
+    for pair in pairs:
+        a, b = html.escape(str(pair["model_a"])), html.escape(str(pair["model_b"]))
+        head = (
+            f"<h4>Preference for {a} over {b}: {pair['n_readers']} raters x "
+            f"{pair['n_cases']} queries (ties {html.escape(pair['ties'])})</h4>"
+        )
+        if pair.get("error"):
+            blocks.append(head + ui.notice_html("info", pair["error"]))
+            continue
+        rows = []
+        for name, label in MRMC_LABELS.items():
+            res = pair["results"].get(name)
+            if res is None:
+                continue
+            ni = (
+                f"{_p_text(res['ni_p_value'])} (margin {_sig(res['margin'])})"
+                if res.get("margin") is not None
+                else "–"
+            )
+            rows.append(
+                f"<tr><td>{label}</td><td>{_percent(res['preference'], res['preference_lo'], res['preference_hi'])}</td>"  # noqa: E501
+                f"<td>{_sig(res['difference'])} [{_sig(res['lo'])}, {_sig(res['hi'])}]</td>"
+                f"<td>{'∞' if res['df'] is None else _sig(res['df'])}</td>"
+                f"<td>{_p_text(res['p_value'])}</td><td>{ni}</td>"
+                f"<td>{html.escape(res['generalises_to'])}</td></tr>"
+            )
+        wilson = pair.get("wilson") or {}
+        if wilson.get("n"):
+            rows.append(
+                f"<tr><td>Wilson (n = {wilson['n']} votes)</td>"
+                f"<td>{_percent(wilson['preference'], wilson['lo'], wilson['hi'])}</td>"
+                f"<td>–</td><td>–</td><td>–</td><td>–</td>"
+                f"<td>{html.escape(wilson['generalises_to'])}</td></tr>"
+            )
+        dropped = pair.get("dropped_raters") or []
+        note = (
+            f"<div>Left out (fewer than two rated queries): {len(dropped)} rater(s).</div>"
+            if dropped
+            else ""
+        )
+        blocks.append(
+            head + '<table class="medheb-mrmc"><thead><tr><th>analysis</th>'
+            f"<th>preference for {a}, 95% CI</th><th>difference {a} - {b}</th><th>df</th>"
+            "<th>p (no difference)</th><th>p (non-inferiority)</th><th>generalises to</th>"
+            "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>" + note
+        )
+    lead = (
+        "<p><b>Which interval to report:</b> ORH random raters, random queries (RRRC) is the "
+        "one that speaks for new raters and new queries; Wilson treats every vote as "
+        "independent and is too narrow when raters share queries.</p>"
+    )
+    return '<div id="analysis-mrmc">' + lead + "".join(blocks) + "</div>"
+
+
+def analyse(
+    services: Services,
+    study_id: Any,
+    min_gold_percent: float | None = None,
+    ties: str = "half",
+    margin: float | None = None,
+):
+    """(overview html, rates table, Bradley-Terry table, stratum figure, rater quality table,
+    MRMC html) for one study; with `min_gold_percent` > 0, raters below that gold accuracy
+    are excluded from rates, Bradley-Terry, bias and MRMC (agreement is shown with and
+    without them). `ties` and `margin`: the MRMC figure of merit and non-inferiority margin."""
     from medheb_app.study.analysis import model_votes, stratum_figure, summarise
     from medheb_app.study.export import votes_frame
 
-    nothing = (None, None, None, None)
+    nothing = (None, None, None, None, "")
     if study_id in (None, ""):
         return ui.notice_html("info", "Pick a study."), *nothing
     try:
@@ -136,8 +224,12 @@ def analyse(services: Services, study_id: Any, min_gold_percent: float | None = 
     if votes.empty:
         return ui.notice_html("info", "No votes in this study yet."), *nothing
     threshold = float(min_gold_percent) / 100 if min_gold_percent else None
-    summary = summarise(votes, min_gold_accuracy=threshold)
-    bt = pd.DataFrame(summary["bradley_terry"])
+    margin = float(margin) if margin else None
+    summary = summarise(
+        votes, min_gold_accuracy=threshold, ties=ties if ties in ("half", "exclude") else "half",
+        margin=margin if margin is not None and 0 < margin < 1 else None,
+    )  # fmt: skip
+    bt = strengths_table(summary["bradley_terry"])
     compared = model_votes(votes)
     if summary["excluded_raters"]:
         compared = compared[~compared["rater"].isin(summary["excluded_raters"])]
@@ -148,7 +240,17 @@ def analyse(services: Services, study_id: Any, min_gold_percent: float | None = 
         bt,
         stratum_figure(compared) if len(compared) else None,
         quality_table(summary["raters"]),
+        mrmc_html(summary["mrmc"]),
     )
+
+
+def strengths_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Bradley-Terry strengths at 3 significant digits (they printed with 16)."""
+    frame = pd.DataFrame(records)
+    for column in frame.columns:
+        if column not in ("model", "rank") and pd.api.types.is_float_dtype(frame[column]):
+            frame[column] = [_sig(v) for v in frame[column]]
+    return frame
 
 
 EXPORT_PATH = "/study-export"
@@ -216,6 +318,21 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
     overview = gr.HTML(
         ui.notice_html("info", "Study results are for admins: sign in, then pick a study.")
     )
+    with gr.Row():
+        ties = gr.Dropdown(
+            label="MRMC: a tie or 'both poor' counts",
+            choices=[("half for each model", "half"), ("not at all (left out)", "exclude")],
+            value="half",
+            elem_id="analysis-ties",
+        )
+        margin = gr.Number(
+            label="Non-inferiority margin on the difference (0 = none; e.g. 0.1)",
+            value=0,
+            minimum=0,
+            maximum=0.99,
+            elem_id="analysis-margin",
+        )
+    mrmc = gr.HTML(elem_id="analysis-mrmc-block")
     quality = gr.Dataframe(label="Raters: gold accuracy, median seconds per item, side bias")
     rates = gr.Dataframe(label="Preference rates by top-1 stratum (95% Wilson CI)")
     bt = gr.Dataframe(label="Bradley-Terry strengths (bootstrap intervals)")
@@ -234,13 +351,24 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
 
     def _show(study_id, threshold, request: gr.Request):
         if not _admin(request):
-            return ui.notice_html("info", ADMIN_ONLY), None, None, None, None, None
+            return ui.notice_html("info", ADMIN_ONLY), None, None, None, None, "", None
         return (*analyse(services, study_id, threshold), export_links(study_id))
 
-    shown = [overview, rates, bt, figure, quality, download]
-    study.change(_show, [study, min_gold], shown, api_name=False)
-    min_gold.submit(_show, [study, min_gold], shown, api_name=False)
+    def _show_mrmc(study_id, threshold, tie_rule, ni_margin, request: gr.Request):
+        """The MRMC block again under the chosen tie rule and margin (admins only)."""
+        if not _admin(request):
+            return ""
+        return analyse(services, study_id, threshold, tie_rule, ni_margin)[5]
+
+    shown = [overview, rates, bt, figure, quality, mrmc, download]
+    mrmc_inputs = [study, min_gold, ties, margin]
+    for event in (study.change, min_gold.submit):
+        event(_show, [study, min_gold], shown, api_name=False).then(
+            _show_mrmc, mrmc_inputs, [mrmc], api_name=False
+        )
+    ties.change(_show_mrmc, mrmc_inputs, [mrmc], api_name=False)
+    margin.submit(_show_mrmc, mrmc_inputs, [mrmc], api_name=False)
     refresh.click(_refresh, [study], [study], api_name=False).then(
         _show, [study, min_gold], shown, api_name=False
-    )
+    ).then(_show_mrmc, mrmc_inputs, [mrmc], api_name=False)
     return {"study": study, "overview": overview, "refresh_studies": _refresh}
