@@ -239,6 +239,9 @@ def test_exports_are_served_only_to_a_signed_in_admin_and_never_written_to_disk(
     assert reply.headers["cache-control"] == "no-store"
     assert "attachment" in reply.headers["content-disposition"]
     assert admin.http.get("/study-export/999/votes.csv").status_code == 404
+    mrmc = admin.http.get(f"/study-export/{site['invited']}/mrmc.csv")
+    assert mrmc.status_code == 200 and mrmc.text.startswith("reader,case,modality,score")
+    assert anonymous.http.get(f"/study-export/{site['invited']}/mrmc.csv").status_code == 403
     gradio_temp = Path(os.environ.get("GRADIO_TEMP_DIR", Path(tempfile.gettempdir()) / "gradio"))
     data = Path(site["services"].settings.data_dir)
     written = [*gradio_temp.rglob("*.csv"), *data.rglob("*.csv")]

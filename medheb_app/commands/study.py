@@ -100,6 +100,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export = actions.add_parser("export", help="write the votes in force to a CSV file")
     export.add_argument("--out", required=True, help="CSV file to write")
     export.add_argument("--study", default=None, help="study name or id (default: all)")
+    export.add_argument(
+        "--format",
+        choices=("votes", "mrmc"),
+        default="votes",
+        help="'votes' (default): one row per vote; 'mrmc': reader, case, modality, score rows "
+        "for iMRMC / RJafroc / MRMCaov (docs/study.md)",
+    )
+    export.add_argument(
+        "--ties", choices=("half", "exclude"), default="half", help="MRMC scores of ties"
+    )
     add_json_flag(export)
     export.set_defaults(handler=run_export)
 
@@ -228,8 +238,12 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.study.export import export_csv
+    from medheb_app.study.export import export_csv, export_mrmc
 
+    if args.format == "mrmc":
+        rows = export_mrmc(_store(settings), args.out, args.study, args.ties)
+        text = f"Wrote {rows} MRMC row(s) (reader, case, modality, score) to {args.out}."
+        return text, {"out": str(args.out), "rows": rows, "format": "mrmc"}
     rows = export_csv(_store(settings), args.out, args.study)
     return f"Wrote {rows} vote(s) to {args.out}.", {"out": str(args.out), "rows": rows}
 

@@ -164,3 +164,20 @@ def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
             safe[column] = safe[column].astype(object).map(neutralise_cell)
     safe.columns = [neutralise_cell(str(column)) for column in safe.columns]
     return safe
+
+
+def export_mrmc(
+    store: Store, out: str | Path, study: int | str | None = None, ties: str = "half"
+) -> int:
+    """Write the MRMC input table (reader, case, modality, score, truth, pair; study.mrmc) of
+    the compared (non-gold) votes in force; returns the number of rows written."""
+    from medheb_app.study.mrmc import mrmc_input
+
+    out = Path(out)
+    if out.is_dir():
+        raise StudyError(f"{out} is a folder; give a file name such as {out / 'mrmc.csv'}.")
+    votes = votes_frame(store, study)
+    frame = mrmc_input(votes[~votes["gold"].astype(bool)], ties)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(csv_text(frame), newline="")
+    return len(frame)

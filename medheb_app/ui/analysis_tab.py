@@ -254,18 +254,25 @@ def strengths_table(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 EXPORT_PATH = "/study-export"
-EXPORTS = {"votes": "the votes, one row per vote"}
+EXPORTS = {
+    "votes": "the votes, one row per vote",
+    "mrmc": "the MRMC input (reader, case, modality, score) for iMRMC, RJafroc, MRMCaov",
+}
 
 
 def export_bytes(services: Services, study_id: Any, kind: str = "votes") -> bytes | None:
     """A study's export as CSV bytes, made in memory for one admin's download (never written
     to a file: a file in a shared temporary folder outlives the session and can be read by
     anyone on the machine). None for no study or an unknown kind."""
+    from medheb_app.study.analysis import model_votes
     from medheb_app.study.export import csv_text, votes_frame
+    from medheb_app.study.mrmc import mrmc_input
 
     if study_id in (None, "") or kind not in EXPORTS:
         return None
-    return csv_text(votes_frame(services.store, int(study_id))).encode("utf-8")
+    votes = votes_frame(services.store, int(study_id))
+    frame = mrmc_input(model_votes(votes)) if kind == "mrmc" else votes
+    return csv_text(frame).encode("utf-8")
 
 
 def export_links(study_id: Any) -> str:
