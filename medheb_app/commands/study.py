@@ -113,6 +113,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_json_flag(export)
     export.set_defaults(handler=run_export)
 
+    plan = actions.add_parser(
+        "plan", help="how many items a study needs (expected preference, raters, ICC, power)"
+    )
+    plan.add_argument(
+        "--preference", type=float, default=None,
+        help="expected true preference rate for one model, e.g. 0.65 (default with --pilot: "
+        "the pilot's observed rate)",
+    )  # fmt: skip
+    plan.add_argument("--raters", type=int, default=None, help="number of raters")
+    plan.add_argument("--votes-per-item", type=int, default=1, help="raters per item (1)")
+    plan.add_argument("--icc-query", type=float, default=None, help="ICC of votes by query")
+    plan.add_argument("--icc-rater", type=float, default=None, help="ICC of votes by rater")
+    plan.add_argument("--alpha", type=float, default=0.05, help="two-sided level (0.05)")
+    plan.add_argument("--power", type=float, default=0.8, help="power (0.8)")
+    plan.add_argument(
+        "--pilot", default=None, help="a pilot study (name or id) to take the ICCs from"
+    )
+    add_json_flag(plan)
+    plan.set_defaults(handler=run_plan)
+
     analyse = actions.add_parser(
         "analyse", aliases=["analyze"], help="preference rates, Bradley-Terry, agreement, bias"
     )
@@ -184,6 +204,9 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         human += "".join(
             f"\n  {w['task']} {w['query_id']}: {w['reason']}" for w in created.withheld[:20]
         )
+    from medheb_app.study.sizing import creation_note
+
+    human += "\n" + creation_note(created.n_items, args.raters)
     if args.open_enrolment:
         human += "\nOpen enrolment: raters join on /rate with any display name."
     else:
@@ -400,7 +423,26 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{bias['n']} A/B votes (binomial p = {bias['p_value']:.3g} vs 50%)."
         )
     lines += mrmc_lines(summary.get("mrmc") or [])
+    lines += precision_lines(summary.get("precision"))
     return "\n".join(lines)
+
+
+def precision_lines(precision: dict[str, Any] | None) -> list[str]:
+    """The running study's precision: the CI half-width now and the items still needed."""
+    if not precision:
+        return []
+    lines = [
+        "",
+        f"Precision so far: the 95% CI of the preference rate is +-{precision['half_width']:.3g} "
+        f"({precision['source']}).",
+    ]
+    if precision.get("note"):
+        lines.append(f"  {precision['note']}")
+    if precision.get("plan_sentence"):
+        lines.append(f"  At the observed preference: {precision['plan_sentence']}")
+        if precision.get("items_needed") is not None:
+            lines.append(f"  Items still needed: {precision['items_needed']}.")
+    return lines
 
 
 MRMC_NAMES = {
@@ -457,3 +499,35 @@ def mrmc_lines(pairs: list[dict[str, Any]]) -> list[str]:
                 f"{', '.join(map(str, pair['dropped_raters']))}"
             )
     return lines
+
+
+def run_plan(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.study.sizing import pilot_estimates, plan
+
+    preference, raters = args.preference, args.raters
+    icc_query, icc_rater, source = args.icc_query, args.icc_rater, None
+    pilot = None
+    if args.pilot is not None:
+        from medheb_app.study.analysis import model_votes
+        from medheb_app.study.export import votes_frame
+
+        try:
+            pilot = pilot_estimates(model_votes(votes_frame(_store(settings), args.pilot)))
+        except ValueError as error:
+            raise UserError(str(error)) from None
+        preference = preference if preference is not None else pilot["preference"]
+        raters = raters if raters is not None else pilot["raters"]
+        icc_query = pilot["icc_query"] if icc_query is None else icc_query
+        icc_rater = pilot["icc_rater"] if icc_rater is None else icc_rater
+        source = f"from pilot study {args.pilot}"
+    if preference is None or raters is None:
+        raise UserError("Give --preference and --raters (or --pilot STUDY).")
+    try:
+        sized = plan(
+            preference, raters, args.votes_per_item, icc_query, icc_rater, args.alpha,
+            args.power, icc_source=source,
+        )  # fmt: skip
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    data = sized.to_dict() | {"pilot": pilot}
+    return sized.sentence(), data

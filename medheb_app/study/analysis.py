@@ -32,6 +32,7 @@ from plotly.subplots import make_subplots
 from scipy import stats
 
 from medheb_app.study.mrmc import mrmc_by_pair
+from medheb_app.study.sizing import precision_so_far
 
 OUTCOMES = ("a", "b", "tie", "both_poor")
 STRATA = ("both_hit", "only_a", "only_b", "neither")
@@ -296,6 +297,7 @@ def summarise(
         if len(compared)
         else []
     )
+    summary["precision"] = precision_so_far(compared, summary["mrmc"]) if len(compared) else None
     return _no_nan(summary)
 
 

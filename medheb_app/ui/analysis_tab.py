@@ -200,6 +200,23 @@ def mrmc_html(pairs: list[dict[str, Any]]) -> str:
     return '<div id="analysis-mrmc">' + lead + "".join(blocks) + "</div>"
 
 
+def precision_html(precision: dict[str, Any] | None) -> str:
+    """The running study's precision: the CI half-width now and the items still needed."""
+    if not precision:
+        return ""
+    text = (
+        f"Precision so far: the 95% CI of the preference rate is ±{_sig(precision['half_width'])}"
+        f" ({html.escape(precision['source'])})."
+    )
+    if precision.get("note"):
+        text += " " + html.escape(precision["note"])
+    if precision.get("plan_sentence"):
+        text += " At the observed preference: " + html.escape(precision["plan_sentence"])
+        if precision.get("items_needed") is not None:
+            text += f" Items still needed: <b>{precision['items_needed']}</b>."
+    return f'<div id="analysis-precision">{text}</div>'
+
+
 def analyse(
     services: Services,
     study_id: Any,
@@ -235,7 +252,7 @@ def analyse(
         compared = compared[~compared["rater"].isin(summary["excluded_raters"])]
     rates = pd.DataFrame(summary["rates"])
     return (
-        overview_html(summary),
+        overview_html(summary) + precision_html(summary.get("precision")),
         rates_table(rates) if len(rates) else None,
         bt,
         stratum_figure(compared) if len(compared) else None,
