@@ -33,6 +33,7 @@ from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.query.parser import MAX_QUERY_CHARS, QueryTooLong
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
+from medheb_app.ui.query_reading import reading_html
 
 log = logging.getLogger(__name__)
 MAX_K = 50
@@ -525,6 +526,7 @@ def run_search(
         else "",
         notice=ui.notices_html(warnings=[user_message(w) for w in payload.get("warnings") or []]),
     )
+    outcome.parsed_html += reading_html(query, payload) if query else ""  # issue 20 item 5
     if payload.get("ranking") == "logic":
         outcome.notice += ui.notice_html("info", LOGIC_NOTE)
     outcome.hits, outcome.gallery = _ranked(services, payload)
