@@ -101,7 +101,7 @@ def test_a_second_client_with_the_raters_session_hash_is_not_signed_in(site):
     thief = QueueClient(site["base"], session_hash=client.session_hash)
     stolen = _text(thief.call(fns["show"], [], prefix="/rate"))
     assert "not signed in" in stolen and "candidate report" not in stolen
-    voted = _text(thief.call(fns["vote"], [None, "", ""], prefix="/rate"))
+    voted = _text(thief.call(fns["vote"], [None, "", "", None, "", False], prefix="/rate"))
     assert "not signed in" in voted
 
 
@@ -143,7 +143,7 @@ def test_reveal_makes_the_vote_final_and_undo_is_refused(site):
     before = _text(client.call(fns["show"], [], prefix="/rate"))
     for secret in MODELS:
         assert secret not in before
-    voted = _text(client.call(fns["vote"], [None, "", ""], prefix="/rate"))
+    voted = _text(client.call(fns["vote"], [None, "", "", None, "", False], prefix="/rate"))
     assert "Vote recorded" in voted and "final" in voted
     assert MODELS[0] in voted and MODELS[1] in voted  # shown over each side after the vote
     undone = _text(client.call(fns["undo"], [], prefix="/rate"))
@@ -157,7 +157,7 @@ def test_undo_works_before_any_reveal(site):
     client.post_form("/auth/rater", {"study": str(site["open"]), "label": "Undoer"})
     fns = _rater_fns(site)
     client.call(fns["show"], [], prefix="/rate")
-    voted = _text(client.call(fns["vote"], [None, "", ""], prefix="/rate"))
+    voted = _text(client.call(fns["vote"], [None, "", "", None, "", False], prefix="/rate"))
     assert "Vote recorded" in voted and "final" not in voted
     for secret in MODELS:
         assert secret not in voted
@@ -186,7 +186,7 @@ def test_a_revoked_rater_is_told_so_not_that_they_are_signed_out(site):
     text = _text(client.call(show, [], prefix="/rate"))
     assert "invitation to this study was revoked" in text and "not signed in" not in text
     vote = _rater_fns(site)["vote"]
-    text = _text(client.call(vote, ["", "", ""], prefix="/rate"))
+    text = _text(client.call(vote, ["", "", "", None, "", False], prefix="/rate"))
     assert "revoked" in text
 
 
@@ -245,7 +245,11 @@ def test_exports_are_served_only_to_a_signed_in_admin_and_never_written_to_disk(
     gradio_temp = Path(os.environ.get("GRADIO_TEMP_DIR", Path(tempfile.gettempdir()) / "gradio"))
     data = Path(site["services"].settings.data_dir)
     written = [*gradio_temp.rglob("*.csv"), *data.rglob("*.csv")]
-    leaked = [p for p in written if p.is_file() and p.stat().st_mtime >= started - 1]
+    leaked = [  # other test runs share /tmp/gradio: only this study's rows count
+        p
+        for p in written
+        if p.is_file() and p.stat().st_mtime >= started - 1 and INTERNAL in p.read_text()
+    ]
     assert not leaked, leaked
 
 
@@ -285,7 +289,9 @@ def test_two_raters_end_on_study_complete_with_their_count_and_no_next(tmp_path)
                     continue
                 text = _text(client.call(press_next, [None], prefix="/rate"))
                 if "Side A" in text:
-                    voted = _text(client.call(vote, [None, "", ""], prefix="/rate"))
+                    voted = _text(
+                        client.call(vote, [None, "", "", None, "", False], prefix="/rate")
+                    )
                     assert "Vote recorded" in voted
                     counts[n] += 1
                 elif "Study complete" in text or "No item" in text or "being rated" in text:
@@ -300,3 +306,46 @@ def test_two_raters_end_on_study_complete_with_their_count_and_no_next(tmp_path)
             assert f"{counts[n]} of {counts[n]} items rated" in text  # 100% of theirs
             assert re.search(r"'visible': False", text), text[-400:]  # no Next button
     services.jobs.shutdown(wait=False)
+
+
+def test_cannot_judge_with_a_reason_comment_and_flag_reach_the_export(site):
+    """Issue 18 item 4: a rater can mark an item as not judgeable (with a reason), comment on
+    any vote and flag clinical significance; all exported; cannot-judge is counted apart."""
+    from medheb_app.study.analysis import summarise
+    from medheb_app.study.export import votes_frame
+
+    blocks = site["rate"]
+    indices = [
+        index
+        for index, block_fn in blocks.fns.items()
+        if block_fn.fn is not None and "make_vote.<locals>.vote" in block_fn.fn.__qualname__
+    ]
+    assert len(indices) == 5  # A, B, tie, both poor, cannot judge
+    cannot = indices[4]
+    client = QueueClient(site["base"])
+    client.post_form("/auth/rater", {"study": str(site["open"]), "label": "Judge"})
+    show = _rater_fns(site)["show"]
+    assert "Side A" in _text(client.call(show, [], prefix="/rate"))
+    refused = _text(client.call(cannot, [None, "", "", None, "", False], prefix="/rate"))
+    assert "Say why this item cannot be judged" in refused
+    done = _text(
+        client.call(cannot, [None, "", "", "image_quality", "blurred film", True], prefix="/rate")
+    )
+    assert "Vote recorded: Cannot judge" in done
+    client.call(show, [], prefix="/rate")
+    client.call(indices[0], [None, "", "", None, "A is clearly better", False], prefix="/rate")
+    votes = votes_frame(site["services"].store, site["open"])
+    mine = votes[votes["rater_name"] == "Judge"].sort_values("vote_id")
+    assert list(mine["outcome"])[:1] == ["cannot_judge"]
+    first = mine.iloc[0]
+    assert (first["reason"], first["comment"], bool(first["clinically_significant"])) == (
+        "image_quality",
+        "blurred film",
+        True,
+    )
+    assert mine.iloc[1]["comment"] == "A is clearly better"
+    summary = summarise(votes, n_boot=0)
+    assert summary["cannot_judge"]["reasons"].get("image_quality", 0) >= 1
+    overall = [r for r in summary["rates"] if r["stratum"] == "all"]
+    assert sum(r["n"] for r in overall) == summary["n_votes"]  # cannot-judge left out
+    assert summary["n_votes"] == int((votes["outcome"] != "cannot_judge").sum())

@@ -371,6 +371,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{summary['n_votes']} votes on {summary['n_items']} items by "
         f"{summary['n_raters']} rater(s). Rates in % with Wilson 95% CI."
     ]
+    unjudged = summary.get("cannot_judge") or {}
+    if unjudged.get("n"):
+        reasons = ", ".join(f"{k} {v}" for k, v in unjudged["reasons"].items())
+        lines.append(f"{unjudged['n']} more vote(s) could not judge ({reasons}); left out.")
     for row in summary["rates"]:
         if row["stratum"] == "all":
             lines += ["", f"{row['model_a']} (a) vs {row['model_b']} (b)"]

@@ -162,7 +162,9 @@ class Assignment(Base):
 
 
 class Vote(Base):
-    """Append-only log: kind "vote" (choice A | B | tie | both_poor as shown on screen),
+    """Append-only log: kind "vote" (choice A | B | tie | both_poor | cannot_judge as shown on
+    screen; a cannot_judge vote carries its `reason`; any vote may carry a free-text `comment`
+    and a clinical-significance flag `significant`),
     kind "undo" (choice empty, `retracts` = the vote id it withdraws) or kind "reveal" (the
     model names were shown after the vote `retracts` points at; that vote is final)."""
 
@@ -179,3 +181,6 @@ class Vote(Base):
     model_right: Mapped[str] = mapped_column(String(500))
     retracts: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    reason: Mapped[str | None] = mapped_column(String(30), nullable=True, default=None)
+    comment: Mapped[str] = mapped_column(String(1000), default="", server_default="")
+    significant: Mapped[bool | None] = mapped_column(Boolean, nullable=True, default=None)

@@ -200,9 +200,23 @@ def is_gold(votes: pd.DataFrame) -> pd.Series:
     return votes["gold"].fillna(False).astype(bool)
 
 
+def cannot_judge(votes: pd.DataFrame) -> pd.Series:
+    """Which rows are "cannot judge" votes (left out of every preference figure, counted)."""
+    if "outcome" not in votes.columns:
+        return pd.Series(False, index=votes.index)
+    return votes["outcome"] == "cannot_judge"
+
+
 def model_votes(votes: pd.DataFrame) -> pd.DataFrame:
-    """The votes that compare models: gold items removed."""
-    return votes[~is_gold(votes)]
+    """The votes that compare models: gold items and "cannot judge" votes removed."""
+    return votes[~is_gold(votes) & ~cannot_judge(votes)]
+
+
+def cannot_judge_counts(votes: pd.DataFrame) -> dict[str, Any]:
+    """How many compared-item votes could not judge, in all and per reason."""
+    rows = votes[~is_gold(votes) & cannot_judge(votes)]
+    reasons = rows["reason"].value_counts().to_dict() if "reason" in rows.columns else {}
+    return {"n": len(rows), "reasons": {str(k): int(v) for k, v in reasons.items()}}
 
 
 QUALITY_COLUMNS = [
@@ -278,6 +292,7 @@ def summarise(
     summary: dict[str, Any] = {
         "n_votes": len(compared),
         "n_gold_votes": int(is_gold(votes).sum()),
+        "cannot_judge": cannot_judge_counts(kept),
         "n_items": int(compared["item"].nunique()) if len(compared) else 0,
         "n_raters": int(compared["rater"].nunique()) if len(compared) else 0,
         "ties": "tie and both_poor count as half a win for each side in Bradley-Terry",

@@ -48,7 +48,15 @@ from medheb_app.store.study_tables import (
 from medheb_app.study.errors import ItemGoneError, StudyError
 from medheb_app.study.identity import active_rater
 
-CHOICES = ("A", "B", "tie", "both_poor")
+CHOICES = ("A", "B", "tie", "both_poor", "cannot_judge")
+# why an item cannot be judged (Flamingo-CXR's per-case image-quality gate, and more)
+CANNOT_JUDGE_REASONS = {
+    "image_quality": "image quality too poor",
+    "wrong_anatomy": "wrong anatomy or view",
+    "identical": "both lists are identical",
+    "other": "other (say why in the comment)",
+}
+MAX_COMMENT_CHARS = 1000
 UNDO_WINDOW_SECONDS = 30.0
 DEFAULT_CLAIM_TIMEOUT_SECONDS = 10 * 60.0
 SHARE_AFTER_SECONDS = 60.0  # a rater who has voted keeps a claim to themselves this long
@@ -129,13 +137,41 @@ def next_item(
         )
 
 
-def record_vote(store: Store, item_token: str, rater_id: int, choice: str) -> VoteReceipt:
+def record_vote(
+    store: Store,
+    item_token: str,
+    rater_id: int,
+    choice: str,
+    *,
+    reason: str | None = None,
+    comment: str = "",
+    significant: bool | None = None,
+) -> VoteReceipt:
     """Append the rater's vote on the item shown under `item_token`; locks it for them.
+
+    `choice` "cannot_judge" needs a `reason` (a key of CANNOT_JUDGE_REASONS; "other" also a
+    comment); such a vote completes the rater's item but is left out of the preference
+    analysis and counted. `comment` (free text) and `significant` (the difference between the
+    lists matters clinically) are optional on any vote.
 
     When another rater completed a shared item first, this vote is not recorded: the rater's
     claim is released and an ItemGoneError tells them to load the next item."""
     if choice not in CHOICES:
         raise StudyError(f"A vote must be one of {', '.join(CHOICES)}; got '{choice}'.")
+    comment = " ".join(str(comment or "").split())
+    if len(comment) > MAX_COMMENT_CHARS:
+        raise StudyError(f"A comment can be at most {MAX_COMMENT_CHARS} characters.")
+    if choice == "cannot_judge":
+        if reason not in CANNOT_JUDGE_REASONS:
+            raise StudyError(
+                "Say why this item cannot be judged: "
+                + ", ".join(CANNOT_JUDGE_REASONS.values())
+                + "."
+            )
+        if reason == "other" and not comment:
+            raise StudyError("Add a short comment saying why this item cannot be judged.")
+    else:
+        reason = None
     lost = False
     with store.session() as session:
         assignment = _rater_assignment(session, item_token, rater_id)
@@ -161,7 +197,15 @@ def record_vote(store: Store, item_token: str, rater_id: int, choice: str) -> Vo
             _release(session, assignment, "taken")
             lost = True
         else:
-            vote = _event("vote", assignment, rater_id, choice=choice)
+            vote = _event(
+                "vote",
+                assignment,
+                rater_id,
+                choice=choice,
+                reason=reason,
+                comment=comment,
+                significant=None if significant is None else bool(significant),
+            )
             session.add(vote)
             session.flush()
             locked = session.execute(

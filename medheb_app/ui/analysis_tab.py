@@ -89,11 +89,20 @@ def overview_html(summary: dict[str, Any]) -> str:
     return (
         f"<div><b>{summary['n_votes']}</b> votes on <b>{summary['n_items']}</b> items by "
         f"<b>{summary['n_raters']}</b> raters"
-        f" (+{summary.get('n_gold_votes', 0)} gold votes, left out of the comparison).</div>"
+        f" (+{summary.get('n_gold_votes', 0)} gold votes, left out of the comparison)."
+        f"{_cannot_judge_text(summary.get('cannot_judge'))}</div>"
         f"<div>Rater agreement (all raters): {html.escape(agree)}.</div>{qc}"
         f"<div>Position bias: {html.escape(position)}.</div>"
         f"<div><i>{html.escape(summary['ties'])}.</i></div>"
     )
+
+
+def _cannot_judge_text(counts: dict[str, Any] | None) -> str:
+    """' N more could not be judged (reasons)', or nothing."""
+    if not counts or not counts.get("n"):
+        return ""
+    reasons = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts["reasons"].items())
+    return f" {counts['n']} more could not be judged ({html.escape(reasons)}), also left out."
 
 
 QUALITY_LABELS = {

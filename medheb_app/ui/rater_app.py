@@ -5,7 +5,8 @@ or explorer by `fn_index`. Who the rater is comes from the signed HTTP-only cook
 sign-in routes (medheb_app.ui.server), checked against the store in every handler; the page
 keeps only an opaque item token. It links nowhere but the sign-in and sign-out routes.
 
-Keys: 1 = A better, 2 = B better, 3 = tie, 4 = both poor, U = undo, Enter = next. After a
+Keys: 1 = A better, 2 = B better, 3 = tie, 4 = both poor, 5 = cannot judge (with a reason),
+S = clinically significant, C = comment, U = undo, Enter = next. After a
 vote the identities (when the study reveals them) are shown over each side and the next item
 follows on its own.
 """
@@ -25,6 +26,7 @@ import gradio as gr
 from medheb_app.access.auth import Authenticator
 from medheb_app.services import Services
 from medheb_app.study.instructions import INSTRUCTIONS as KIND_INSTRUCTIONS
+from medheb_app.study.session import CANNOT_JUDGE_REASONS
 from medheb_app.ui import components as ui
 from medheb_app.ui import evidence_view, rater_access
 
@@ -34,12 +36,18 @@ CHOICE_LABELS = {
     "B": "B is better  [2]",
     "tie": "Tie  [3]",
     "both_poor": "Both poor  [4]",
+    "cannot_judge": "Cannot judge  [5]",
 }
 KEYS = {
     "1": "vote-A",
     "2": "vote-B",
     "3": "vote-tie",
     "4": "vote-both_poor",
+    "5": "vote-cannot_judge",
+    "s": "rater-significant",
+    "S": "rater-significant",
+    "c": "rater-comment",
+    "C": "rater-comment",
     "u": "vote-undo",
     "U": "vote-undo",
     "Enter": "vote-next",
@@ -106,9 +114,13 @@ document.addEventListener('keydown', (event) => {{
   const id = MEDHEB_KEYS[event.key];
   if (!id) return;
   const root = document.getElementById(id);
-  const button = root && (root.tagName === 'BUTTON' ? root : root.querySelector('button'));
+  const target = root && (root.tagName === 'BUTTON' ? root
+    : root.querySelector('button, input[type=checkbox], textarea, input'));
   event.preventDefault();
-  if (button && !button.disabled) button.click();
+  if (!target || target.disabled) return;
+  const kind = target.tagName.toLowerCase();
+  if (kind === 'textarea' || (kind === 'input' && target.type !== 'checkbox')) target.focus();
+  else target.click();
 }});
 {evidence_view.SCRIPT}
 """
@@ -298,9 +310,17 @@ def _signed_out() -> str:
 
 
 def cast_vote(
-    services: Services, auth: Authenticator, request: Any, token: str, choice: str
+    services: Services,
+    auth: Authenticator,
+    request: Any,
+    token: str,
+    choice: str,
+    reason: str | None = None,
+    comment: str = "",
+    significant: bool | None = None,
 ) -> tuple[bool, str, str, str]:
-    """Record a vote; returns (recorded, message, reveal over A, reveal over B)."""
+    """Record a vote (with the optional cannot-judge reason, comment and clinical-significance
+    flag); returns (recorded, message, reveal over A, reveal over B)."""
     from medheb_app.study import ItemGoneError, StudyError
     from medheb_app.study.session import record_vote, reveal
 
@@ -310,7 +330,15 @@ def cast_vote(
     if not token:
         return False, ui.notice_html("error", "There is no item to vote on."), "", ""
     try:
-        receipt = record_vote(services.store, token, who[0], choice)
+        receipt = record_vote(
+            services.store,
+            token,
+            who[0],
+            choice,
+            reason=reason or None,
+            comment=comment or "",
+            significant=True if significant else None,
+        )
     except ItemGoneError as error:  # e.g. the claim expired: move on to the next item
         return True, ui.notice_html("warning", str(error)), "", ""
     except StudyError as error:
@@ -369,10 +397,27 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
             }
             undo = gr.Button("Undo  [U]", size="sm", elem_id="vote-undo")
             nxt = gr.Button("Next  [Enter]", variant="primary", size="sm", elem_id="vote-next")
+        with gr.Row(elem_id="rater-options"):
+            reason = gr.Radio(
+                choices=[(label, key) for key, label in CANNOT_JUDGE_REASONS.items()],
+                label="Cannot judge [5]? Say why first",
+                elem_id="rater-reason",
+            )
+            comment = gr.Textbox(
+                label="Comment (optional) [C]",
+                max_length=1000,
+                lines=1,
+                elem_id="rater-comment",
+            )
+            significant = gr.Checkbox(
+                label="The difference matters clinically [S]", elem_id="rater-significant"
+            )
         gr.Markdown(
             "Two anonymous systems answered the same query. Judge which top-3 list is better "
             "for it. Click an image to see it at full resolution. Keys: 1 = A better, "
-            "2 = B better, 3 = tie, 4 = both poor, U = undo, Enter = next."
+            "2 = B better, 3 = tie, 4 = both poor, 5 = cannot judge (pick a reason first), "
+            "S = clinically significant, C = comment, U = undo, Enter = next; Tab reaches "
+            "every control."
         )
         token = gr.State("")
         advance = gr.State(False)
@@ -407,11 +452,21 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
             return _screen(screen)
 
         def make_vote(choice: str):
-            def vote(current: str, shown_a: str, shown_b: str, request: gr.Request):
-                ok, note, reveal_a, reveal_b = cast_vote(services, auth, request, current, choice)
+            def vote(
+                current: str,
+                shown_a: str,
+                shown_b: str,
+                why: str | None = None,
+                remark: str = "",
+                matters: bool = False,
+                request: gr.Request = None,
+            ):
+                ok, note, reveal_a, reveal_b = cast_vote(
+                    services, auth, request, current, choice, why, remark, matters
+                )
                 locked = gr.update(interactive=not ok)
                 if not ok:
-                    return False, note, gr.update(), gr.update(), *[gr.update()] * 4
+                    return False, note, gr.update(), gr.update(), *[gr.update()] * len(vote_buttons)
                 return (
                     True,
                     note,
@@ -424,8 +479,9 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
 
         def after_vote(go: bool, request: gr.Request):
             if not go:
-                return (False, *[gr.update()] * len(screen_outputs))
-            return (False, *_screen(next_screen(services, auth, request)))
+                return (False, *[gr.update()] * (len(screen_outputs) + 3))
+            cleared = (None, "", False)  # reason, comment, flag start empty on the next item
+            return (False, *_screen(next_screen(services, auth, request)), *cleared)
 
         def do_undo(request: gr.Request):
             undone, note = undo_vote(services, auth, request)
@@ -437,7 +493,7 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
         for choice, button in buttons.items():
             button.click(
                 make_vote(choice),
-                [token, side_a, side_b],
+                [token, side_a, side_b, reason, comment, significant],
                 [advance, message, side_a, side_b, *vote_buttons],
                 api_name=False,
             ).then(
@@ -446,7 +502,12 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
                 None,
                 js=f"() => new Promise((done) => setTimeout(done, {REVEAL_PAUSE_MS}))",
                 api_name=False,
-            ).then(after_vote, [advance], [advance, *screen_outputs], api_name=False)
+            ).then(
+                after_vote,
+                [advance],
+                [advance, *screen_outputs, reason, comment, significant],
+                api_name=False,
+            )
         nxt.click(press_next, [token], screen_outputs, api_name=False)
         undo.click(do_undo, None, screen_outputs, api_name=False)
     return blocks
