@@ -82,24 +82,28 @@ DEFAULT_INSTRUCTION = "Better = its top-3 list is more useful for the query."
 RATER_CSS = """
 #rater-sides{flex-wrap:nowrap !important;gap:8px}
 #rater-sides > div{min-width:0 !important}
-#rater-votes{position:sticky;bottom:0;z-index:20;background:var(--background-fill-primary);
- padding:6px 0;border-top:1px solid #d1d5db;flex-wrap:wrap;gap:6px}
-#rater-votes button{min-width:0;flex:1 1 22%}
+#rater-votes{position:fixed !important;left:0;right:0;bottom:0;z-index:20;margin:0 !important;
+ background:var(--background-fill-primary);padding:6px 12px;border-top:1px solid #d1d5db;
+ box-shadow:0 -2px 6px rgba(0,0,0,.12);flex-wrap:wrap;gap:6px}
+#rater-votes button{min-width:0;flex:1 1 14%}
+.gradio-container{padding-bottom:96px !important}
+.ev-mark{color:#ffffff !important;background:#7a1020 !important}
 .rater-side-head{font-weight:700;font-size:15px;margin:0 0 4px}
 .rater-reveal{background:#0f5132;color:#fff !important;font-weight:700;padding:6px 8px;
  border-radius:6px;margin-bottom:6px}
 .rater-instruction{font-size:14px;background:#fff7e0;color:#3b2f00;padding:4px 8px;
  border-radius:4px}
-.rater-query .ev-figure img{max-height:220px;width:auto;max-width:100%}
+.rater-query .ev-figure img{width:min(100%, 420px);height:auto;max-height:420px}
+.rater-query .ev-list .ev-item{flex:0 1 420px}
 @media (max-width: 700px){
  #rater-sides .ev-list{flex-direction:column}
  .ev-figure img{max-height:150px}
- .rater-query .ev-figure img{max-height:140px}
+ .rater-query .ev-figure img{max-height:200px}
  .ev-text{max-height:7em;font-size:12px}
  #rater-votes{position:fixed;left:0;right:0;bottom:0;padding:6px 8px;margin:0 !important;
   box-shadow:0 -2px 6px rgba(0,0,0,.15)}
  #rater-votes button{flex:1 1 45%;font-size:13px;padding:6px 2px;min-height:36px}
- .gradio-container{padding-bottom:130px !important}
+ .gradio-container{padding-bottom:150px !important}
 }
 """
 
