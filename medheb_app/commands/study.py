@@ -48,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=600.0,
         help="seconds an unvoted item stays held for its rater (default 600)",
     )
+    create.add_argument(
+        "--max-votes-per-rater",
+        type=int,
+        default=0,
+        help="cap on each rater's votes (default 0: no cap), so no rater dominates the result",
+    )
     create.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     create.add_argument(
         "--no-reveal", action="store_true", help="never show model names after a vote"
@@ -133,6 +139,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_json_flag(plan)
     plan.set_defaults(handler=run_plan)
 
+    exclude = actions.add_parser(
+        "exclude",
+        help="exclude a rater's votes from the analysis (logged, append-only; votes are kept)",
+    )
+    exclude.add_argument("--study", required=True, help="study name or id")
+    exclude.add_argument("--rater", type=int, required=True, help="rater id (see analyse)")
+    exclude.add_argument("--reason", default="", help="why (required to exclude)")
+    exclude.add_argument("--reinstate", action="store_true", help="undo an exclusion (logged)")
+    add_json_flag(exclude)
+    exclude.set_defaults(handler=run_exclude)
+
     analyse = actions.add_parser(
         "analyse", aliases=["analyze"], help="preference rates, Bradley-Terry, agreement, bias"
     )
@@ -190,6 +207,7 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         open_enrolment=args.open_enrolment,
         gold_share=args.gold_share,
         claim_timeout_s=args.claim_timeout,
+        max_votes_per_rater=args.max_votes_per_rater,
     )
     study = next(s for s in list_studies(store) if s["id"] == created.id)
     study["withheld"] = created.withheld
@@ -352,10 +370,16 @@ def run_analyse(args: argparse.Namespace, settings: Settings) -> tuple[str, dict
         )
     if args.margin is not None and not 0 < args.margin < 1:
         raise UserError(f"--margin must be between 0 and 1; got {args.margin}.")
-    votes = votes_frame(_store(settings), args.study)
+    from medheb_app.study import find_study
+    from medheb_app.study.quality import confirmed_exclusions
+
+    store = _store(settings)
+    votes = votes_frame(store, args.study)
+    excluded = confirmed_exclusions(store, find_study(store, args.study).id) if args.study else []
     summary = summarise(
-        votes, args.boot, args.seed, args.min_gold_accuracy, ties=args.ties, margin=args.margin
-    )
+        votes, args.boot, args.seed, args.min_gold_accuracy, ties=args.ties, margin=args.margin,
+        excluded=excluded,
+    )  # fmt: skip
     return format_summary(summary), summary
 
 
@@ -428,6 +452,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         )
     lines += mrmc_lines(summary.get("mrmc") or [])
     lines += precision_lines(summary.get("precision"))
+    lines += quality_lines(summary)
     return "\n".join(lines)
 
 
@@ -535,3 +560,47 @@ def run_plan(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
         raise UserError(str(error)) from None
     data = sized.to_dict() | {"pilot": pilot}
     return sized.sentence(), data
+
+
+def quality_lines(summary: dict[str, Any]) -> list[str]:
+    """Flagged raters, the result without them, the fragility figure and confirmed exclusions."""
+    lines: list[str] = []
+    if summary.get("confirmed_exclusions"):
+        lines += [
+            "",
+            "Excluded by an admin (logged): rater(s) "
+            + ", ".join(map(str, summary["confirmed_exclusions"])),
+        ]
+    flagged = [row for row in summary.get("flags") or [] if row.get("flags")]
+    if flagged:
+        lines += ["", "Flagged raters (review before excluding with `study exclude`):"]
+        lines += [f"  rater {row['rater']}: {row['flags']}" for row in flagged]
+        for pair in (summary.get("without_flagged") or {}).get("mrmc") or []:
+            res = pair["results"].get("RRRC")
+            if res:
+                lines.append(
+                    f"  Without them, RRRC preference for {pair['model_a']}: "
+                    f"{_pct(res['preference'])} [{_pct(res['preference_lo'])}-"
+                    f"{_pct(res['preference_hi'])}]"
+                )
+    for row in summary.get("fragility") or []:
+        if row.get("preferred"):
+            lines.append(
+                f"Fragility: removing {row['fragility']} of {row['n']} votes would leave "
+                f"{row['preferred']} no longer preferred ({row['model_a']} vs {row['model_b']})."
+            )
+    return lines
+
+
+def run_exclude(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.study import find_study
+    from medheb_app.study.quality import exclusion_log, record_exclusion
+
+    store = _store(settings)
+    study = find_study(store, args.study)
+    record_exclusion(store, study.id, args.rater, args.reason, "cli", reinstate=args.reinstate)
+    action = "reinstated" if args.reinstate else "excluded"
+    return (
+        f"Rater {args.rater} {action} in study {study.id} (logged; no vote is deleted).",
+        {"study": study.id, "log": exclusion_log(store, study.id)},
+    )

@@ -39,7 +39,9 @@ class PreferenceStudy(Base):
     `name` is the admin's internal name; raters only ever see `public_title`. `open_enrolment`
     lets anyone sign in with a display name (a fresh rater each time); otherwise a rater needs
     an invitation. `claim_timeout_s`: an unvoted claim idle that long gives its slot back.
-    `closed_at` set: the study no longer appears in the raters' list and serves no items."""
+    `closed_at` set: the study no longer appears in the raters' list and serves no items.
+    `max_votes_per_rater` (0: no cap): a rater who has that many votes in force gets no more
+    items, so no single rater dominates the result."""
 
     __tablename__ = "studies"
 
@@ -57,6 +59,7 @@ class PreferenceStudy(Base):
     gold_share: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
     claim_timeout_s: Mapped[float] = mapped_column(Float, default=600.0, server_default=text("600"))
     closed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=None)
+    max_votes_per_rater: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
 
 class StudyInvitation(Base):
@@ -184,3 +187,19 @@ class Vote(Base):
     reason: Mapped[str | None] = mapped_column(String(30), nullable=True, default=None)
     comment: Mapped[str] = mapped_column(String(1000), default="", server_default="")
     significant: Mapped[bool | None] = mapped_column(Boolean, nullable=True, default=None)
+
+
+class RaterExclusion(Base):
+    """Append-only log of an admin's decisions on a rater's votes: action "exclude" (with the
+    reason) or "reinstate". The latest row per (study, rater) is in force; votes are never
+    deleted, an exclusion only leaves them out of the analysis (vote quality, issue 18)."""
+
+    __tablename__ = "study_rater_exclusions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    rater_id: Mapped[int] = mapped_column(ForeignKey("raters.id"), index=True)
+    action: Mapped[str] = mapped_column(String(10))
+    reason: Mapped[str] = mapped_column(String(500), default="")
+    decided_by: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

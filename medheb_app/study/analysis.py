@@ -32,6 +32,7 @@ from plotly.subplots import make_subplots
 from scipy import stats
 
 from medheb_app.study.mrmc import mrmc_by_pair
+from medheb_app.study.quality import fragility, rater_flags, without_raters
 from medheb_app.study.sizing import precision_so_far
 
 OUTCOMES = ("a", "b", "tie", "both_poor")
@@ -273,6 +274,7 @@ def summarise(
     min_gold_accuracy: float | None = None,
     ties: str = "half",
     margin: float | None = None,
+    excluded: list[Any] | None = None,
 ) -> dict[str, Any]:
     """Everything the analysis view and `study analyse --json` show, as plain data.
 
@@ -281,12 +283,17 @@ def summarise(
     all raters ("agreement") and without the excluded ones ("agreement_kept"). "mrmc": per
     model pair, the ORH analyses, the cluster bootstrap (`n_boot` draws) and the Wilson
     figure of the preference rate (study.mrmc; `ties` "half" or "exclude", an optional
-    non-inferiority `margin` on the difference)."""
+    non-inferiority `margin` on the difference). `excluded`: raters an admin excluded (the
+    logged, confirmed exclusions of study.quality), left out of everything. "flags": per
+    rater, the sequential outlier test, speeder and straight-liner flags; "without_flagged":
+    the MRMC figures without the flagged raters; "fragility": per pair, the fewest votes whose
+    removal changes the preferred model."""
     quality = rater_quality(votes) if len(votes) else pd.DataFrame(columns=QUALITY_COLUMNS)
-    excluded: list[Any] = []
-    kept = votes
-    if min_gold_accuracy is not None and len(votes):
-        kept, excluded = exclude_raters(votes, min_gold_accuracy)
+    confirmed = list(excluded or [])
+    excluded = []
+    kept = without_raters(votes, confirmed) if len(votes) else votes
+    if min_gold_accuracy is not None and len(kept):
+        kept, excluded = exclude_raters(kept, min_gold_accuracy)
     compared = model_votes(kept)
     models = set(compared["model_a"]) | set(compared["model_b"])
     summary: dict[str, Any] = {
@@ -313,6 +320,19 @@ def summarise(
         else []
     )
     summary["precision"] = precision_so_far(compared, summary["mrmc"]) if len(compared) else None
+    summary["confirmed_exclusions"] = confirmed
+    flags = rater_flags(compared) if len(compared) else pd.DataFrame(columns=["rater", "flags"])
+    summary["flags"] = _records(flags)
+    flagged = flags[flags["flags"] != ""]["rater"].tolist()
+    summary["without_flagged"] = {
+        "raters": flagged,
+        "mrmc": (
+            mrmc_by_pair(without_raters(compared, flagged), ties=ties, margin=margin, n_boot=0)
+            if flagged and len(without_raters(compared, flagged))
+            else []
+        ),
+    }
+    summary["fragility"] = fragility(compared) if len(compared) else []
     return _no_nan(summary)
 
 

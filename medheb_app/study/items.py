@@ -288,6 +288,7 @@ def create_study(
     gold_share: float = 0.0,
     claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_SECONDS,
     source: str | Path = "",
+    max_votes_per_rater: int = 0,
 ) -> StudyCreated:
     """Create a study and its items; returns its id, item counts and the withheld queries.
 
@@ -298,6 +299,7 @@ def create_study(
     `gold_share` of the items are quality-control items (see `_gold_item`), excluded from the
     model comparison. `describe` renders payloads (`payloads.describe_with_tasks`); without
     it the run files' own payloads are used, and queries they cannot show are withheld.
+    `max_votes_per_rater` (0: none) caps each rater's votes, so no rater dominates.
     `source`: the run folder loaded outputs came from (recorded for the admin; blinding
     itself recognises the run by its content, see `study.blinding`).
     """
@@ -311,6 +313,8 @@ def create_study(
         raise StudyError("Each item needs at least one rater (raters_per_item >= 1).")
     if claim_timeout_s < 30:
         raise StudyError("An idle claim must be kept at least 30 seconds (claim_timeout_s).")
+    if max_votes_per_rater < 0:
+        raise StudyError("max_votes_per_rater is 0 (no cap) or a positive number of votes.")
     models = list(models)
     if len(models) < 2 or len(set(models)) != len(models):
         raise StudyError("A preference study compares at least two different models.")
@@ -345,6 +349,7 @@ def create_study(
             open_enrolment=open_enrolment,
             gold_share=gold_share,
             claim_timeout_s=claim_timeout_s,
+            max_votes_per_rater=int(max_votes_per_rater),
         )
         session.add(study)
         session.flush()

@@ -112,6 +112,8 @@ def next_item(
         study = _study(session, study_id)
         _lock(session, Rater, rater_id)  # two tabs of one rater cannot claim two items
         assignment = _open_assignment(session, study_id, rater_id)
+        if assignment is None and _capped(session, study, rater_id):
+            return None  # the study's votes-per-rater cap is reached
         if assignment is None:
             assignment = _claim(session, study, rater_id)
         if assignment is None and _release_idle(
@@ -464,6 +466,23 @@ def _progress(session: Session, study_id: int, rater_id: int) -> tuple[int, int]
     return outlook["done"], outlook["total"]
 
 
+def _capped(session: Session, study: PreferenceStudy, rater_id: int) -> bool:
+    """True when the rater has as many votes in force as the study's cap allows."""
+    cap = int(study.max_votes_per_rater or 0)
+    if cap <= 0:
+        return False
+    done = session.scalar(
+        select(func.count())
+        .select_from(Assignment)
+        .where(
+            Assignment.study_id == study.id,
+            Assignment.rater_id == rater_id,
+            Assignment.vote_id.is_not(None),
+        )
+    )
+    return done >= cap
+
+
 def _outlook(session: Session, study: PreferenceStudy, rater_id: int) -> dict[str, Any]:
     """Where a rater stands: done, total (theirs), `held_by_others` (items they may still
     rate that others hold now), `expires_at` (naive UTC: the latest moment the first of those
@@ -518,8 +537,12 @@ def _outlook(session: Session, study: PreferenceStudy, rater_id: int) -> dict[st
             for holder, seen in holds
         ]
         expires_at = min(ends, default=None)
+    capped = not own_open and _capped(session, study, rater_id)
+    if capped:
+        others = []
     remaining = len(own_open) + len(others)
     return {
+        "capped": capped,
         "done": done,
         "total": done + remaining,
         "held_by_others": len(others),

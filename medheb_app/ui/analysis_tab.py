@@ -249,11 +249,14 @@ def analyse(
         return ui.notice_html("error", str(error)), *nothing
     if votes.empty:
         return ui.notice_html("info", "No votes in this study yet."), *nothing
+    from medheb_app.study.quality import confirmed_exclusions
+
     threshold = float(min_gold_percent) / 100 if min_gold_percent else None
     margin = float(margin) if margin else None
     summary = summarise(
         votes, min_gold_accuracy=threshold, ties=ties if ties in ("half", "exclude") else "half",
         margin=margin if margin is not None and 0 < margin < 1 else None,
+        excluded=confirmed_exclusions(services.store, int(study_id)),
     )  # fmt: skip
     bt = strengths_table(summary["bradley_terry"])
     compared = model_votes(votes)
@@ -266,7 +269,67 @@ def analyse(
         bt,
         stratum_figure(compared) if len(compared) else None,
         quality_table(summary["raters"]),
-        mrmc_html(summary["mrmc"]),
+        mrmc_html(summary["mrmc"]) + quality_html(summary),
+    )
+
+
+def quality_html(summary: dict[str, Any]) -> str:
+    """Flagged raters (outlier test, speeders, straight-liners), the RRRC result without them,
+    the fragility figure and the admin's confirmed exclusions."""
+    parts = ["<h4>Vote quality</h4>"]
+    if summary.get("confirmed_exclusions"):
+        ids = ", ".join(map(str, summary["confirmed_exclusions"]))
+        parts.append(f"<div>Excluded by an admin (logged, votes kept): rater(s) {ids}.</div>")
+    flagged = [row for row in summary.get("flags") or [] if row.get("flags")]
+    if flagged:
+        items = "".join(
+            f"<li>rater {html.escape(str(row['rater']))}: {html.escape(row['flags'])} "
+            f"(outlier p {_p_text(row.get('outlier_p'))}, median "
+            f"{_sig(row.get('median_seconds'))} s, same choice "
+            f"{_sig(100 * (row.get('same_choice_share') or 0))}%)</li>"
+            for row in flagged
+        )
+        parts.append(
+            f"<div>Flagged for review (exclude below to leave them out):<ul>{items}</ul></div>"
+        )
+        for pair in (summary.get("without_flagged") or {}).get("mrmc") or []:
+            res = pair["results"].get("RRRC")
+            if res:
+                parts.append(
+                    f"<div>Without the flagged raters, RRRC preference for "
+                    f"{html.escape(str(pair['model_a']))}: "
+                    f"{_percent(res['preference'], res['preference_lo'], res['preference_hi'])}"
+                    ".</div>"
+                )
+    else:
+        parts.append("<div>No rater is flagged (outlier test, speed, straight-lining).</div>")
+    for row in summary.get("fragility") or []:
+        if row.get("preferred"):
+            parts.append(
+                f"<div>Fragility: removing <b>{row['fragility']}</b> of {row['n']} votes would "
+                f"leave {html.escape(str(row['preferred']))} no longer preferred.</div>"
+            )
+    return '<div id="analysis-quality">' + "".join(parts) + "</div>"
+
+
+def exclude_rater(
+    services: Services, study_id: Any, rater_id: Any, reason: str, reinstate: bool
+) -> str:
+    """Log an admin's exclusion (or reinstatement) of a rater; the caller checks admin."""
+    from medheb_app.study import StudyError
+    from medheb_app.study.quality import record_exclusion
+
+    if study_id in (None, "") or rater_id in (None, ""):
+        return ui.notice_html("error", "Pick a study and give the rater id.")
+    try:
+        record_exclusion(
+            services.store, int(study_id), int(rater_id), reason or "", "admin", reinstate
+        )
+    except (StudyError, ValueError) as error:
+        return ui.notice_html("error", str(error))
+    action = "reinstated" if reinstate else "excluded"
+    return ui.notice_html(
+        "info", f"Rater {int(rater_id)} {action} (logged; no vote is deleted). Refresh to see it."
     )
 
 
@@ -366,6 +429,12 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
             elem_id="analysis-margin",
         )
     mrmc = gr.HTML(elem_id="analysis-mrmc-block")
+    with gr.Row():
+        exclude_id = gr.Number(label="Rater id", precision=0, elem_id="analysis-exclude-rater")
+        exclude_reason = gr.Textbox(label="Why (kept in the log)", elem_id="analysis-reason")
+        exclude_button = gr.Button("Exclude rater", size="sm", elem_id="analysis-exclude")
+        reinstate_button = gr.Button("Reinstate rater", size="sm")
+    exclude_note = gr.HTML()
     quality = gr.Dataframe(label="Raters: gold accuracy, median seconds per item, side bias")
     rates = gr.Dataframe(label="Preference rates by top-1 stratum (95% Wilson CI)")
     bt = gr.Dataframe(label="Bradley-Terry strengths (bootstrap intervals)")
@@ -399,6 +468,20 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         event(_show, [study, min_gold], shown, api_name=False).then(
             _show_mrmc, mrmc_inputs, [mrmc], api_name=False
         )
+
+    def _exclude(study_id, rater_id, reason, request: gr.Request):
+        if not _admin(request):
+            return ui.notice_html("info", ADMIN_ONLY)
+        return exclude_rater(services, study_id, rater_id, reason, False)
+
+    def _reinstate(study_id, rater_id, reason, request: gr.Request):
+        if not _admin(request):
+            return ui.notice_html("info", ADMIN_ONLY)
+        return exclude_rater(services, study_id, rater_id, reason, True)
+
+    decision = [study, exclude_id, exclude_reason]
+    exclude_button.click(_exclude, decision, [exclude_note], api_name=False)
+    reinstate_button.click(_reinstate, decision, [exclude_note], api_name=False)
     ties.change(_show_mrmc, mrmc_inputs, [mrmc], api_name=False)
     margin.submit(_show_mrmc, mrmc_inputs, [mrmc], api_name=False)
     refresh.click(_refresh, [study], [study], api_name=False).then(

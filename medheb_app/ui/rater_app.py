@@ -285,6 +285,8 @@ def end_message(counts: dict[str, Any]) -> tuple[str, bool]:
     rated = f"You rated {done} item{'s' if done != 1 else ''}."
     if counts.get("study_complete"):
         return f"Study complete, thank you. {rated}", True
+    if counts.get("capped"):
+        return f"You reached this study's limit of votes per rater, thank you. {rated}", True
     if counts.get("finished"):
         return (
             f"You have rated every item open to you, thank you. {rated} Other raters are "
