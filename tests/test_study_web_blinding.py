@@ -105,3 +105,27 @@ def test_demo_way_and_copied_run_studies_blind_every_copy_of_the_run(site):
     close_study(store, copied)
     for run_id in site["runs"].values():  # closed: public again
         assert _lists_shown(site, anonymous, run_id), run_id
+
+
+def test_a_rerun_whose_ties_broke_differently_is_still_blinded(tmp_path):
+    """Content matching is by the top-3 as a set (2 of 3 shared ids), so a re-run with a
+    reordered or slightly different top-3 is recognised too; an unrelated run is not."""
+    from test_study_items import write_run
+
+    from medheb_app.store.db import Store
+    from medheb_app.study.blinding import run_is_blinded
+
+    store = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
+    run = write_run(tmp_path / "run", models=("oracle", "random"), payloads=True)
+    create_study(store, "open-one", ["oracle", "random"], run, 6)
+    rerun = tmp_path / "rerun"
+    shutil.copytree(run, rerun)
+    for path in rerun.glob("*/*.json"):
+        data = json.loads(path.read_text())
+        for query in data["queries"]:  # swap 1st and 2nd, replace the 3rd
+            ranked = query["ranked"]
+            ranked[0], ranked[1], ranked[2] = ranked[1], ranked[0], ranked[-1]
+        path.write_text(json.dumps(data))
+    assert run_is_blinded(store, run) and run_is_blinded(store, rerun)
+    other = write_run(tmp_path / "other", models=("oracle",), tasks={"unrelated-t-t": 3})
+    assert not run_is_blinded(store, other)

@@ -5,7 +5,9 @@ holds the lists its items show: side A's top-3 next to the models' lists names t
 before the vote. A stored source path is not enough (the shipped demo study had none, and a
 re-run of the same models into another folder has another path), so a run is blinded when,
 for some compared item of an open study, one of the run's models ranked that item's task and
-query with the very top-3 of either side. Gold items are left out: their lists are not model
+query with a top-3 sharing at least MATCH_IDS of the ids of either side's top-3, in any order
+(a re-run whose ties broke differently still matches; a false match only hides a run from
+non-admins, which is the safe side). Gold items are left out: their lists are not model
 outputs.
 
 `blinded_fingerprints(store)` reads the open studies' compared items (always current: a study
@@ -26,6 +28,7 @@ from medheb_app.store.db import Store
 from medheb_app.store.study_tables import PreferenceStudy, StudyItem
 
 TOP_K = 3
+MATCH_IDS = 2  # shared ids of a top-3 that make two lists "the same list"
 Fingerprint = tuple[str, str, tuple[str, ...]]  # (task, query id, top-3 ids)
 
 _lock = threading.Lock()
@@ -99,8 +102,13 @@ def run_is_blinded(store: Store, run_dir: str | Path | None) -> bool:
         model_dirs = [p for p in root.iterdir() if p.is_dir()]
     except OSError:
         return False
+    shown: dict[tuple[str, str], list[frozenset[str]]] = {}
+    for task, qid, top in prints:
+        shown.setdefault((task, qid), []).append(frozenset(top))
     for model_dir in model_dirs:
         for path in model_dir.glob("*.json"):
-            if _file_prints(path) & prints:
-                return True
+            for task, qid, top in _file_prints(path):
+                sides = shown.get((task, qid))
+                if sides and any(len(side & set(top)) >= MATCH_IDS for side in sides):
+                    return True
     return False
