@@ -43,6 +43,7 @@ class Settings:
     queue_max_size: int = 64
     concurrency: int = 4
     query_threads: int = 1  # MEDHEB_QUERY_THREADS: torch threads per query encode (0: torch's)
+    api_token_rate: int = 600  # MEDHEB_API_TOKEN_RATE: requests a minute per API token
     admin_users: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -98,6 +99,7 @@ class Settings:
             "queue_max_size": int(env.get("QUEUE_MAX_SIZE", 64)),
             "concurrency": int(env.get("CONCURRENCY", 4)),
             "query_threads": int(env.get("MEDHEB_QUERY_THREADS", 1)),
+            "api_token_rate": int(env.get("MEDHEB_API_TOKEN_RATE", 600)),
             "admin_users": tuple(
                 name.strip() for name in env.get("ADMIN_USERS", "").split(",") if name.strip()
             ),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.query.parser import parse_query
 from medheb_app.query.provenance import sentences, sources
+from medheb_app.ui.components import constraints_html
 from medheb_app.ui.query_reading import reading_html
 
 REPORT = (
@@ -40,15 +41,25 @@ def test_each_constraint_names_the_sentence_it_came_from() -> None:
     assert REPORT[start : start + 16] == "No pneumothorax."
 
 
-def test_the_reading_block_shows_chips_and_the_sentences() -> None:
-    shown = reading_html(REPORT, _payload(REPORT))
-    assert '<b>Required:</b> <span class="medheb-chip present">Lung Opacity</span>' in shown
-    assert '<span class="medheb-chip uncertain">Pleural Effusion</span>' in shown
-    assert "<b>Excluded:</b>" in shown and "Pneumothorax" in shown
+def test_the_parsed_view_shows_chips_and_the_reading_block_the_sentences() -> None:
+    payload = _payload(REPORT)
+    constraints = payload["constraints"]
+    parsed = constraints_html(
+        constraints["positive"],
+        constraints["negative"],
+        payload["unknown_terms"],
+        uncertain=constraints["uncertain"],
+    )
+    assert '<b>Must show:</b> <span class="medheb-chip present">Lung Opacity</span>' in parsed
+    assert '<span class="medheb-chip uncertain">Pleural Effusion</span>' in parsed
+    assert '<span class="medheb-chip absent">Pneumothorax</span>' in parsed
+    shown = reading_html(REPORT, payload)
     assert "There is minimal opacity in the left lung base." in shown
     assert "<th>From</th>" in shown
-    one = reading_html("effusion and no zorbless", _payload("effusion and no zorbless"))
-    assert "<th>From</th>" not in one and "'zorbless'" in one
+    assert "Must show" not in shown and "Not understood" not in shown  # said once, above
+    assert reading_html("effusion and no zorbless", _payload("effusion and no zorbless")) == ""
+    history = reading_html("h/o pneumothorax", _payload("h/o pneumothorax"))
+    assert '<span class="medheb-chip absent">Pneumothorax</span>' in history
     assert reading_html("hello there", {"constraints": {}, "unknown_terms": []}) == ""
 
 

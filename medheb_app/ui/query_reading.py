@@ -1,5 +1,6 @@
-"""The search page's "how your text was read" block: chips per state and, for a pasted
-report, the sentence each constraint came from (issue 20, item 5).
+"""The search page's "where each reading came from" block, under the parsed view's chips: for a
+pasted report, the sentence each constraint came from, and history-only findings (issue 20,
+item 5).
 
 The search tab calls `reading_html(query, payload)` in one line; everything here is a pure
 function of the query text and the search answer (`constraints`, `unknown_terms`), so it
@@ -30,22 +31,19 @@ def _chips(names: Sequence[str], css: str) -> str:
 
 
 def reading_html(query: str, payload: Mapping[str, Any]) -> str:
-    """Chips for required / excluded / uncertain / history findings and words not understood;
-    when the text has more than one sentence, a table: finding, reading, the sentences that
-    name it (each with how it reads on its own). '' when the query names nothing."""
+    """What the parsed view above it (ui/components.constraints_html: required, excluded and
+    uncertain chips, words not understood) does not show: history-only findings as chips and,
+    when the text has more than one sentence, a table: finding, reading, the sentences that name
+    it (each with how it reads on its own). '' when there is nothing to add."""
     constraints = payload.get("constraints") or {}
     rows = []
-    for key, (label, css) in STATES.items():
-        names = list(constraints.get(key) or [])
-        if names:
-            rows.append(f"<div><b>{label}:</b> {_chips(names, css)}</div>")
-    unknown = list(payload.get("unknown_terms") or [])
-    if unknown:
-        words = ", ".join(f"'{html.escape(w)}'" for w in unknown)
-        rows.append(f"<div><b>Not understood:</b> {words}</div>")
-    if not rows:
-        return ""
+    label, css = STATES["history"]
+    history = list(constraints.get("history") or [])
+    if history:
+        rows.append(f"<div><b>{label}:</b> {_chips(history, css)}</div>")
     table = _sources_table(query, constraints)
+    if not rows and not table:
+        return ""
     return '<div class="medheb-reading">' + "".join(rows) + table + "</div>"
 
 
