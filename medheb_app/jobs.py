@@ -166,10 +166,10 @@ class JobRunner:
             stop = self._stops.get(job_id)
         if stop is None:
             return False  # queued or running under another process: only it can stop it
+        if info.status == "running":  # heard before the job can react, so the log reads in order
+            self._acknowledge(job_id)
         stop.set()
         self._finish(job_id, "cancelled", from_statuses=("queued",), message="cancelled")
-        if not self.status(job_id).finished:
-            self._acknowledge(job_id)
         return True
 
     def _acknowledge(self, job_id: int) -> None:
