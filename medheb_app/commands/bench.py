@@ -133,10 +133,15 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
     run would, for its form, query and candidate counts, and the tasks that would be skipped."""
     suite = _suite(args.suite)
     if not getattr(args, "build", False) and getattr(suite, "specs", None):
+        from medheb_app.tasks.base import known_sizes
+
+        sizes = known_sizes(settings)
+        unknown = {"form": None, "n_queries": None, "n_candidates": None}
         rows = [
             {
                 "name": spec.name,
                 "family": spec.family,
+                **sizes.get(spec.name, unknown),
                 "split": spec.split,
                 "source": spec.source,
                 "trainable": spec.trainable,
@@ -144,9 +149,16 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
             for spec in suite.specs.values()
         ]
         payload = {"suite": suite.name, "built": False, "tasks": rows, "skipped": []}
-        lines = [f"Suite {suite.name}: {len(rows)} tasks (metadata; --build for sizes and skips)"]
+        lines = [
+            f"Suite {suite.name}: {len(rows)} tasks (metadata; form and sizes as last built "
+            "here, '-' where never built; --build for sizes and skips)"
+        ]
         lines += [
-            f"  {r['name']:<32} {r['family']:<6} {r['split']:<16} {r['source']}" for r in rows
+            f"  {r['name']:<32} {r['family']:<6} {r['form'] or '-':<4} {r['split']:<16} "
+            f"{r['n_queries'] if r['n_queries'] is not None else '-':>4} queries "
+            f"{r['n_candidates'] if r['n_candidates'] is not None else '-':>5} candidates  "
+            f"{r['source']}"
+            for r in rows
         ]
         return "\n".join(lines), payload
     tasks, skipped = suite.build(settings)
