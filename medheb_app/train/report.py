@@ -27,6 +27,7 @@ from medheb_app.train.contrastive import (
     data_fingerprint,
     train_contrastive,
 )
+from medheb_app.train.loop import check_stop, report_stage
 from medheb_app.train.losses import clip_loss
 
 VAL_SPLITS = ("val", "valid", "validation")
@@ -80,11 +81,15 @@ def train_report(
     if studies is None:
         if settings is None:
             raise ValueError("train_report needs settings to find the saved phantom corpus.")
+        report_stage(progress, f"drawing {config.n} phantom studies")
         key = CorpusKey("cxr", config.n, config.corpus_seed)
         studies = load_corpus(ensure_saved(corpora_root(settings), key)[0])
         source = "phantom"
+    check_stop(stop, "drawing the corpus")
+    report_stage(progress, f"reading the pixels of {len(studies)} studies")
     train, val = split_studies(studies)
     images, pairs = report_pairs(train)
+    check_stop(stop, "reading the pixels")
     val_images, val_pairs = report_pairs(val) if len(val) >= 2 else (None, None)
     run_info = {
         "tag": Path(out).name,

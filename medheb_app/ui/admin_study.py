@@ -68,10 +68,13 @@ def create_study(
         if created.withheld
         else ""
     )
+    from medheb_app.study.sizing import creation_note
+
     return ui.notice_html(
         "info",
         f"Created study {created.id} ({created.n_items} items).{withheld} Issue invitations "
-        "under Invitations; raters sign in on the /rate page.",
+        "under Invitations; raters sign in on the /rate page. "
+        + creation_note(created.n_items, int(raters_per_item)),
     )
 
 
