@@ -20,6 +20,7 @@ import logging
 
 import uvicorn
 
+from medheb_app.access.auth import StartupRefused, check_oauth_setting
 from medheb_app.services import create_services
 from medheb_app.settings import Settings
 from medheb_app.ui.server import build_server
@@ -34,6 +35,11 @@ def address(environ: dict[str, str] | None = None) -> tuple[str, int]:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     settings = Settings.from_env()
+    try:  # before anything is built or written: a refused setting is one line, not a traceback
+        check_oauth_setting(settings.admin_users)
+    except StartupRefused as refused:
+        logging.getLogger(__name__).error("not starting: %s", refused)
+        raise SystemExit(2) from None
     services = create_services(settings)
     server = build_server(services)
     host, port = address()

@@ -79,9 +79,18 @@ def test_admin_users_are_admins_through_hugging_face_on_a_space_only():
     assert not on_space.is_admin(_request(session={}))
     off_space = Authenticator(SECRET, admin_users=("alice",), oauth=False)
     assert not off_space.is_admin(_request(session=_profile("alice")))  # forgeable off a Space
-    assert oauth_available({"SPACE_ID": "u/app", "OAUTH_CLIENT_SECRET": "s"})
-    assert not oauth_available({"OAUTH_CLIENT_SECRET": "s"})
-    assert not oauth_available({"SPACE_ID": "u/app"})
+    space = {
+        "SYSTEM": "spaces",
+        "SPACE_ID": "u/app",
+        "OAUTH_CLIENT_ID": "i",
+        "OAUTH_CLIENT_SECRET": "s",
+        "OAUTH_SCOPES": "openid",
+        "OPENID_PROVIDER_URL": "https://huggingface.co",
+    }
+    assert oauth_available(space)
+    # SPACE_ID + a secret without the Space runtime is Gradio's mock login (issue 19)
+    assert not oauth_available({"SPACE_ID": "u/app", "OAUTH_CLIENT_SECRET": "s"})
+    assert not oauth_available({**space, "SYSTEM": "local"})
 
 
 def test_the_session_secret_is_kept_private(tmp_path):

@@ -11,8 +11,11 @@ revokes the cookie even if a copy of it was kept.
 
 On a Hugging Face Space with OAuth (`hf_oauth: true`), users listed in ADMIN_USERS are admins
 too once signed in with their Hugging Face account (Gradio's gr.LoginButton keeps the profile in
-its signed session). Off a Space, Gradio signs that session with a fixed, public key and mocks
-the login, so `oauth_available()` is False there and ADMIN_USERS is ignored.
+its signed session). Gradio runs the real OAuth flow only when `SYSTEM=spaces` (the Space
+runtime) and the Space's OAuth variables are all set; anywhere else `/login/huggingface` is a
+local mock that signs any visitor in as the owner of HF_TOKEN, with a session key derived from
+a public constant. So ADMIN_USERS without the complete Space runtime is refused at start
+(`check_oauth_setting`), never silently ignored and never served through the mock.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,11 +114,52 @@ class RaterClaim:
     secret: str
 
 
-def oauth_available(environ: dict[str, str] | None = None) -> bool:
-    """True only on a Space with OAuth configured: the one place Gradio's session is signed
-    with a real secret and the login is real."""
+# What Gradio 6 needs for its real Hugging Face OAuth routes (gradio.oauth.attach_oauth and
+# _add_oauth_routes; gradio.utils.get_space() is SPACE_ID only when SYSTEM == "spaces").
+OAUTH_VARIABLES = (
+    "SPACE_ID",
+    "OAUTH_CLIENT_ID",
+    "OAUTH_CLIENT_SECRET",
+    "OAUTH_SCOPES",
+    "OPENID_PROVIDER_URL",
+)
+
+
+class StartupRefused(RuntimeError):
+    """A configuration the server will not start with; the message tells the operator why
+    and what to change (app.py prints it as one line and exits with status 2)."""
+
+
+def oauth_missing(environ: Mapping[str, str] | None = None) -> list[str]:
+    """What stands between this process and Gradio's real OAuth, as 'SYSTEM=spaces' and the
+    names of unset variables; empty when the login would be real."""
     env = os.environ if environ is None else environ
-    return bool(env.get("SPACE_ID") and env.get("OAUTH_CLIENT_SECRET"))
+    missing = [] if env.get("SYSTEM") == "spaces" else ["SYSTEM=spaces"]
+    return missing + [name for name in OAUTH_VARIABLES if not env.get(name)]
+
+
+def oauth_available(environ: Mapping[str, str] | None = None) -> bool:
+    """True only in the Space runtime with its OAuth variables: the one place Gradio's
+    session is signed with a real secret and `/login/huggingface` is the real login."""
+    return not oauth_missing(environ)
+
+
+def check_oauth_setting(
+    admin_users: tuple[str, ...], environ: Mapping[str, str] | None = None
+) -> bool:
+    """Whether Hugging Face sign-in for ADMIN_USERS is on; raises StartupRefused when
+    ADMIN_USERS is set where Gradio would mock the login (any visitor would become admin)."""
+    if not admin_users:
+        return False
+    missing = oauth_missing(environ)
+    if missing:
+        raise StartupRefused(
+            "ADMIN_USERS is set, but Hugging Face sign-in is real only on a Hugging Face Space "
+            "with `hf_oauth: true` (elsewhere Gradio mocks the login and anyone would be "
+            f"admin); missing here: {', '.join(missing)}. Unset ADMIN_USERS and use "
+            "ADMIN_PASSWORD, or run on a Space with OAuth enabled."
+        )
+    return True
 
 
 def oauth_username(request: Any) -> str | None:

@@ -26,8 +26,8 @@ from medheb_app.access.auth import (
     RATER_COOKIE,
     RATER_MAX_AGE_S,
     Authenticator,
+    check_oauth_setting,
     load_secret,
-    oauth_available,
 )
 from medheb_app.access.limits import RateLimiter, client_key, trust_proxy_headers
 from medheb_app.services import Services
@@ -51,9 +51,7 @@ class Guards:
 def make_guards(services: Services) -> Guards:
     settings = services.settings
     secret = load_secret(settings.data_dir, settings.session_secret)
-    oauth = oauth_available()
-    if settings.admin_users and not oauth:
-        log.warning("ADMIN_USERS is ignored: Hugging Face sign-in works only on a Space with OAuth")
+    oauth = check_oauth_setting(settings.admin_users)  # refuses ADMIN_USERS off a real Space
     return Guards(
         auth=Authenticator(
             secret, secure=settings.secure_cookies, admin_users=settings.admin_users, oauth=oauth
