@@ -34,10 +34,10 @@ def address(environ: dict[str, str] | None = None) -> tuple[str, int]:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    settings = Settings.from_env()
     try:  # before anything is built or written: a refused setting is one line, not a traceback
+        settings = Settings.from_env()
         check_oauth_setting(settings.admin_users)
-    except StartupRefused as refused:
+    except (StartupRefused, ValueError) as refused:
         logging.getLogger(__name__).error("not starting: %s", refused)
         raise SystemExit(2) from None
     services = create_services(settings)

@@ -11,6 +11,23 @@ SHARED_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data"
 AUTO_MODEL = "auto"
 
 
+def parse_proxy_hops(value: str) -> int:
+    """TRUST_PROXY_HEADERS as a number of trusted proxy hops: '' / '0' / 'false' / 'no' is 0
+    (no proxy: the peer address counts), 'true' / 'yes' is 1 (one proxy, as on a Space),
+    'N' is N. Anything else is refused, so a typo never silently trusts a forged header."""
+    text = value.strip().lower()
+    if text in {"", "false", "no", "off"}:
+        return 0
+    if text in {"true", "yes", "on"}:
+        return 1
+    if text.isdigit() and int(text) <= 16:
+        return int(text)
+    raise ValueError(
+        f"TRUST_PROXY_HEADERS must be the number of proxies in front of the app (0-16), "
+        f"not {value!r}"
+    )
+
+
 def _default_data_dir() -> Path:
     """DATA_DIR, else /data on a Hugging Face Space with persistent storage, else data/runtime."""
     if os.environ.get("DATA_DIR"):
@@ -44,6 +61,9 @@ class Settings:
     concurrency: int = 4
     query_threads: int = 1  # MEDHEB_QUERY_THREADS: torch threads per query encode (0: torch's)
     admin_users: tuple[str, ...] = ()
+    # TRUST_PROXY_HEADERS: how many proxies in front of the app append to X-Forwarded-For
+    # (0: none, the peer address is the client; 1 on a Space); medheb_app.access.limits
+    trusted_proxy_hops: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "default_model", self.default_model.strip() or AUTO_MODEL)
@@ -51,6 +71,8 @@ class Settings:
             object.__setattr__(self, "database_url", f"sqlite:///{self.data_dir / 'medheb.sqlite'}")
         if self.max_upload_bytes <= 0:
             raise ValueError("MAX_UPLOAD_BYTES must be positive")
+        if not 0 <= self.trusted_proxy_hops <= 16:
+            raise ValueError("TRUST_PROXY_HEADERS must be a number of proxies from 0 to 16")
         if self.queue_max_size < 1 or self.concurrency < 1:
             raise ValueError("QUEUE_MAX_SIZE and CONCURRENCY must be at least 1")
 
@@ -98,6 +120,7 @@ class Settings:
             "queue_max_size": int(env.get("QUEUE_MAX_SIZE", 64)),
             "concurrency": int(env.get("CONCURRENCY", 4)),
             "query_threads": int(env.get("MEDHEB_QUERY_THREADS", 1)),
+            "trusted_proxy_hops": parse_proxy_hops(env.get("TRUST_PROXY_HEADERS", "")),
             "admin_users": tuple(
                 name.strip() for name in env.get("ADMIN_USERS", "").split(",") if name.strip()
             ),

@@ -29,7 +29,7 @@ from medheb_app.access.auth import (
     check_oauth_setting,
     load_secret,
 )
-from medheb_app.access.limits import RateLimiter, client_key, trust_proxy_headers
+from medheb_app.access.limits import RateLimiter, client_key
 from medheb_app.services import Services
 from medheb_app.ui import rater_access
 
@@ -124,13 +124,13 @@ def rater_form(services: Services, message: str = "", kind: str = "error") -> st
     )
 
 
-def _same_origin(request: Request) -> bool:
+def _same_origin(request: Request, proxy_hops: int) -> bool:
     """A form post must come from this site (the cookie is SameSite, the form is not)."""
     origin = request.headers.get("origin")
     if not origin or origin == "null":
         return origin is None
     hosts = {request.headers.get("host", "")}
-    if trust_proxy_headers():
+    if proxy_hops:
         hosts.add(request.headers.get("x-forwarded-host", "").split(",")[0].strip())
     return urllib.parse.urlsplit(origin).netloc in hosts - {""}
 
@@ -146,6 +146,7 @@ async def _form(request: Request) -> dict[str, str]:
 def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
     """Sign-in and sign-out for admins and raters; invitation links redeemed by redirect."""
     auth = guards.auth
+    hops = services.settings.trusted_proxy_hops
 
     @app.get("/auth/admin", include_in_schema=False)
     def admin_page(request: Request) -> Response:
@@ -159,9 +160,9 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
     async def admin_sign_in(request: Request) -> Response:
         if not services.admin_enabled:
             return page("Admin", _notice("error", "This server has no admin."), 404)
-        if not _same_origin(request):
+        if not _same_origin(request, hops):
             return page("Admin sign-in", admin_form("Sign in from this site's own page."), 403)
-        key = client_key(request)
+        key = client_key(request, hops)
         decision = guards.admin_limit.hit(key)
         if not decision.allowed:
             response = page(
@@ -192,9 +193,9 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
 
     @app.post("/auth/rater", include_in_schema=False)
     async def rater_sign_in(request: Request) -> Response:
-        if not _same_origin(request):
+        if not _same_origin(request, hops):
             return _rater_refused(request, "Sign in from this site's own page.", 403)
-        decision = guards.rater_limit.hit(client_key(request))
+        decision = guards.rater_limit.hit(client_key(request, hops))
         if not decision.allowed:
             return _rater_refused(request, decision.message("sign-in attempts"), 429)
         form = await _form(request)
@@ -225,7 +226,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             and request.url.path in (RATER_PATH, f"{RATER_PATH}/")
             and "invite" in request.query_params
         ):
-            decision = guards.rater_limit.hit(client_key(request))
+            decision = guards.rater_limit.hit(client_key(request, hops))
             if not decision.allowed:
                 return _rater_refused(request, decision.message("sign-in attempts"), 429)
             try:
