@@ -21,6 +21,7 @@ import logging
 import uvicorn
 
 from medheb_app.access.auth import StartupRefused, check_oauth_setting
+from medheb_app.access.origin import OriginPolicy
 from medheb_app.services import create_services
 from medheb_app.settings import Settings
 from medheb_app.ui.server import build_server
@@ -37,6 +38,7 @@ def main() -> None:
     try:  # before anything is built or written: a refused setting is one line, not a traceback
         settings = Settings.from_env()
         check_oauth_setting(settings.admin_users)
+        OriginPolicy(public_origins=settings.public_origins)  # refuses a malformed PUBLIC_ORIGIN
     except (StartupRefused, ValueError) as refused:
         logging.getLogger(__name__).error("not starting: %s", refused)
         raise SystemExit(2) from None

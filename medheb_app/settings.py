@@ -64,6 +64,10 @@ class Settings:
     # TRUST_PROXY_HEADERS: how many proxies in front of the app append to X-Forwarded-For
     # (0: none, the peer address is the client; 1 on a Space); medheb_app.access.limits
     trusted_proxy_hops: int = 0
+    # PUBLIC_ORIGIN: the origins browsers use for this server (comma-separated), needed only
+    # behind a proxy that rewrites Host; state-changing requests from any other origin are
+    # refused (medheb_app.access.origin)
+    public_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "default_model", self.default_model.strip() or AUTO_MODEL)
@@ -121,6 +125,9 @@ class Settings:
             "concurrency": int(env.get("CONCURRENCY", 4)),
             "query_threads": int(env.get("MEDHEB_QUERY_THREADS", 1)),
             "trusted_proxy_hops": parse_proxy_hops(env.get("TRUST_PROXY_HEADERS", "")),
+            "public_origins": tuple(
+                o.strip().rstrip("/") for o in env.get("PUBLIC_ORIGIN", "").split(",") if o.strip()
+            ),
             "admin_users": tuple(
                 name.strip() for name in env.get("ADMIN_USERS", "").split(",") if name.strip()
             ),

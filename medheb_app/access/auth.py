@@ -35,6 +35,10 @@ from typing import Any
 
 ADMIN_COOKIE = "medheb_admin"
 RATER_COOKIE = "medheb_rater"
+# Behind HTTPS the cookies are named with the __Host- prefix: browsers then accept them only
+# with Secure, Path=/ and no Domain, so no sibling subdomain or plain-http page can set or
+# shadow them (RFC 6265bis, "cookie prefixes").
+HOST_PREFIX = "__Host-"
 ADMIN_MAX_AGE_S = 12 * 3600
 RATER_MAX_AGE_S = 30 * 24 * 3600
 SECRET_FILE = ".session-secret"
@@ -189,6 +193,9 @@ class Authenticator:
     ) -> None:
         self.signer = Signer(secret)
         self.secure = secure
+        prefix = HOST_PREFIX if secure else ""
+        self.admin_cookie_name = prefix + ADMIN_COOKIE
+        self.rater_cookie_name = prefix + RATER_COOKIE
         self.admin_users = frozenset(admin_users) if oauth else frozenset()
         self._admin_sessions: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -205,14 +212,18 @@ class Authenticator:
         with OAuth) a Hugging Face session of a user in ADMIN_USERS."""
         if self.admin_users and oauth_username(request) in self.admin_users:
             return True
-        claims = self.signer.unsign(request_cookies(request).get(ADMIN_COOKIE), ADMIN_MAX_AGE_S)
+        claims = self.signer.unsign(
+            request_cookies(request).get(self.admin_cookie_name), ADMIN_MAX_AGE_S
+        )
         if not claims or claims.get("role") != "admin":
             return False
         with self._lock:
             return self._admin_sessions.get(str(claims.get("sid")), 0.0) > time.time()
 
     def revoke_admin(self, request: Any) -> None:
-        claims = self.signer.unsign(request_cookies(request).get(ADMIN_COOKIE), ADMIN_MAX_AGE_S)
+        claims = self.signer.unsign(
+            request_cookies(request).get(self.admin_cookie_name), ADMIN_MAX_AGE_S
+        )
         if claims:
             with self._lock:
                 self._admin_sessions.pop(str(claims.get("sid")), None)
@@ -225,7 +236,9 @@ class Authenticator:
 
     def rater(self, request: Any) -> RaterClaim | None:
         """The rater claim of a request's cookie, or None (not checked against the store)."""
-        claims = self.signer.unsign(request_cookies(request).get(RATER_COOKIE), RATER_MAX_AGE_S)
+        claims = self.signer.unsign(
+            request_cookies(request).get(self.rater_cookie_name), RATER_MAX_AGE_S
+        )
         if not claims:
             return None
         try:
@@ -246,5 +259,7 @@ class Authenticator:
         )
 
     def clear_cookies(self, response: Any) -> None:
-        for name in (ADMIN_COOKIE, RATER_COOKIE):
-            response.delete_cookie(name, path="/", httponly=True, samesite="strict")
+        for name in (self.admin_cookie_name, self.rater_cookie_name):
+            response.delete_cookie(
+                name, path="/", httponly=True, samesite="strict", secure=self.secure
+            )

@@ -12,24 +12,23 @@ from __future__ import annotations
 
 import html
 import logging
-import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
 from medheb_app.access.auth import (
-    ADMIN_COOKIE,
     ADMIN_MAX_AGE_S,
-    RATER_COOKIE,
     RATER_MAX_AGE_S,
     Authenticator,
     check_oauth_setting,
     load_secret,
 )
 from medheb_app.access.limits import RateLimiter, client_key
+from medheb_app.access.origin import OriginPolicy, SameOriginMiddleware
 from medheb_app.services import Services
 from medheb_app.ui import rater_access
 
@@ -124,17 +123,6 @@ def rater_form(services: Services, message: str = "", kind: str = "error") -> st
     )
 
 
-def _same_origin(request: Request, proxy_hops: int) -> bool:
-    """A form post must come from this site (the cookie is SameSite, the form is not)."""
-    origin = request.headers.get("origin")
-    if not origin or origin == "null":
-        return origin is None
-    hosts = {request.headers.get("host", "")}
-    if proxy_hops:
-        hosts.add(request.headers.get("x-forwarded-host", "").split(",")[0].strip())
-    return urllib.parse.urlsplit(origin).netloc in hosts - {""}
-
-
 async def _form(request: Request) -> dict[str, str]:
     form = await request.form()
     return {key: str(value)[:MAX_FIELD_CHARS] for key, value in form.items()}
@@ -160,8 +148,6 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
     async def admin_sign_in(request: Request) -> Response:
         if not services.admin_enabled:
             return page("Admin", _notice("error", "This server has no admin."), 404)
-        if not _same_origin(request, hops):
-            return page("Admin sign-in", admin_form("Sign in from this site's own page."), 403)
         key = client_key(request, hops)
         decision = guards.admin_limit.hit(key)
         if not decision.allowed:
@@ -176,7 +162,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             return page("Admin sign-in", admin_form("Wrong admin password."), 401)
         guards.admin_limit.reset(key)
         response = RedirectResponse("/", status_code=303)
-        auth.set_cookie(response, ADMIN_COOKIE, auth.admin_cookie(), ADMIN_MAX_AGE_S)
+        auth.set_cookie(response, auth.admin_cookie_name, auth.admin_cookie(), ADMIN_MAX_AGE_S)
         return response
 
     @app.get("/auth/rater", include_in_schema=False)
@@ -185,7 +171,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
 
     def _rater_signed_in(claim) -> Response:
         response = RedirectResponse(f"{RATER_PATH}/", status_code=303)
-        auth.set_cookie(response, RATER_COOKIE, auth.rater_cookie(claim), RATER_MAX_AGE_S)
+        auth.set_cookie(response, auth.rater_cookie_name, auth.rater_cookie(claim), RATER_MAX_AGE_S)
         return response
 
     def _rater_refused(request: Request, message: str, status: int) -> Response:
@@ -193,8 +179,6 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
 
     @app.post("/auth/rater", include_in_schema=False)
     async def rater_sign_in(request: Request) -> Response:
-        if not _same_origin(request, hops):
-            return _rater_refused(request, "Sign in from this site's own page.", 403)
         decision = guards.rater_limit.hit(client_key(request, hops))
         if not decision.allowed:
             return _rater_refused(request, decision.message("sign-in attempts"), 429)
@@ -279,7 +263,19 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     from medheb_app.ui.shell import build_app
 
     guards = guards or make_guards(services)
+    settings = services.settings
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    # No other origin may read an answer: Starlette's CORS with no allowed origin. Its presence
+    # also turns Gradio's own CORS middleware off, which lets any localhost origin read a
+    # localhost app's answers with the cookies (gradio.route_utils.CustomCORSMiddleware).
+    app.add_middleware(CORSMiddleware, allow_origins=[], allow_credentials=False)
+    # ... and none may change anything: POSTs from another origin, even same-site, are 403
+    policy = OriginPolicy(
+        proxy_hops=settings.trusted_proxy_hops,
+        public_origins=settings.public_origins,
+        https_only=settings.secure_cookies,
+    )
+    app.add_middleware(SameOriginMiddleware, policy=policy)
     app.state.guards = guards
     add_auth_routes(app, services, guards)
     common = {
