@@ -382,3 +382,14 @@ def test_cookies_are_host_prefixed_and_secure_behind_https(tmp_path):
         signed_out = client.http.get("/auth/signout").headers.get_list("set-cookie")
         assert any(c.startswith("__Host-medheb_admin=") for c in signed_out), signed_out
     services.jobs.shutdown(wait=False)
+
+
+def test_monitoring_routes_are_closed_on_both_apps(site):
+    """Issue 18: /monitoring/summary was public and counted calls per vote choice."""
+    client = QueueClient(site["base"])
+    client.call(fn_index(site["main"], "build_app.<locals>.on_load"), [])  # something to count
+    for prefix in ("", "/rate"):
+        for path in ("/monitoring", "/monitoring/summary", "/monitoring/guess-a-key"):
+            reply = client.http.get(f"{prefix}{path}")
+            assert reply.status_code in (403, 404), (prefix, path, reply.status_code)
+            assert "on_load" not in reply.text and "fn_index" not in reply.text

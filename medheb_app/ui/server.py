@@ -283,6 +283,9 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
         "show_error": False,
         "max_file_size": services.settings.max_upload_bytes,
         "run_history": False,
+        # Gradio serves /monitoring/summary (per-handler call counts: on /rate, per vote
+        # choice) to anyone unless monitoring is off; off, every /monitoring route is 403
+        "enable_monitoring": False,
     }
     rater = bounded_queue(build_rater_app(services, guards.auth), services)
     app = gr.mount_gradio_app(app, rater, path=RATER_PATH, css=ui.CSS, head=RATER_HEAD, **common)
