@@ -29,6 +29,7 @@ from medheb_app.access.auth import (
 )
 from medheb_app.access.limits import RateLimiter, client_key
 from medheb_app.access.origin import OriginPolicy, SameOriginMiddleware
+from medheb_app.access.sessions import StoreSessions
 from medheb_app.services import Services
 from medheb_app.ui import rater_access
 
@@ -53,7 +54,11 @@ def make_guards(services: Services) -> Guards:
     oauth = check_oauth_setting(settings.admin_users)  # refuses ADMIN_USERS off a real Space
     return Guards(
         auth=Authenticator(
-            secret, secure=settings.secure_cookies, admin_users=settings.admin_users, oauth=oauth
+            secret,
+            secure=settings.secure_cookies,
+            admin_users=settings.admin_users,
+            oauth=oauth,
+            sessions=StoreSessions(services.store),  # survive restarts, shared by replicas
         ),
         # 5 password tries a minute per client, then 15 minutes locked out
         admin_limit=RateLimiter(max_events=5, window_s=60, lockout_s=900),
@@ -196,7 +201,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
 
     @app.api_route("/auth/signout", methods=["GET", "POST"], include_in_schema=False)
     def sign_out(request: Request) -> Response:
-        auth.revoke_admin(request)
+        auth.sign_out(request)
         response = page("Signed out", _notice("info", "You are signed out.") + _links())
         auth.clear_cookies(response)
         return response
