@@ -68,6 +68,8 @@ class Settings:
     # behind a proxy that rewrites Host; state-changing requests from any other origin are
     # refused (medheb_app.access.origin)
     public_origins: tuple[str, ...] = ()
+    # UPLOAD_TTL_S: an upload not consumed within this many seconds is deleted (and at start)
+    upload_ttl_s: float = 600.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "default_model", self.default_model.strip() or AUTO_MODEL)
@@ -75,6 +77,8 @@ class Settings:
             object.__setattr__(self, "database_url", f"sqlite:///{self.data_dir / 'medheb.sqlite'}")
         if self.max_upload_bytes <= 0:
             raise ValueError("MAX_UPLOAD_BYTES must be positive")
+        if self.upload_ttl_s <= 0:
+            raise ValueError("UPLOAD_TTL_S must be positive")
         if not 0 <= self.trusted_proxy_hops <= 16:
             raise ValueError("TRUST_PROXY_HEADERS must be a number of proxies from 0 to 16")
         if self.queue_max_size < 1 or self.concurrency < 1:
@@ -128,6 +132,7 @@ class Settings:
             "public_origins": tuple(
                 o.strip().rstrip("/") for o in env.get("PUBLIC_ORIGIN", "").split(",") if o.strip()
             ),
+            "upload_ttl_s": float(env.get("UPLOAD_TTL_S", 600)),
             "admin_users": tuple(
                 name.strip() for name in env.get("ADMIN_USERS", "").split(",") if name.strip()
             ),

@@ -30,6 +30,7 @@ from medheb_app.access.auth import (
 from medheb_app.access.limits import RateLimiter, client_key
 from medheb_app.access.origin import OriginPolicy, SameOriginMiddleware
 from medheb_app.access.sessions import StoreSessions
+from medheb_app.access.uploads import NoUploadedFilesServed, UploadIntake
 from medheb_app.services import Services
 from medheb_app.ui import rater_access
 
@@ -235,6 +236,32 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             return PlainTextResponse('""', media_type="application/json")
 
 
+def add_upload_routes(app: FastAPI, services: Services) -> UploadIntake:
+    """Both pages' upload routes, declared before Gradio's so they answer instead: the
+    workbench's caps, renames and sweeps (medheb_app.access.uploads); the raters' page takes
+    none. Uploaded files are never served back."""
+    settings = services.settings
+    intake = UploadIntake(
+        settings.max_upload_bytes,
+        ttl_s=settings.upload_ttl_s,
+        # 12 upload bodies per 10 minutes per client (the page reads at most 6 of them)
+        limiter=RateLimiter(max_events=12, window_s=600),
+        proxy_hops=settings.trusted_proxy_hops,
+    )
+    intake.start_sweeper()
+
+    @app.post("/gradio_api/upload", include_in_schema=False)
+    async def upload(request: Request) -> Response:
+        return await intake.receive(request)
+
+    @app.post(f"{RATER_PATH}/gradio_api/upload", include_in_schema=False)
+    def no_rater_uploads() -> PlainTextResponse:
+        return PlainTextResponse("This page takes no uploads.", status_code=404)
+
+    app.add_middleware(NoUploadedFilesServed, intake=intake)
+    return intake
+
+
 def _links() -> str:
     return f'<p><a href="{RATER_PATH}/">Raters\' page</a> · <a href="/">Workbench</a></p>'
 
@@ -283,6 +310,7 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     app.add_middleware(SameOriginMiddleware, policy=policy)
     app.state.guards = guards
     add_auth_routes(app, services, guards)
+    intake = add_upload_routes(app, services)
     common = {
         "footer_links": [],
         "show_error": False,
@@ -305,4 +333,5 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
         **common,
     )
     app.state.blocks = {"main": main, "rate": rater}
+    app.state.uploads = intake
     return app
