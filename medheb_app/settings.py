@@ -58,6 +58,7 @@ class Settings:
     session_secret: str = ""
     secure_cookies: bool = False
     queue_max_size: int = 64
+    queue_per_client: int = 8  # QUEUE_PER_CLIENT: events one client may have waiting or running
     concurrency: int = 4
     query_threads: int = 1  # MEDHEB_QUERY_THREADS: torch threads per query encode (0: torch's)
     admin_users: tuple[str, ...] = ()
@@ -81,8 +82,8 @@ class Settings:
             raise ValueError("UPLOAD_TTL_S must be positive")
         if not 0 <= self.trusted_proxy_hops <= 16:
             raise ValueError("TRUST_PROXY_HEADERS must be a number of proxies from 0 to 16")
-        if self.queue_max_size < 1 or self.concurrency < 1:
-            raise ValueError("QUEUE_MAX_SIZE and CONCURRENCY must be at least 1")
+        if self.queue_max_size < 1 or self.concurrency < 1 or self.queue_per_client < 1:
+            raise ValueError("QUEUE_MAX_SIZE, CONCURRENCY and QUEUE_PER_CLIENT must be at least 1")
 
     @property
     def pinned_model(self) -> str | None:
@@ -127,6 +128,7 @@ class Settings:
             "secure_cookies": env.get("SECURE_COOKIES", "").lower() in {"1", "true", "yes"},
             "queue_max_size": int(env.get("QUEUE_MAX_SIZE", 64)),
             "concurrency": int(env.get("CONCURRENCY", 4)),
+            "queue_per_client": int(env.get("QUEUE_PER_CLIENT", 8)),
             "query_threads": int(env.get("MEDHEB_QUERY_THREADS", 1)),
             "trusted_proxy_hops": parse_proxy_hops(env.get("TRUST_PROXY_HEADERS", "")),
             "public_origins": tuple(

@@ -31,13 +31,19 @@ import numpy as np
 
 from medheb_app.evidence.study import EvidenceError
 
-# ~25 million values: a 4,900 x 4,900 radiograph, or 96 slices of 512 x 512
-MAX_DECODE_VOXELS = 24 * 2**20
-# the stored values (at most 4 bytes) plus the float32 copies made while rescaling,
-# windowing and clipping: the most a decode of one value holds at once
-PEAK_BYTES_PER_VALUE = 16
-# decodes in flight together hold at most this much (four parallel worst cases: 1.5 GB)
-GLOBAL_DECODE_BYTES = 1536 * 2**20
+# ~16.8 million values: a 4,096 x 4,096 radiograph, or 64 slices of 512 x 512
+MAX_DECODE_VOXELS = 16 * 2**20
+# what a decode holds at its peak per value kept, measured (bench/bench_upload_rss.py
+# --bombs): the stored values, the inflated bytes they came from, and the float32 copies
+# made while rescaling, windowing and clipping
+PEAK_BYTES_PER_VALUE = 24
+# decodes in flight together hold at most this much: two worst cases at once, a third waits
+GLOBAL_DECODE_BYTES = 1024 * 2**20
+# what an upload keeps for its session once decoded: the page shows one image or slice and
+# the embedders read 64 frames (MedHEB section 3.1.3) at a few hundred pixels a side
+KEEP_MAX_SIDE_2D = 2048
+KEEP_MAX_SIDE_3D = 512
+KEEP_MAX_FRAMES = 64
 WAIT_S = 30.0
 BUSY = "The server is decoding other uploads right now; try again in a minute."
 
@@ -109,6 +115,34 @@ class DecodeBudget:
 
 
 DECODES = DecodeBudget()
+
+
+def _shrink(image: np.ndarray, max_side: int) -> np.ndarray:
+    """Block-mean downsampling of the last two axes (rows, columns) by the smallest integer
+    factor that brings the longer one to at most `max_side`."""
+    rows, columns = image.shape[-2], image.shape[-1]
+    factor = -(-max(rows, columns) // max_side)
+    if factor <= 1:
+        return image
+    from skimage.transform import downscale_local_mean
+
+    factors = (1,) * (image.ndim - 2) + (factor, factor)
+    return downscale_local_mean(image, factors).astype(np.float32)
+
+
+def kept_for_session(pixels: np.ndarray, form: str) -> tuple[np.ndarray, bool]:
+    """What an upload keeps once decoded (see KEEP_*): (pixels, whether they were reduced).
+    Colour images (H, W, 3) are shrunk over rows and columns only."""
+    from medheb_app.evidence.readers import sample_frames
+
+    before = pixels.shape
+    if form == "3d":
+        kept = _shrink(sample_frames(pixels, KEEP_MAX_FRAMES), KEEP_MAX_SIDE_3D)
+    elif pixels.ndim == 3:  # (H, W, 3)
+        kept = np.moveaxis(_shrink(np.moveaxis(pixels, -1, 0), KEEP_MAX_SIDE_2D), 0, -1)
+    else:
+        kept = _shrink(pixels, KEEP_MAX_SIDE_2D)
+    return np.ascontiguousarray(kept, dtype=np.float32), kept.shape != before
 
 
 @contextmanager

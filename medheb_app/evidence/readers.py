@@ -403,17 +403,27 @@ def content_id(path: Path | str, prefix: str = "upload") -> str:
 
 
 def study_from_file(path: Path | str, max_bytes: int | None = None) -> Study:
-    """A Study for an uploaded file (UI upload, CLI --file); no file name or patient tag is kept."""
+    """A Study for an uploaded file (UI upload, CLI --file); no file name or patient tag is kept.
+
+    Only what the page shows and the embedders read is kept of the decoded pixels (at most 64
+    frames, a bounded size a side: evidence.budget.kept_for_session), so an upload held for
+    its session does not keep a full-resolution decode resident."""
+    from medheb_app.evidence.budget import kept_for_session
+
     loaded = read_any(path, max_bytes=max_bytes)
+    pixels, reduced = kept_for_session(loaded.pixels, loaded.form)
     meta: dict[str, object] = dict(loaded.safe_meta)
+    if reduced:
+        meta["DecodedShape"], meta["KeptShape"] = list(loaded.pixels.shape), list(pixels.shape)
     meta["source_format"] = loaded.source_format
-    if loaded.spacing is not None:
-        meta["spacing"] = list(loaded.spacing)
+    if loaded.spacing is not None:  # per kept axis: coarser where pixels were reduced
+        ratios = [a / b for a, b in zip(loaded.pixels.shape, pixels.shape, strict=False)]
+        meta["spacing"] = [float(v) * r for v, r in zip(loaded.spacing, ratios, strict=False)]
     return Study(
         id=content_id(path),
         form=loaded.form,
         modality=loaded.modality,
-        pixels=loaded.pixels,
+        pixels=pixels,
         source="upload",
         meta=meta,
     )

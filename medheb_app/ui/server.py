@@ -13,7 +13,6 @@ from __future__ import annotations
 import html
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import gradio as gr
 from fastapi import FastAPI, Request
@@ -29,6 +28,7 @@ from medheb_app.access.auth import (
 )
 from medheb_app.access.limits import RateLimiter, client_key
 from medheb_app.access.origin import OriginPolicy, SameOriginMiddleware
+from medheb_app.access.queue_guard import QueueCallGuard, fair_queue, quiet_gradio_tracebacks
 from medheb_app.access.sessions import StoreSessions
 from medheb_app.access.uploads import NoUploadedFilesServed, UploadIntake
 from medheb_app.services import Services
@@ -271,19 +271,18 @@ def _links() -> str:
 
 def bounded_queue(blocks: gr.Blocks, services: Services) -> gr.Blocks:
     """A queue of at most `queue_max_size` waiting events, `concurrency` at a time per handler,
-    answering a full queue with a plain 'busy, try again' rather than Gradio's internals."""
+    at most `queue_per_client` events per client (only that client is told it is busy), page
+    loads never refused for a queue full of searches, and a full queue answered with a plain
+    'busy, try again' rather than Gradio's internals (medheb_app.access.queue_guard)."""
     settings = services.settings
     blocks.queue(max_size=settings.queue_max_size, default_concurrency_limit=settings.concurrency)
-    queue = blocks._queue
-    push = queue.push
-
-    async def push_or_busy(body: Any, request: Any, username: Any):
-        success, event_id, state = await push(body, request, username)
-        if state == "queue_full":
-            event_id = BUSY_MESSAGE
-        return success, event_id, state
-
-    queue.push = push_or_busy  # type: ignore[method-assign]
+    fair_queue(
+        blocks,
+        max_size=settings.queue_max_size,
+        per_client=settings.queue_per_client,
+        proxy_hops=settings.trusted_proxy_hops,
+        busy=BUSY_MESSAGE,
+    )
     return blocks
 
 
@@ -333,5 +332,8 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
         **common,
     )
     app.state.blocks = {"main": main, "rate": rater}
+    # malformed queue calls and unknown fn_index: 400 and one log line, before Gradio
+    app.add_middleware(QueueCallGuard, pages={"": main, RATER_PATH: rater})
+    quiet_gradio_tracebacks()
     app.state.uploads = intake
     return app
