@@ -123,6 +123,7 @@ def ensure_showcase(
             n_items=min(SHOWCASE_ITEMS, shared),
             seed=0,
             describe=describe,
+            source=out,
         )
     if progress:
         progress(1.0, "demo benchmark run and study ready")

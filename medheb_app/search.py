@@ -442,7 +442,7 @@ def search(
 
         try:
             top_scores, top_ids, probe_warnings = logic_search(
-                loaded, embedder, parsed, vector, int(k), settings, fit=not public
+                loaded, embedder, parsed, vector, int(k), settings, fit=not public, setting=setting
             )
             use_logic = True
         except ProbesNotReady:

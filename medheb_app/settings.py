@@ -61,6 +61,7 @@ class Settings:
     queue_per_client: int = 8  # QUEUE_PER_CLIENT: events one client may have waiting or running
     concurrency: int = 4
     query_threads: int = 1  # MEDHEB_QUERY_THREADS: torch threads per query encode (0: torch's)
+    api_token_rate: int = 600  # MEDHEB_API_TOKEN_RATE: requests a minute per API token
     admin_users: tuple[str, ...] = ()
     # TRUST_PROXY_HEADERS: how many proxies in front of the app append to X-Forwarded-For
     # (0: none, the peer address is the client; 1 on a Space); medheb_app.access.limits
@@ -135,6 +136,7 @@ class Settings:
                 o.strip().rstrip("/") for o in env.get("PUBLIC_ORIGIN", "").split(",") if o.strip()
             ),
             "upload_ttl_s": float(env.get("UPLOAD_TTL_S", 600)),
+            "api_token_rate": int(env.get("MEDHEB_API_TOKEN_RATE", 600)),
             "admin_users": tuple(
                 name.strip() for name in env.get("ADMIN_USERS", "").split(",") if name.strip()
             ),

@@ -328,10 +328,16 @@ def _rate_with_keyboard(app, page, invitation, name: str) -> None:
         if rated < 3:  # auto-advance to the next item
             page.locator("#rater-header").get_by_text(f"{rated} of 3 items rated").wait_for()
             page.locator("#vote-A").and_(page.locator(":enabled")).wait_for()
-    page.locator("#rater-message").get_by_text("All items are rated").wait_for()
-    page.keyboard.press("Enter")  # next: still nothing left, and nothing breaks
+    # the end (issue 18 item 5): thanked with their own count, and no Next button left
+    page.locator("#rater-message").get_by_text("You rated 3 items").wait_for()
+    assert "thank you" in page.locator("#rater-message").inner_text()
+    page.locator("#vote-next").wait_for(state="hidden")
+    page.keyboard.press("Enter")  # Enter has no Next to press: nothing breaks
     page.locator("#rater-header").get_by_text("3 of 3 items rated").wait_for()
-    page.locator("#rater-message").get_by_text("All items are rated").wait_for()
+    page.locator("#rater-message").get_by_text("You rated 3 items").wait_for()
+    votes = page.locator("#rater-votes").bounding_box()  # the bar stays on screen on every width
+    viewport = page.viewport_size
+    assert votes is not None and votes["y"] + votes["height"] <= viewport["height"] + 1
     _shot(page, f"{name}-done")
 
 

@@ -43,6 +43,13 @@ def test_the_bootstrap_creates_a_demo_study_from_that_run(started) -> None:
     studies = list_studies(Store.open(settings.database_url))
     assert [study["name"] for study in studies] == [SHOWCASE_STUDY]
     assert studies[0]["n_items"] >= 1 and sorted(studies[0]["models"]) == ["oracle", "random"]
+    from medheb_app.study import find_study
+    from medheb_app.study.blinding import run_is_blinded
+
+    store = Store.open(settings.database_url)
+    run_dir = settings.runs_dir / SHOWCASE_RUN
+    assert find_study(store, SHOWCASE_STUDY).source == str(run_dir)  # was stored empty
+    assert run_is_blinded(store, run_dir)  # and its run is recognised by content anyway
 
 
 def test_a_second_start_builds_nothing(started) -> None:

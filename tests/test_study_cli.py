@@ -106,6 +106,17 @@ def test_study_commands_end_to_end(tmp_path: Path, settings: Settings, capsys):
     }
     code, out, _ = run_cli(capsys, "study", "analyse", "--boot", "0")
     assert "oracle (a) vs worst (b)" in out and "Position bias" in out
+    # the MRMC figures beside Wilson's, each with what it generalises to (issue 18 item 1)
+    [mrmc] = summary["mrmc"]
+    assert mrmc["n_readers"] == 2 and {"RRRC", "FRRC", "RRFC", "bootstrap"} <= set(mrmc["results"])
+    code, out, _ = run_cli(
+        capsys, "study", "analyse", "--study", "pilot", "--boot", "50", "--margin", "0.1"
+    )
+    assert "ORH random raters, random queries:" in out and "Wilson (per vote, n=" in out
+    assert "generalises to new raters and new queries" in out
+    assert "non-inferiority (margin 0.1) p" in out
+    code, _, err = run_cli(capsys, "study", "analyse", "--margin", "2")
+    assert code == 2 and "--margin must be between 0 and 1" in err
 
     code, out, _ = run_cli(capsys, "study", "close", "--study", "pilot")
     assert code == 0 and "closed" in out
@@ -182,3 +193,28 @@ def test_exported_csv_neutralises_formulas(tmp_path: Path, settings: Settings, c
     assert ",=HYPERLINK" not in raw and "\n=" not in raw
     assert neutralise_cell("=1+1") == "'=1+1" and neutralise_cell("Dr A") == "Dr A"
     assert neutralise_cell(-3) == -3  # numbers are not text formulas
+
+
+def test_mrmc_export_has_one_row_per_reader_case_and_model(tmp_path: Path, settings, capsys):
+    """Issue 18 item 10: the MRMC input file iMRMC / RJafroc / MRMCaov read."""
+    from medheb_app.study import create_invitations, create_study
+
+    run = write_run(tmp_path / "run", payloads=True)
+    store = Store.open(settings.database_url)
+    study = create_study(store, "mrmc-out", ["oracle", "random"], run, 4, raters_per_item=2)
+    for _ in range(2):
+        invitation = create_invitations(store, study.id, 1)[0]
+        rater = sign_in_with_invitation(store, invitation.code).rater_id
+        while (view := next_item(store, study.id, rater)) is not None:
+            record_vote(store, view.token, rater, "A")
+    out = tmp_path / "mrmc.csv"
+    code, text, err = run_cli(
+        capsys, "study", "export", "--study", "mrmc-out", "--format", "mrmc", "--out", str(out)
+    )
+    assert code == 0, err
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == ["reader", "case", "modality", "score", "truth", "pair"]
+    assert len(frame) == 2 * 4 * 2 and "16 MRMC row(s)" in text  # raters x queries x models
+    per_case = frame.groupby(["reader", "case"])["score"].sum()
+    assert (per_case == 1.0).all()  # the two models' scores are complementary
+    assert set(frame["modality"]) == {"oracle", "random"}

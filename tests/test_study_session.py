@@ -55,7 +55,15 @@ def test_item_view_hides_models_gold_task_and_stratum(store: Store, run_dir: Pat
     rater = join(store, study_id, "dr-a")
     seen_tokens = set()
     while (view := next_item(store, study_id, rater)) is not None:
-        assert set(asdict(view)) == {"token", "query", "side_a", "side_b", "done", "total"}
+        assert set(asdict(view)) == {
+            "token",
+            "query",
+            "side_a",
+            "side_b",
+            "done",
+            "total",
+            "instruction",
+        }
         shown = json.dumps([view.query, view.side_a, view.side_b])
         with store.session() as session:
             assignment = session.scalar(select(Assignment).where(Assignment.token == view.token))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 
 import pytest
 
@@ -45,7 +46,7 @@ def study_id(services, tmp_path):
 def test_analysis_shows_rates_strengths_agreement_bias_and_rater_quality(services, study_id):
     [(label, value)] = analysis_tab.study_options(services)
     assert value == study_id and "(8 votes)" in label
-    overview, rates, strengths, figure, quality = analysis_tab.analyse(services, study_id)
+    overview, rates, strengths, figure, quality, mrmc = analysis_tab.analyse(services, study_id)
     assert "<b>8</b> votes on <b>4</b> items by <b>2</b> raters" in overview
     assert "cohen kappa" in overview and "Position bias: left list chosen in" in overview
     overall = rates[rates["stratum"] == "all"]
@@ -54,14 +55,20 @@ def test_analysis_shows_rates_strengths_agreement_bias_and_rater_quality(service
     assert set(strengths["model"]) == set(MODELS)
     assert len(figure.data) > 0
     assert len(quality) == 2 and {"gold accuracy", "median s / item"} <= set(quality.columns)
+    # MRMC beside Wilson, one sentence each on what it generalises to (issue 18 item 1)
+    assert "ORH: random raters, random queries" in mrmc and "Wilson (n = 8 votes)" in mrmc
+    assert "new raters and new queries" in mrmc and "independent coin" in mrmc
+    with_margin = analysis_tab.analyse(services, study_id, None, "exclude", 0.1)[5]
+    assert "(ties exclude)" in with_margin and "(margin 0.1)" in with_margin
+    # Bradley-Terry strengths at 3 significant digits (they printed with 16)
+    assert all(len(str(v).replace(".", "").lstrip("0-")) <= 3 for v in strengths["strength"])
     with_threshold = analysis_tab.analyse(services, study_id, 50)[0]
     assert "Quality control: 0 rater(s) below 50% gold accuracy" in with_threshold
 
 
 def test_csv_download_has_one_row_per_vote_and_neutralised_formulas(services, study_id):
-    path = analysis_tab.export(services, study_id)
-    with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    body = analysis_tab.export_bytes(services, study_id)
+    rows = list(csv.DictReader(io.StringIO(body.decode("utf-8"), newline="")))
     assert len(rows) == 8
     names = {row["rater_name"] for row in rows}
     assert "R1" in names and not any(name.startswith("=") for name in names)
@@ -70,4 +77,4 @@ def test_csv_download_has_one_row_per_vote_and_neutralised_formulas(services, st
 def test_empty_and_missing_studies_give_messages(services):
     assert "Pick a study" in analysis_tab.analyse(services, None)[0]
     assert "No study" in analysis_tab.analyse(services, 42)[0]
-    assert analysis_tab.export(services, None) is None
+    assert analysis_tab.export_bytes(services, None) is None

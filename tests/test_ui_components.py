@@ -56,7 +56,10 @@ def test_notices_escape_html_and_progress_clamps():
     assert 'aria-valuenow="100"' in ui.progress_html(1.7, "done")
     assert 'aria-valuenow="0"' in ui.progress_html(-1, "start")
     parsed = ui.constraints_html(["Edema"], [], ["blorp"])
-    assert "Must show:</b> Edema" in parsed and "Must not show:</b> none" in parsed
+    assert (
+        'Must show:</b> <span class="medheb-chip present">Edema</span>' in parsed
+        and "Must not show:</b> none" in parsed
+    )
     assert "Did you mean" not in parsed and "Read:" not in parsed
 
 
@@ -74,6 +77,9 @@ def test_constraints_show_corrections_suggestions_and_why_a_query_was_not_read()
     refused = ui.constraints_html([], [], error="The query is 1,200 characters long; <limit>")
     assert "Not read:</b> The query is 1,200" in refused and "&lt;limit&gt;" in refused
     assert "Must show" not in refused
-    assert "Neither" not in parsed
+    assert "Uncertain" not in parsed
     left_open = ui.constraints_html([], ["Edema"], uncertain=["Pleural Effusion"])
-    assert "Neither (hedged or unclear):</b> Pleural Effusion" in left_open
+    assert (
+        'Uncertain (hedged or unclear):</b> <span class="medheb-chip uncertain">Pleural Effusion'
+        in left_open
+    )

@@ -4,6 +4,7 @@ rendered as the raters' page renders it."""
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -106,9 +107,11 @@ def test_instruction_line_names_what_better_means_per_family(payloads):
     }
     for family, (query, candidates) in cases.items():
         assert rater_app.family_of(query, candidates) == family
-        assert rater_app.INSTRUCTIONS[family] in rater_app.instruction_for(family)
+        line = html.escape(rater_app.INSTRUCTIONS[family])
+        assert line in rater_app.instruction_for(family)
     assert "answers the question" in rater_app.INSTRUCTIONS["VQA"]
     assert "region" in rater_app.INSTRUCTIONS["VG"]
+    assert "same patient's other scan" in rater_app.INSTRUCTIONS["MB-VR"]  # a pairing family
 
 
 @pytest.mark.slow
@@ -135,3 +138,28 @@ def test_a_study_over_every_medheb_lite_family_renders_on_the_rater_page(
         record_vote(store, view.token, rater.rater_id, "tie")
     assert {"MB-VR", "VG", "I-I", "T-I", "VQA"} <= families, families
     assert n_pictures > 3 * len(tasks)
+
+
+def _luminance(hex_colour: str) -> float:
+    """WCAG 2.x relative luminance of #rrggbb."""
+    channels = [int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def test_synthetic_tags_vote_bar_and_query_size_are_legible():
+    """Issue 18 item 6: the SYNTHETIC tag had dark text on dark red (the theme's text colour
+    won), the vote bar fell below a tall 3-D item on desktop, the query showed at about 90 px
+    beside 175 px candidates."""
+    import re
+
+    css = rater_app.RATER_CSS
+    mark = re.search(r"\.ev-mark\{color:(#[0-9a-f]{6}) !important;background:(#[0-9a-f]{6})", css)
+    assert mark, "the rater page pins the tag's colours over the theme's"
+    fg, bg = (_luminance(c) for c in mark.groups())
+    ratio = (max(fg, bg) + 0.05) / (min(fg, bg) + 0.05)
+    assert ratio >= 4.5, ratio  # WCAG AA for normal text
+    desktop = css.split("@media")[0]
+    assert "#rater-votes{position:fixed !important" in desktop  # on every width, not phones only
+    query = re.search(r"\.rater-query \.ev-figure img\{width:min\(100%, (\d+)px\)", desktop)
+    assert query and int(query.group(1)) >= 260  # at least a candidate's 260 px cap

@@ -38,8 +38,8 @@ def test_pickers_list_the_built_index_and_models(services):
 
 def test_oracle_hits_all_match_and_are_labelled_synthetic(services):
     outcome = search_tab.run_search(services, QUERY, None, "oracle", "demo-cxr", 5)
-    assert "Must show:</b> Pleural Effusion" in outcome.parsed_html
-    assert "Must not show:</b> Cardiomegaly" in outcome.parsed_html
+    assert ">Pleural Effusion</span>" in outcome.parsed_html.split("Must not show")[0]
+    assert 'Must not show:</b> <span class="medheb-chip absent">Cardiomegaly' in outcome.parsed_html
     assert len(outcome.gallery) == 5
     for hit, (thumbnail, caption) in zip(outcome.hits, outcome.gallery, strict=True):
         assert hit["findings"]["Pleural Effusion"] == 1 and hit["findings"]["Cardiomegaly"] != 1
@@ -91,9 +91,12 @@ def test_a_misspelt_query_shows_how_it_was_read(services):
     outcome = search_tab.run_search(
         services, "efusion and no pneumo, zorbless edema", None, "oracle", "demo-cxr", 3
     )
-    assert "Must show:</b> Pleural Effusion" in outcome.parsed_html
+    assert ">Pleural Effusion</span>" in outcome.parsed_html.split("Must not show")[0]
     assert "<b>Read:</b> 'efusion' as 'effusion'" in outcome.parsed_html
-    assert "Neither (hedged or unclear):</b> Edema" in outcome.parsed_html
+    assert (
+        'Uncertain (hedged or unclear):</b> <span class="medheb-chip uncertain">Edema'
+        in outcome.parsed_html
+    )
     assert "<b>Did you mean</b> 'pneumonia' or 'pneumothorax'" in outcome.parsed_html
 
 

@@ -111,7 +111,7 @@ def format_response(payload: dict[str, Any]) -> str:
         lines.append(f"Wanted: {wanted}    Excluded: {excluded}")
     if constraints.get("uncertain"):
         named = ", ".join(constraints["uncertain"])
-        lines.append(f"Neither required nor excluded (hedged or unclear): {named}")
+        lines.append(f"Uncertain: {named} (hedged or unclear: neither required nor excluded)")
     if payload["unknown_terms"]:
         lines.append(f"Not understood: {', '.join(payload['unknown_terms'])}")
     corrections = payload.get("corrections") or {}

@@ -48,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=600.0,
         help="seconds an unvoted item stays held for its rater (default 600)",
     )
+    create.add_argument(
+        "--max-votes-per-rater",
+        type=int,
+        default=0,
+        help="cap on each rater's votes (default 0: no cap), so no rater dominates the result",
+    )
     create.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     create.add_argument(
         "--no-reveal", action="store_true", help="never show model names after a vote"
@@ -100,8 +106,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export = actions.add_parser("export", help="write the votes in force to a CSV file")
     export.add_argument("--out", required=True, help="CSV file to write")
     export.add_argument("--study", default=None, help="study name or id (default: all)")
+    export.add_argument(
+        "--format",
+        choices=("votes", "mrmc"),
+        default="votes",
+        help="'votes' (default): one row per vote; 'mrmc': reader, case, modality, score rows "
+        "for iMRMC / RJafroc / MRMCaov (docs/study.md)",
+    )
+    export.add_argument(
+        "--ties", choices=("half", "exclude"), default="half", help="MRMC scores of ties"
+    )
     add_json_flag(export)
     export.set_defaults(handler=run_export)
+
+    plan = actions.add_parser(
+        "plan", help="how many items a study needs (expected preference, raters, ICC, power)"
+    )
+    plan.add_argument(
+        "--preference", type=float, default=None,
+        help="expected true preference rate for one model, e.g. 0.65 (default with --pilot: "
+        "the pilot's observed rate)",
+    )  # fmt: skip
+    plan.add_argument("--raters", type=int, default=None, help="number of raters")
+    plan.add_argument("--votes-per-item", type=int, default=1, help="raters per item (1)")
+    plan.add_argument("--icc-query", type=float, default=None, help="ICC of votes by query")
+    plan.add_argument("--icc-rater", type=float, default=None, help="ICC of votes by rater")
+    plan.add_argument("--alpha", type=float, default=0.05, help="two-sided level (0.05)")
+    plan.add_argument("--power", type=float, default=0.8, help="power (0.8)")
+    plan.add_argument(
+        "--pilot", default=None, help="a pilot study (name or id) to take the ICCs from"
+    )
+    add_json_flag(plan)
+    plan.set_defaults(handler=run_plan)
+
+    exclude = actions.add_parser(
+        "exclude",
+        help="exclude a rater's votes from the analysis (logged, append-only; votes are kept)",
+    )
+    exclude.add_argument("--study", required=True, help="study name or id")
+    exclude.add_argument("--rater", type=int, required=True, help="rater id (see analyse)")
+    exclude.add_argument("--reason", default="", help="why (required to exclude)")
+    exclude.add_argument("--reinstate", action="store_true", help="undo an exclusion (logged)")
+    add_json_flag(exclude)
+    exclude.set_defaults(handler=run_exclude)
 
     analyse = actions.add_parser(
         "analyse", aliases=["analyze"], help="preference rates, Bradley-Terry, agreement, bias"
@@ -114,6 +161,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         help="exclude raters below this accuracy on gold items (e.g. 0.8)",
+    )
+    analyse.add_argument(
+        "--ties",
+        choices=("half", "exclude"),
+        default="half",
+        help="MRMC figure of merit: a tie or 'both poor' counts half for each model (default) "
+        "or is left out",
+    )
+    analyse.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        help="non-inferiority margin on the difference pref(a) - pref(b), e.g. 0.1: a one-sided "
+        "test that a is not worse than b by more than this",
     )
     add_json_flag(analyse)
     analyse.set_defaults(handler=run_analyse)
@@ -146,6 +207,7 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         open_enrolment=args.open_enrolment,
         gold_share=args.gold_share,
         claim_timeout_s=args.claim_timeout,
+        max_votes_per_rater=args.max_votes_per_rater,
     )
     study = next(s for s in list_studies(store) if s["id"] == created.id)
     study["withheld"] = created.withheld
@@ -160,6 +222,9 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         human += "".join(
             f"\n  {w['task']} {w['query_id']}: {w['reason']}" for w in created.withheld[:20]
         )
+    from medheb_app.study.sizing import creation_note
+
+    human += "\n" + creation_note(created.n_items, args.raters)
     if args.open_enrolment:
         human += "\nOpen enrolment: raters join on /rate with any display name."
     else:
@@ -214,8 +279,12 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.study.export import export_csv
+    from medheb_app.study.export import export_csv, export_mrmc
 
+    if args.format == "mrmc":
+        rows = export_mrmc(_store(settings), args.out, args.study, args.ties)
+        text = f"Wrote {rows} MRMC row(s) (reader, case, modality, score) to {args.out}."
+        return text, {"out": str(args.out), "rows": rows, "format": "mrmc"}
     rows = export_csv(_store(settings), args.out, args.study)
     return f"Wrote {rows} vote(s) to {args.out}.", {"out": str(args.out), "rows": rows}
 
@@ -299,8 +368,18 @@ def run_analyse(args: argparse.Namespace, settings: Settings) -> tuple[str, dict
         raise UserError(
             f"--min-gold-accuracy must be between 0 and 1; got {args.min_gold_accuracy}."
         )
-    votes = votes_frame(_store(settings), args.study)
-    summary = summarise(votes, args.boot, args.seed, args.min_gold_accuracy)
+    if args.margin is not None and not 0 < args.margin < 1:
+        raise UserError(f"--margin must be between 0 and 1; got {args.margin}.")
+    from medheb_app.study import find_study
+    from medheb_app.study.quality import confirmed_exclusions
+
+    store = _store(settings)
+    votes = votes_frame(store, args.study)
+    excluded = confirmed_exclusions(store, find_study(store, args.study).id) if args.study else []
+    summary = summarise(
+        votes, args.boot, args.seed, args.min_gold_accuracy, ties=args.ties, margin=args.margin,
+        excluded=excluded,
+    )  # fmt: skip
     return format_summary(summary), summary
 
 
@@ -316,6 +395,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{summary['n_votes']} votes on {summary['n_items']} items by "
         f"{summary['n_raters']} rater(s). Rates in % with Wilson 95% CI."
     ]
+    unjudged = summary.get("cannot_judge") or {}
+    if unjudged.get("n"):
+        reasons = ", ".join(f"{k} {v}" for k, v in unjudged["reasons"].items())
+        lines.append(f"{unjudged['n']} more vote(s) could not judge ({reasons}); left out.")
     for row in summary["rates"]:
         if row["stratum"] == "all":
             lines += ["", f"{row['model_a']} (a) vs {row['model_b']} (b)"]
@@ -367,4 +450,157 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"Position bias: left list chosen in {_pct(bias['left_rate']).strip()}% of "
             f"{bias['n']} A/B votes (binomial p = {bias['p_value']:.3g} vs 50%)."
         )
+    lines += mrmc_lines(summary.get("mrmc") or [])
+    lines += precision_lines(summary.get("precision"))
+    lines += quality_lines(summary)
     return "\n".join(lines)
+
+
+def precision_lines(precision: dict[str, Any] | None) -> list[str]:
+    """The running study's precision: the CI half-width now and the items still needed."""
+    if not precision:
+        return []
+    lines = [
+        "",
+        f"Precision so far: the 95% CI of the preference rate is +-{precision['half_width']:.3g} "
+        f"({precision['source']}).",
+    ]
+    if precision.get("note"):
+        lines.append(f"  {precision['note']}")
+    if precision.get("plan_sentence"):
+        lines.append(f"  At the observed preference: {precision['plan_sentence']}")
+        if precision.get("items_needed") is not None:
+            lines.append(f"  Items still needed: {precision['items_needed']}.")
+    return lines
+
+
+MRMC_NAMES = {
+    "RRRC": "ORH random raters, random queries",
+    "FRRC": "ORH fixed raters, random queries",
+    "RRFC": "ORH random raters, fixed queries",
+    "bootstrap": "Cluster bootstrap (raters x queries)",
+}
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return "< 0.001" if value < 0.001 else f"{value:.3g}"
+
+
+def mrmc_lines(pairs: list[dict[str, Any]]) -> list[str]:
+    """The MRMC section: per pair, the preference rate for a with each interval, the p-value
+    of the difference (and of non-inferiority), and what each interval generalises to."""
+    lines: list[str] = []
+    for pair in pairs:
+        lines += [
+            "",
+            f"MRMC: preference for {pair['model_a']} (a) over {pair['model_b']} (b), "
+            f"{pair['n_readers']} raters x {pair['n_cases']} queries, ties {pair['ties']}; "
+            "preference in %, 95% CI; difference = pref(a) - pref(b)",
+        ]
+        if pair.get("error"):
+            lines.append(f"  {pair['error']}")
+        for name, label in MRMC_NAMES.items():
+            res = pair["results"].get(name)
+            if res is None:
+                continue
+            df = "inf" if res["df"] is None else f"{res['df']:.3g}"
+            ni = ""
+            if res.get("margin") is not None:
+                ni = f", non-inferiority (margin {res['margin']:.3g}) p {_p(res['ni_p_value'])}"
+            lines.append(
+                f"  {label}: {_pct(res['preference'])} [{_pct(res['preference_lo'])}-"
+                f"{_pct(res['preference_hi'])}], difference {res['difference']:.3g} "
+                f"[{res['lo']:.3g}, {res['hi']:.3g}], df {df}, p {_p(res['p_value'])}{ni}."
+            )
+            lines.append(f"      generalises to {res['generalises_to']}")
+        wilson = pair["wilson"]
+        if wilson.get("n"):
+            lines.append(
+                f"  Wilson (per vote, n={wilson['n']}): {_pct(wilson['preference'])} "
+                f"[{_pct(wilson['lo'])}-{_pct(wilson['hi'])}]"
+            )
+            lines.append(f"      generalises to {wilson['generalises_to']}")
+        if pair.get("dropped_raters"):
+            lines.append(
+                f"  Left out (fewer than 2 rated queries): rater(s) "
+                f"{', '.join(map(str, pair['dropped_raters']))}"
+            )
+    return lines
+
+
+def run_plan(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.study.sizing import pilot_estimates, plan
+
+    preference, raters = args.preference, args.raters
+    icc_query, icc_rater, source = args.icc_query, args.icc_rater, None
+    pilot = None
+    if args.pilot is not None:
+        from medheb_app.study.analysis import model_votes
+        from medheb_app.study.export import votes_frame
+
+        try:
+            pilot = pilot_estimates(model_votes(votes_frame(_store(settings), args.pilot)))
+        except ValueError as error:
+            raise UserError(str(error)) from None
+        preference = preference if preference is not None else pilot["preference"]
+        raters = raters if raters is not None else pilot["raters"]
+        icc_query = pilot["icc_query"] if icc_query is None else icc_query
+        icc_rater = pilot["icc_rater"] if icc_rater is None else icc_rater
+        source = f"from pilot study {args.pilot}"
+    if preference is None or raters is None:
+        raise UserError("Give --preference and --raters (or --pilot STUDY).")
+    try:
+        sized = plan(
+            preference, raters, args.votes_per_item, icc_query, icc_rater, args.alpha,
+            args.power, icc_source=source,
+        )  # fmt: skip
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    data = sized.to_dict() | {"pilot": pilot}
+    return sized.sentence(), data
+
+
+def quality_lines(summary: dict[str, Any]) -> list[str]:
+    """Flagged raters, the result without them, the fragility figure and confirmed exclusions."""
+    lines: list[str] = []
+    if summary.get("confirmed_exclusions"):
+        lines += [
+            "",
+            "Excluded by an admin (logged): rater(s) "
+            + ", ".join(map(str, summary["confirmed_exclusions"])),
+        ]
+    flagged = [row for row in summary.get("flags") or [] if row.get("flags")]
+    if flagged:
+        lines += ["", "Flagged raters (review before excluding with `study exclude`):"]
+        lines += [f"  rater {row['rater']}: {row['flags']}" for row in flagged]
+        for pair in (summary.get("without_flagged") or {}).get("mrmc") or []:
+            res = pair["results"].get("RRRC")
+            if res:
+                lines.append(
+                    f"  Without them, RRRC preference for {pair['model_a']}: "
+                    f"{_pct(res['preference'])} [{_pct(res['preference_lo'])}-"
+                    f"{_pct(res['preference_hi'])}]"
+                )
+    for row in summary.get("fragility") or []:
+        if row.get("preferred"):
+            lines.append(
+                f"Fragility: removing {row['fragility']} of {row['n']} votes would leave "
+                f"{row['preferred']} no longer preferred ({row['model_a']} vs {row['model_b']})."
+            )
+    return lines
+
+
+def run_exclude(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.study import find_study
+    from medheb_app.study.quality import exclusion_log, record_exclusion
+
+    store = _store(settings)
+    study = find_study(store, args.study)
+    record_exclusion(store, study.id, args.rater, args.reason, "cli", reinstate=args.reinstate)
+    action = "reinstated" if args.reinstate else "excluded"
+    return (
+        f"Rater {args.rater} {action} in study {study.id} (logged; no vote is deleted).",
+        {"study": study.id, "log": exclusion_log(store, study.id)},
+    )

@@ -62,14 +62,24 @@ def label_vector(findings: dict[str, object], vocabulary: Sequence[str]) -> np.n
     return np.array([1.0 if findings.get(name) == 1 else -1.0 for name in vocabulary])
 
 
-def constraint_vector(text: str, vocabulary: Sequence[str]) -> np.ndarray:
-    """+1 for asserted findings, -1 for negated ones, 0 otherwise (the query parser's reading)."""
+def constraint_vector(text: str, vocabulary: Sequence[str], setting: str = "main") -> np.ndarray:
+    """+1 for asserted findings, -1 for negated ones, 0 otherwise (the query parser's reading).
+
+    An uncertain finding follows query.parser.uncertain_holds: strict counts only a confirmed
+    one, so it is +1 like an asserted finding; main counts present-or-unknown, which the label
+    vector (+1 positive, else -1) cannot tell from absent, so it is 0 (no preference).
+    """
     from medheb_app.query.parser import parse_query
 
     parsed = parse_query(text, tuple(vocabulary))
+    hedged = set(parsed.uncertain) if setting == "strict" else set()
     return np.array(
         [
-            1.0 if name in parsed.positive else -1.0 if name in parsed.negative else 0.0
+            1.0
+            if name in parsed.positive or name in hedged
+            else -1.0
+            if name in parsed.negative
+            else 0.0
             for name in vocabulary
         ]
     )

@@ -8,7 +8,7 @@ uses it lives in parser.py.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 # Phrase -> CheXpert concepts it names. Longest phrase wins, so "airspace consolidation" is
 # Consolidation while "airspace opacity" is Lung Opacity and "nodular opacity" is Lung Lesion.
@@ -48,6 +48,9 @@ _add(
     "heart is enlarged",
     "enlarged heart size",
     "big heart",
+    "heart is large",
+    "heart size is large",
+    "cardiac silhouette is large",
     "large heart",
     "cm",
 )
@@ -79,6 +82,15 @@ _add(
     "vascular congestion",
     "pulmonary vascular congestion",
     "pulmonary congestion",
+    # CheXpert's Edema mentions include vascular prominence; as radiologists write it
+    "vascular prominence",
+    "pulmonary vascular prominence",
+    "prominent vasculature",
+    "prominent pulmonary vasculature",
+    "prominence of the central vasculature",
+    "prominence of the pulmonary vasculature",
+    "prominent lung vascularity",
+    "prominent pulmonary vascularity",
     "kerley lines",
     "kerley b lines",
     "bat wing",
@@ -418,7 +430,10 @@ Cue = Literal[
     "pospost",
     "unc",
     "uncpost",
+    "uncboth",
     "question",
+    "history",
+    "pseudo",
     "boundary",
     "and",
     "comma",
@@ -429,135 +444,362 @@ Cue = Literal[
     "enlarged",
     "colon",
 ]
-CUES: dict[str, Cue] = {}
-# "no" and "not" are determiners whose reach over "and" is ambiguous ("no effusion and
-# pneumothorax"); the prepositional cues take a whole coordinated list ("negative for A and B").
-for _phrase in ("no", "not", "but no", "but not", "and not", "nor any"):
-    CUES[_phrase] = "weakneg"
-for _phrase in (
-    "without",
-    "without any",
-    "w o",
-    "but without",
-    "sans",
-    "devoid of",
-    "absent of",
-    "non existent",
-    "nonexistent",
-    "without evidence of",
-    "with no evidence of",
-    "no evidence of",
-    "no evidence for",
-    "no sign of",
-    "no signs of",
-    "no radiographic evidence of",
-    "free of",
-    "clear of",
-    "negative for",
-    "absence of",
-    "lack of",
-    "lacking",
-    "neither",
-    "excluding",
-    "exclude",
-    "except",
-    "other than",
-    "rather than",
-    "instead of",
-    "does not show",
-    "doesn t show",
-    "not showing",
-    "no longer",
-    "no longer seen",
-    "no radiographic signs of",
-    "no findings of",
-    "no findings to suggest",
-    "no features of",
-    "resolution of",
-    "interval resolution of",
-):
-    CUES[_phrase] = "neg"
-for _phrase in (
-    "absent",
-    "ruled out",
-    "excluded",
-    "not seen",
-    "not present",
-    "not identified",
-    "not visible",
-    "not visualized",
-    "not visualised",
-    "is absent",
-    "are absent",
-    "negative",
-    "resolved",
-    "has resolved",
-    "have resolved",
-    "no longer present",
-    "no longer visible",
-    "not appreciated",
-    "not demonstrated",
-    "not evident",
-    "not noted",
-    "not detected",
-    "is not seen",
-    "are not seen",
-    "is not present",
-    "are not present",
-    "none",
-):
-    CUES[_phrase] = "negpost"
-for _phrase in (
-    "possible",
-    "possibly",
-    "probable",
-    "probably",
-    "suspected",
-    "suspicious for",
-    "suspicion of",
-    "questionable",
-    "question of",
-    "cannot exclude",
-    "cannot rule out",
-    "can not exclude",
-    "may represent",
-    "concerning for",
-    "borderline",
-    "likely",
-    "unlikely",
-    "maybe",
-    "perhaps",
-    "presumed",
-    "equivocal",
-    "indeterminate",
-    "may be",
-    "could be",
-    "might be",
-    "differential includes",
-    "versus",
-    "vs",
-    "top normal",
-    "upper limits of normal",
-    "upper limit of normal",
-    "at the upper limits of normal",
-):
-    CUES[_phrase] = "unc"
-for _phrase in ("cannot be excluded", "not excluded", "not ruled out", "cannot be ruled out"):
-    CUES[_phrase] = "uncpost"
-for _phrase in (
-    "rule out",
-    "to rule out",
-    "ruling out",
-    "r o",
-    "evaluate for",
-    "eval for",
-    "assess for",
-    "query",
-    "?",
-):
-    CUES[_phrase] = "question"
-for _phrase in ("but", "with", "plus", "yet", "however", "although", "while", "whereas", "also"):
-    CUES[_phrase] = "boundary"
+
+Category = Literal[
+    "negation",
+    "weak negation",
+    "uncertainty",
+    "question",
+    "history",
+    "affirmation",
+    "pseudo",
+    "termination",
+]
+Direction = Literal["forward", "backward", "either", "both", "none"]
+
+
+class ContextRule(NamedTuple):
+    """One row of the ConText lexicon: a trigger phrase and what it does to the findings near it.
+
+    category: "negation" (a finding is absent), "weak negation" (a determiner, "no" / "not",
+    whose reach over "and" is ambiguous), "uncertainty" (hedged: CheXpert's -1), "question"
+    (a clinical question, "rule out X"), "history" (a past, not a current, finding), "affirmation"
+    ("X is present"), "pseudo" (looks like a negation but is not: "no change in"), "termination"
+    (ends a trigger's scope: "but", "however").
+    direction: "forward" (the findings after it), "backward" (the finding before it; with none
+    before, it reads forward: "resolved effusion"), "either" (forward, or backward when nothing
+    follows in its clause: "not" in "pneumothorax is not", "unlikely"), "both" (the finding
+    before it and those after: "effusion versus atelectasis"), "none" (pseudo and termination).
+    source: where the trigger comes from (NegEx, ConText, the CheXpert labeler, NegBio, this
+    project's earlier issues, or the IU X-ray reports read for issue 20).
+    """
+
+    trigger: str
+    category: Category
+    direction: Direction
+    source: str
+
+
+NEGEX = "NegEx (Chapman et al. 2001)"
+CONTEXT = "ConText (Harkema et al. 2009)"
+CHEXPERT = "CheXpert labeler (Irvin et al. 2019)"
+NEGBIO = "NegBio (Peng et al. 2018)"
+PROJECT = "project: radiologist phrasing (issues before 20)"
+IU = "issue 20: IU X-ray reports and held-out phrasings"
+
+
+def _rules(
+    category: Category, direction: Direction, source: str, *triggers: str
+) -> list[ContextRule]:
+    return [ContextRule(trigger, category, direction, source) for trigger in triggers]
+
+
+CONTEXT_RULES: tuple[ContextRule, ...] = (
+    # --- negation, forward (prepositional cues carry over a coordinated list: "negative for A
+    # and B"); "no" / "not" are determiners, below.
+    *_rules("weak negation", "forward", NEGEX, "no", "but no", "but not", "and not", "nor any"),
+    *_rules("weak negation", "either", NEGEX, "not"),
+    *_rules(
+        "negation",
+        "forward",
+        NEGEX,
+        "without",
+        "without any",
+        "but without",
+        "without evidence of",
+        "with no evidence of",
+        "no evidence of",
+        "no evidence for",
+        "no sign of",
+        "no signs of",
+        "free of",
+        "negative for",
+        "absence of",
+        "neither",
+        "no radiographic evidence of",
+        "no radiographic signs of",
+        "no findings of",
+        "no findings to suggest",
+    ),
+    *_rules(
+        "negation",
+        "forward",
+        PROJECT,
+        "sans",
+        "devoid of",
+        "absent of",
+        "non existent",
+        "nonexistent",
+        "clear of",
+        "lack of",
+        "lacking",
+        "excluding",
+        "exclude",
+        "except",
+        "other than",
+        "rather than",
+        "instead of",
+        "does not show",
+        "doesn t show",
+        "not showing",
+        "no features of",
+        "resolution of",
+        "interval resolution of",
+        "no longer",
+    ),
+    *_rules("negation", "forward", PROJECT, "w o"),
+    # --- negation, backward ("pneumothorax absent", "effusion has resolved")
+    *_rules(
+        "negation",
+        "backward",
+        NEGEX,
+        "absent",
+        "ruled out",
+        "excluded",
+        "not seen",
+        "not present",
+        "not identified",
+        "not visualized",
+        "not visualised",
+        "is absent",
+        "are absent",
+        "negative",
+        "not demonstrated",
+        "not evident",
+        "not appreciated",
+        "not noted",
+        "not detected",
+    ),
+    *_rules(
+        "negation",
+        "backward",
+        PROJECT,
+        "not visible",
+        "resolved",
+        "has resolved",
+        "have resolved",
+        "no longer present",
+        "no longer visible",
+        "is not seen",
+        "are not seen",
+        "is not present",
+        "are not present",
+        "none",
+    ),
+    *_rules(
+        "negation",
+        "backward",
+        IU,
+        "no longer seen",
+        "is no longer seen",
+        "are no longer seen",
+        "no longer visualized",
+        "no longer identified",
+        "no longer evident",
+        "no longer demonstrated",
+        "no longer appreciated",
+        "has cleared",
+        "have cleared",
+        "has resolved since",
+    ),
+    # --- uncertainty (CheXpert's -1)
+    *_rules(
+        "uncertainty",
+        "forward",
+        CHEXPERT,
+        "possible",
+        "possibly",
+        "probable",
+        "probably",
+        "suspected",
+        "suspicious for",
+        "suspicion of",
+        "suspicion for",
+        "questionable",
+        "question of",
+        "may represent",
+        "may reflect",
+        "may be",
+        "could be",
+        "could represent",
+        "might be",
+        "might represent",
+        "concerning for",
+        "suggestive of",
+        "suggesting",
+        "suggests",
+        "presumably",
+        "presumed",
+        "maybe",
+        "perhaps",
+        "cannot exclude",
+        "cannot rule out",
+        "can not exclude",
+        "differential includes",
+        "differential diagnosis includes",
+        "no new",
+        "suggest",
+        "most likely",
+        "more likely",
+    ),
+    *_rules("uncertainty", "either", CHEXPERT, "likely", "unlikely"),
+    *_rules("uncertainty", "forward", PROJECT, "equivocal", "indeterminate"),
+    *_rules(
+        "uncertainty",
+        "forward",
+        IU,
+        "borderline",
+        "top normal",
+        "upper limits of normal",
+        "upper limit of normal",
+        "at the upper limits of normal",
+        "upper limits normal",
+        "upper limit normal",
+        "upper normal",
+        "high normal",
+        "upper limits of normal size",
+        "favoring",
+        "favor",
+        "favored",
+        "worrisome for",
+        "raising the possibility of",
+        "difficult to exclude",
+        "vs",
+        "no definite",
+        "no convincing",
+    ),
+    *_rules("uncertainty", "both", CHEXPERT, "versus"),
+    *_rules(
+        "uncertainty",
+        "backward",
+        CHEXPERT,
+        "cannot be excluded",
+        "not excluded",
+        "not ruled out",
+        "cannot be ruled out",
+    ),
+    *_rules("uncertainty", "backward", IU, "can not be excluded", "not entirely excluded"),
+    # --- questions (a clinical question is not a negation)
+    *_rules("question", "forward", NEGEX, "rule out", "to rule out", "ruling out", "r o"),
+    *_rules(
+        "question",
+        "forward",
+        PROJECT,
+        "evaluate for",
+        "eval for",
+        "assess for",
+        "query",
+        "?",
+    ),
+    # --- history: a past finding, not a current one
+    *_rules("history", "forward", CONTEXT, "history of", "hx of", "past history of"),
+    *_rules("history", "forward", IU, "status post", "known history of", "prior history of"),
+    # --- affirmation after a finding ("nodule present") or before it ("positive for")
+    *_rules(
+        "affirmation",
+        "backward",
+        PROJECT,
+        "present",
+        "is present",
+        "are present",
+        "seen",
+        "is seen",
+        "are seen",
+        "noted",
+        "is noted",
+        "are noted",
+        "observed",
+        "demonstrated",
+        "redemonstrated",
+        "again seen",
+        "again noted",
+        "persists",
+        "identified",
+        "is identified",
+        "are identified",
+    ),
+    *_rules("affirmation", "backward", IU, "positive"),
+    # --- pseudo-triggers: look like a negation, negate nothing ("no change in the effusion")
+    *_rules(
+        "pseudo",
+        "none",
+        NEGEX,
+        "no change in",
+        "no change of",
+        "no increase in",
+        "no increase of",
+        "no significant change in",
+        "no interval change in",
+        "no interval change of",
+        "no significant interval change in",
+        "not only",
+        "gram negative",
+        "no suspicious change in",
+    ),
+    *_rules(
+        "pseudo",
+        "none",
+        IU,
+        "no interval increase in",
+        "no significant increase in",
+        "no decrease in",
+        "no interval decrease in",
+        "no substantial change in",
+        "no appreciable change in",
+        "no definite change in",
+        "no change",
+        "no interval change",
+        "no significant change",
+        "positive for",
+        "without significant interval change of",
+        "without interval change of",
+        "without significant change of",
+        "without change of",
+        "without significant interval change in",
+        "without interval change in",
+        "without change in",
+    ),
+    # --- termination: ends a trigger's scope
+    *_rules(
+        "termination",
+        "none",
+        NEGEX,
+        "but",
+        "however",
+        "although",
+        "though",
+        "aside from",
+        "apart from",
+        "which",
+        "yet",
+    ),
+    *_rules("termination", "none", PROJECT, "with", "plus", "while", "whereas", "also"),
+    *_rules("termination", "none", IU, "otherwise"),
+)
+
+# (category, direction) -> what the grammar of parser.py does with the trigger.
+_GRAMMAR: dict[tuple[str, str], Cue] = {
+    ("weak negation", "forward"): "weakneg",
+    ("weak negation", "either"): "weakneg",
+    ("negation", "forward"): "neg",
+    ("negation", "backward"): "negpost",
+    ("uncertainty", "forward"): "unc",
+    ("uncertainty", "either"): "unc",
+    ("uncertainty", "both"): "uncboth",
+    ("uncertainty", "backward"): "uncpost",
+    ("question", "forward"): "question",
+    ("history", "forward"): "history",
+    ("affirmation", "backward"): "pospost",
+    ("pseudo", "none"): "pseudo",
+    ("termination", "none"): "boundary",
+}
+# Triggers read backward when nothing they could scope over follows them in the clause.
+EITHER_WAY: frozenset[str] = frozenset(r.trigger for r in CONTEXT_RULES if r.direction == "either")
+
+CUES: dict[str, Cue] = {
+    rule.trigger: _GRAMMAR[rule.category, rule.direction] for rule in CONTEXT_RULES
+}
+# Grammar, not ConText: sentence punctuation, coordination, and the structure predicates.
 for _phrase in (".", ";"):
     CUES[_phrase] = "boundary"
 CUES[":"] = "colon"  # ends the clause but keeps its finding for "Effusion: none"
@@ -566,27 +808,6 @@ CUES["as well as"] = "and"
 for _phrase in ("nor", "/"):
     CUES[_phrase] = "list"
 CUES[","] = "comma"
-for _phrase in (
-    "present",
-    "is present",
-    "are present",
-    "seen",
-    "is seen",
-    "are seen",
-    "noted",
-    "is noted",
-    "are noted",
-    "observed",
-    "demonstrated",
-    "redemonstrated",
-    "again seen",
-    "again noted",
-    "persists",
-    "identified",
-    "is identified",
-    "are identified",
-):
-    CUES[_phrase] = "pospost"
 CUES["or"] = "or"
 CUES["and or"] = "or"
 for _phrase in NORMAL_PHRASES:
@@ -613,7 +834,7 @@ _STOP_TEXT = """a an the image images picture pictures radiograph radiographs fi
     rays xray xrays cxr cxrs chest chests study studies scan scans exam exams case cases patient
     patients
     find show shows showing shown demonstrate demonstrates demonstrating me i want need search
-    for of in on at to from that which who whose where has have having had is are was were be
+    for of in on at to from that who whose where has have having had is are was were be
     been being there any some all both either evidence sign signs finding findings present seen
     visible identified appearance appearing features feature consistent compatible
     pattern left right bilateral bilaterally unilateral lower upper middle mid base bases basal
@@ -621,7 +842,7 @@ _STOP_TEXT = """a an the image images picture pictures radiograph radiographs fi
     mild mildly moderate moderately severe severely small large larger tiny trace minimal
     significant definite obvious new acute chronic old stable small moderate massive focal
     diffuse multifocal patchy subtle bibasilar retrocardiac perihilar hilar lateral frontal ap
-    pa view views please can you do does cm mm otherwise
+    pa view views please can you do does cm mm now
     loculated layering residual persistent worsening worsened increasing increased improving
     improved decreasing decreased enlarging developing evolving interval associated underlying
     dependent subpulmonic streaky linear hazy spiculated calcified cavitary multiple several
@@ -639,7 +860,17 @@ _STOP_TEXT = """a an the image images picture pictures radiograph radiographs fi
     bodies adjacent amount component overall size mildly markedly marked portable placement
     wall keeping like plate st nd rd th minimally interstitial alveolar bronchogram
     bronchograms semi upright supine erect inspiration expiratory technique"""
-STOP_WORDS: frozenset[str] = frozenset(_STOP_TEXT.split())
+# Descriptive words of the IU X-ray reports (issue 20) that sat next to a finding and left it
+# open as a possible negation; none of them can negate or hedge ("vague nodule", "bandlike
+# atelectasis", "crowding and atelectasis").
+_REPORT_WORDS = """midlung vague crowding bandlike platelike calcific prominent tissue projecting
+    developed defined early nodular sized segment calcifications irregular partial superior
+    biapical compressive recurrent continued rounded lobulated subpleural coarse circumscribed
+    ovoid masslike uncalcified predominantly few measuring approximately throughout involving
+    appear appears due than secondary causing greater greatest space part one two given
+    relatively complete combination fibronodular visualized redemonstration correlate better
+    collection only"""
+STOP_WORDS: frozenset[str] = frozenset(_STOP_TEXT.split()) | frozenset(_REPORT_WORDS.split())
 
 UNIT_AFTER_NUMBER = frozenset({"cm", "mm"})
 MAX_PHRASE = max(len(p.split()) for p in [*FINDING_PHRASES, *CUES, *STRUCTURES, *GROUPS])

@@ -65,15 +65,20 @@ Decisions, so that behaviour is predictable:
   "disease") excludes the acute chest findings (the airspace ones, Pleural Effusion,
   Pneumothorax) but not Cardiomegaly, lesions or fractures ("Stable cardiomegaly. No acute
   cardiopulmonary process." keeps Cardiomegaly required); "no osseous abnormality" excludes
-  Fracture. If one of these findings is also required explicitly, the query contradicts
-  itself about it and it goes to `uncertain`.
+  Fracture. Such a statement excludes only what it names and never overrides a finding the
+  same text reports (or hedges) elsewhere: "Minimal opacity at the left base. The lungs are
+  otherwise clear." keeps Lung Opacity required and excludes the other airspace findings;
+  "Mild edema. No acute cardiopulmonary process." keeps Edema. Only when the statement is
+  about nothing but that finding and no "otherwise" limits it ("Cardiomegaly. Heart size is
+  normal.") does the text contradict itself: the finding goes to `uncertain`.
 - "normal" / "unremarkable" / "no finding(s)" about no structure exclude every finding of the
   vocabulary (or require "No Finding" when the vocabulary has it and nothing is required), with
   a warning; findings required explicitly are kept ("effusion, otherwise normal").
 - "rule out X", "r/o X", "evaluate for X", "query X" and "?X" are clinical QUESTIONS, not
   negations: X goes to `uncertain`, with a warning. "X ruled out" (past tense) is a negation.
   "possible / probable / likely / suspected / cannot exclude X" and "X cannot be excluded"
-  also go to `uncertain`. Uncertain findings never constrain `satisfies`.
+  also go to `uncertain`. Alone they never constrain `satisfies` (None); beside required or
+  excluded findings they follow the setting (below).
 - A finding stated both ways ("effusion and no effusion", or two readings of a repeated
   text) is never in both lists: it goes to `uncertain` with a warning that the query
   contradicts itself.
@@ -101,6 +106,22 @@ Decisions, so that behaviour is predictable:
   seen, edema" excludes effusion and requires edema).
 - "A or B" between required findings is read as "A and B" (queries are conjunctions), with a
   warning.
+- The ConText lexicon (lexicon.CONTEXT_RULES: trigger, category, direction, source) is data;
+  the grammar above reads each category: pseudo-triggers ("no change in", "no increase in",
+  "not only", "gram negative") negate nothing and the finding after them is required;
+  termination terms ("but", "however", "otherwise", "which", "aside from") end a scope;
+  "versus" hedges both sides ("effusion versus atelectasis"); "not" with nothing after it
+  negates the finding before it ("effusion is present, pneumothorax is not"); "is no longer
+  seen" is a post-negation; history cues ("h/o", "history of", "s/p") put the finding in
+  `history` (not current, not a constraint) unless the text names it as current elsewhere.
+- Shorthand: "w/" is "with", "w/o" "without", "(+)" / "(-)" after a finding "positive" /
+  "negative", "positive for" ends a negation scope ("negative for A and positive for B").
+- A finding named as absent in one place and as possible, or next to a word not understood,
+  in another ("Streaky opacities XXXX reflect atelectasis. No focal infiltrate.") is left
+  open with a warning. A bare "normal" after a word not understood in its sentence
+  ("Pulmonary XXXX normal.") is about that word and excludes nothing.
+- Uncertain findings follow CheXpert's -1 convention of the setting in `satisfies`
+  (`uncertain_holds`): main, present or unknown; strict, confirmed only.
 """
 
 from __future__ import annotations
@@ -117,6 +138,7 @@ from medheb_app.query.lexicon import (
     ANY_OF,
     CONCEPT_TARGETS,
     CUES,
+    EITHER_WAY,
     FINDING_PHRASES,
     GROUPS,
     MAX_PHRASE,
@@ -162,7 +184,9 @@ class ParsedQuery:
     (hedged, questioned, next to a word not understood, ambiguous or contradictory).
     unknown: words that were not understood (stop words excluded). warnings: what the parser
     could not do faithfully. corrections: (typed, read as) misspellings it corrected.
-    suggestions: (typed, candidates) for words it did not correct.
+    suggestions: (typed, candidates) for words it did not correct. history: findings named
+    only as history ("h/o pneumonia", "s/p"), not current, so not constraints.
+    The four lists are disjoint.
     """
 
     text: str
@@ -174,6 +198,7 @@ class ParsedQuery:
     vocabulary: tuple[str, ...] = field(default=CXR_RETRIEVE_10, repr=False, compare=False)
     corrections: tuple[tuple[str, str], ...] = ()
     suggestions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    history: tuple[str, ...] = ()
 
     @property
     def has_constraints(self) -> bool:
@@ -187,6 +212,10 @@ class ParsedQuery:
         """
         parts = [*self.positive, *(f"NOT {name}" for name in self.negative)]
         logic = " AND ".join(parts) if parts else "(no constraints)"
+        if self.uncertain:
+            logic += f"; Uncertain: {', '.join(self.uncertain)}"
+        if self.history:
+            logic += f"; History: {', '.join(self.history)}"
         notes = [f"read '{typed}' as '{read}'" for typed, read in self.corrections]
         notes += [
             f"did you mean {_or_list(candidates)} for '{typed}'?"
@@ -194,12 +223,19 @@ class ParsedQuery:
         ]
         return f"{logic} ({'; '.join(notes)})" if notes else logic
 
-    def to_dict(self) -> dict[str, object]:
+    def constraints(self) -> dict[str, list[str]]:
+        """The constraint lists as every interface carries them (DESIGN.md: CLI, API, UI)."""
         return {
-            "text": self.text,
             "positive": list(self.positive),
             "negative": list(self.negative),
             "uncertain": list(self.uncertain),
+            "history": list(self.history),
+        }
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "text": self.text,
+            **self.constraints(),
             "unknown": list(self.unknown),
             "warnings": list(self.warnings),
             "corrections": dict(self.corrections),
@@ -297,7 +333,12 @@ def _tokenise(text: str) -> list[str]:
     lowered = text.lower().replace("’", "'")
     lowered = re.sub(r"[\r\n]+", " . ", lowered)  # a line break ends a report sentence
     lowered = re.sub(r"\bw/o\b", " without ", lowered)
+    lowered = re.sub(r"\bw/", " with ", lowered)
     lowered = re.sub(r"\br/o\b", " rule out ", lowered)
+    lowered = re.sub(r"\bh/o\b", " history of ", lowered)
+    lowered = re.sub(r"\bs/p\b", " status post ", lowered)
+    lowered = re.sub(r"\(\s*-\s*\)", " negative ", lowered)  # "PTX (-)"
+    lowered = re.sub(r"\(\s*\+\s*\)", " positive ", lowered)  # "effusion (+)"
     lowered = re.sub(r"\bcan't\b|\bcan not\b", "cannot", lowered)
     return re.findall(r"[a-z]+|\d+(?:\.\d+)?|[?,;.:/]", lowered)
 
@@ -447,6 +488,10 @@ class _State:
         self.last_joiner = ""
         self.last_added: list[str] = []
         self.last_after_comma = False
+        self.clause_unknown: list[str] = []  # words not understood since the last boundary
+        self.otherwise = False  # "otherwise" since the last sentence boundary
+        # statement -> (every name it excludes, whether "otherwise" limits it)
+        self.statements: dict[str, tuple[frozenset[str], bool]] = {}
 
     # -- scopes
     def close_scope(self) -> None:
@@ -482,12 +527,20 @@ class _State:
         self.clause = []
         self.last_joiner = ""
 
-    def boundary(self) -> None:
+    def boundary(self, keep_structures: bool = False) -> None:
         self.close_scope()
         self.group = []
         self.clause = []
-        self.structures = []
+        if not keep_structures:
+            self.structures = []
+            self.clause_unknown = []
         self.last_joiner = ""
+
+    def imply(self, names: list[str], statement: str) -> None:
+        """A normality statement excludes `names` (resolved in _finish against the rest)."""
+        self.implied.extend((name, statement) for name in names)
+        before, otherwise = self.statements.get(statement, (frozenset(), False))
+        self.statements[statement] = (before | set(names), otherwise or self.otherwise)
 
     # -- findings
     def add_finding(self, item: _Item) -> None:
@@ -545,6 +598,8 @@ class _State:
                 f"nor excluded. Write 'no ... and no {phrase}' to exclude it, or "
                 f"'{phrase} and no ...' to require it."
             )
+        elif self.mode == "history":
+            self.events.append((name, "hist"))
         elif self.mode in ("unc", "question"):
             self.events.append((name, "unc"))
             if self.mode == "question":
@@ -574,6 +629,8 @@ class _State:
         if self.mode != "pos" and self.scope_findings == 0 and not self.scope_names:
             self.last_joiner = ""
             return
+        if self.last_joiner in ("or", "list") or (self.mode != "pos" and self.last_joiner == ","):
+            return  # "possible effusion or right and left pneumothorax": modifiers joined
         if self.mode == "neg" or (self.mode == "weakneg" and self.scope_list):
             self.last_joiner = "and"
             return
@@ -583,7 +640,7 @@ class _State:
             self.mode, self.cue_text = "amb", cue
             self.last_joiner = "and"
             return
-        if self.mode in ("amb", "unk", "question"):  # "rule out pneumonia and effusion"
+        if self.mode in ("amb", "unk", "question", "history"):  # "rule out A and B"
             self.last_joiner = "and"
             return
         hedged = list(self.scope_names) if self.mode in ("unc", "question") else []
@@ -642,9 +699,10 @@ class _State:
             )
         self.group, self.clause = [], []
 
-    def _retract(self, name: str) -> None:
-        if (name, "pos") in self.events:
-            index = len(self.events) - 1 - self.events[::-1].index((name, "pos"))
+    def _retract(self, name: str, event: str = "pos") -> None:
+        """Remove the latest `event` about `name` (a later cue re-reads that mention)."""
+        if (name, event) in self.events:
+            index = len(self.events) - 1 - self.events[::-1].index((name, event))
             del self.events[index]
 
     # -- normality
@@ -668,7 +726,7 @@ class _State:
                 f"'{statement}' is about no finding this search knows; it was not used."
             )
             return
-        self.implied.extend((name, statement) for name in names)
+        self.imply(names, statement)
 
     def structure_enlarged(self, structure: _Item, predicate: str, stance: str) -> None:
         """'heart size is enlarged': require (plain), exclude (negated) or hedge the finding."""
@@ -703,18 +761,19 @@ class _State:
             )
             return
         concepts: tuple[str, ...] = item.payload  # type: ignore[assignment]
-        self.implied.extend(
-            (name, f"{self.cue_text} {item.phrase}") for name in _names(concepts, self.vocabulary)
-        )
+        self.imply(_names(concepts, self.vocabulary), f"{self.cue_text} {item.phrase}")
         self.scope_findings += 1
 
 
-def parse_query(text: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10) -> ParsedQuery:
+def parse_query(
+    text: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10, limit: int = MAX_QUERY_CHARS
+) -> ParsedQuery:
     """Parse a free-text clinical query into required, excluded and hedged findings.
 
-    Raises QueryTooLong (a ValueError) above MAX_QUERY_CHARS characters.
+    Raises QueryTooLong (a ValueError) above `limit` characters (MAX_QUERY_CHARS for what a
+    user types; the IU X-ray benchmark reads whole reports with a higher one).
     """
-    check_query_length(text)
+    check_query_length(text, limit)
     vocabulary = tuple(vocabulary)
     table = _table(vocabulary)
     tokens, corrections, suggestions = _spell(_tokenise(text), table)
@@ -730,6 +789,7 @@ def parse_query(text: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10) -> Par
             continue
         if item.kind == "word":
             state.unknown.append(item.phrase)
+            state.clause_unknown.append(item.phrase)
             if state.mode in _NEG_MODES:
                 state.scope_unknown.append(item.phrase)
         elif item.kind == "finding":
@@ -741,6 +801,8 @@ def parse_query(text: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10) -> Par
                 state.unknown_after(items[j + 1].phrase, item.phrase)
         elif item.kind == "structure":
             state.structures.append(item)
+            if j and items[j - 1].kind == "cue" and items[j - 1].payload == "unc":
+                state.structure_uncertain()  # "borderline heart size", "possibly enlarged heart"
         elif item.kind == "group":
             state.group_phrase(item)
         else:
@@ -783,8 +845,22 @@ def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
         and (before.kind == "finding" or before.payload == "colon")
         and state.mode == "pos"
     )
-    if kind in ("neg", "weakneg", "question"):
+    if (
+        kind == "weakneg"
+        and item.phrase in EITHER_WAY
+        and after_finding
+        and state.group
+        and (after is None or after.payload in ("boundary", "comma", "colon"))
+    ):
+        state.postfix(item.phrase, uncertain=False)  # "effusion is present, pneumothorax is not"
+    elif kind in ("neg", "weakneg", "question", "history"):
         state.open_scope(kind, item.phrase)
+    elif kind == "pseudo":
+        state.boundary()  # "no change in the effusion": the effusion is there
+    elif kind == "uncboth":  # "effusion versus atelectasis": a differential, both hedged
+        if after_finding and state.group:
+            state.postfix(item.phrase, uncertain=True)
+        state.open_scope("unc", item.phrase)
     elif kind == "unc":
         if before is not None and before.kind == "structure" and state.structures:
             state.structure_uncertain()
@@ -799,6 +875,9 @@ def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
             if state.mode not in _NEG_MODES and kind == "negpost":
                 # "no effusion and pneumothorax absent", "rule out A, B absent": the last is
                 # negated, the others of the scope may be
+                for name in state.last_added:
+                    state._retract(name, "unc")
+                    state._retract(name, "block")
                 state.events.extend((name, "neg") for name in state.last_added)
                 state.block([n for n in state.scope_names if n not in state.last_added])
             state.close_scope()  # "no effusion absent": already negated
@@ -807,7 +886,14 @@ def _cue(state: _State, items: list[_Item], j: int, skip: set[int]) -> None:
         else:  # "absent of edema", "resolved effusion": not after a finding -> prefix
             state.open_scope("neg" if kind == "negpost" else "unc", item.phrase)
     elif kind == "boundary":
-        state.boundary()
+        sentence_end = item.phrase in (".", ";")
+        # "the lungs are otherwise clear": a word termination keeps the structure it follows
+        state.boundary(
+            keep_structures=item.phrase not in (".", ";")
+            and after is not None
+            and after.payload in ("normal", "clear", "enlarged")
+        )
+        state.otherwise = not sentence_end and (item.phrase == "otherwise" or state.otherwise)
     elif kind == "colon":
         group = state.group if state.mode == "pos" else []
         state.boundary()
@@ -872,6 +958,14 @@ def _predicate(state: _State, items: list[_Item], j: int, skip: set[int]) -> Non
             _end_scope_quietly(state, stance)
         return
     _end_scope_quietly(state, stance)
+    if kind == "normal" and stance == "plain" and state.clause_unknown:
+        # "Pulmonary XXXX normal": about the word not understood, not the whole chest
+        state.unknown.append(item.phrase)
+        state.warnings.append(
+            f"'{state.clause_unknown[-1]} {item.phrase}' is about something not understood; "
+            "nothing was excluded."
+        )
+        return
     if kind == "normal" and stance == "plain":
         state.normal_all.append(item.phrase)
         return
@@ -919,22 +1013,41 @@ def _finish(
             f"{name} is required in one place but may be negated in another; it is neither "
             "required nor excluded."
         )
+    for name in [n for n in negative if n not in contradicted and said[n] & {"unc", "block"}]:
+        # "Streaky opacities XXXX reflect atelectasis. No focal infiltrate.": named as possible
+        # (or next to a word not understood) in one place, as absent in another
+        negative.remove(name)
+        state.warnings.append(
+            f"{name} is named as absent in one place but as possible or unclear in another; "
+            "it is neither required nor excluded."
+        )
     for name, statement in state.implied:
-        if name in positive:
+        # A normal-structure statement ("lungs are clear", "no acute cardiopulmonary process")
+        # excludes what it names, except a finding the text reports (or hedges) elsewhere:
+        # "Minimal opacity at the left base. The lungs are otherwise clear." Only when it is
+        # about nothing else ("Cardiomegaly. Heart size is normal.") and no "otherwise"
+        # limits it does it contradict the text.
+        names, otherwise = state.statements[statement]
+        if name in positive and not otherwise and names <= set(positive):
             positive.remove(name)
             uncertain.append(name)
+            contradicted.append(name)
             state.warnings.append(
                 f"The query contradicts itself about {name} ('{statement}' excludes it, yet it "
                 f"is required); {name} is neither required nor excluded."
             )
-        elif name in negative or name in contradicted or "block" in said.get(name, ()):
-            continue  # already excluded, or kept uncertain on purpose
-        else:
-            negative.append(name)
+            continue
+        if name in positive or name in negative or name in contradicted:
+            continue
+        if said.get(name, set()) & {"unc", "block"}:
+            continue  # kept uncertain on purpose
+        negative.append(name)
     if state.normal_all:
         _normal(state, positive, negative, uncertain)
     negative = [n for n in negative if n not in positive]
     uncertain = [n for n in uncertain if n not in positive and n not in negative]
+    taken = {*positive, *negative, *uncertain}
+    history = [n for n in order if "hist" in said.get(n, ()) and n not in taken]
     return ParsedQuery(
         text=text,
         positive=_unique(positive),
@@ -945,6 +1058,7 @@ def _finish(
         vocabulary=state.vocabulary,
         corrections=tuple(corrections.items()),
         suggestions=tuple(suggestions.items()),
+        history=_unique(history),
     )
 
 
@@ -981,16 +1095,34 @@ def satisfies(
 
     Positives need label 1. "no B" holds when B is not 1 (main: uncertain -1 and unmentioned
     count as absent) or only when B is a confirmed 0 (strict). A missing key is unmentioned.
+    An uncertain finding U ("possible pneumonia") follows CheXpert's -1 convention of the
+    setting (`uncertain_holds`) beside the hard constraints: main, U holds when it is present
+    or unknown (1, -1 or unmentioned: anything but a confirmed 0); strict, only when it is
+    confirmed (1). A query with only uncertain findings constrains nothing (None).
     """
     if setting not in ("main", "strict"):
         raise ValueError(f"Unknown setting {setting!r}; use 'main' or 'strict'.")
     if not parsed.has_constraints:
-        return None
+        return None  # a hedge or question alone constrains nothing
     if any(_label(findings, name) != 1 for name in parsed.positive):
+        return False
+    if not all(uncertain_holds(_label(findings, name), setting) for name in parsed.uncertain):
         return False
     if setting == "strict":
         return all(_label(findings, name) == 0 for name in parsed.negative)
     return all(_label(findings, name) != 1 for name in parsed.negative)
+
+
+def uncertain_holds(label: object, setting: Setting = "main") -> bool:
+    """Whether a study's label meets a query's *uncertain* finding under `setting`.
+
+    main: present or unknown (1, -1 or None; fails only on a confirmed 0). strict: only a
+    confirmed 1. The one definition of the mapping; logic-aware ranking and the oracle
+    follow it (ranking/logic_aware.py, models/baselines.py).
+    """
+    if setting == "strict":
+        return label == 1
+    return label != 0
 
 
 def is_hard_negative(findings: Mapping[str, object], parsed: ParsedQuery) -> bool:
@@ -1032,5 +1164,6 @@ __all__ = [
     "is_hard_negative",
     "parse_query",
     "satisfies",
+    "uncertain_holds",
     "violations",
 ]

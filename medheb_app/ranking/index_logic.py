@@ -29,7 +29,7 @@ import numpy as np
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.index.catalog import LoadedIndex
 from medheb_app.models.base import Embedder
-from medheb_app.query.parser import ParsedQuery
+from medheb_app.query.parser import ParsedQuery, Setting
 from medheb_app.ranking.logic_aware import LogicAwareRanker, logic_scores
 from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
 from medheb_app.settings import Settings
@@ -255,19 +255,21 @@ def logic_search(
     k: int,
     settings: Settings,
     fit: bool = True,
+    setting: Setting = "main",
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Top-k (scores, ids) of every study in the index by the parsed query's logic, and
     warnings about the probes of the query's findings (probe_notes).
 
     `query_vector` is the query's embedding; its cosine to each study only breaks ties.
-    fit=False (a web request) raises ProbesNotReady rather than fitting probes.
+    fit=False (a web request) raises ProbesNotReady rather than fitting probes. `setting`
+    (main / strict) says what an uncertain finding of the query asks (logic_scores).
     """
     vectors, probe, logits = _index_state(loaded, embedder, settings, parsed.vocabulary, fit)
     query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
     # einsum, not BLAS: a threaded BLAS call here leaves spinning threads that slow down the
     # next query's text encoder (measured p50 11 -> 24 ms).
     similarity = np.einsum("nd,d->n", vectors, query)
-    scores = logic_scores(parsed, logits, probe.findings, similarity)
+    scores = logic_scores(parsed, logits, probe.findings, similarity, setting=setting)
     top = np.argsort(-scores, kind="stable")[: min(int(k), len(scores))]
     ids = np.asarray([loaded.index.ids[row] for row in top], dtype=object)
     return scores[top].astype(np.float32), ids, probe_notes(probe, parsed)

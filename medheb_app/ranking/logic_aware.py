@@ -30,7 +30,7 @@ import numpy as np
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
 from medheb_app.models.base import Embedder
-from medheb_app.query.parser import ParsedQuery, parse_query
+from medheb_app.query.parser import ParsedQuery, Setting, parse_query
 from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
 from medheb_app.ranking.views import crops_per_image, view_vectors
 from medheb_app.settings import Settings
@@ -50,11 +50,16 @@ def logic_scores(
     findings: Sequence[str],
     similarity: np.ndarray | None = None,
     tie_weight: float = TIE_WEIGHT,
+    setting: Setting = "main",
 ) -> np.ndarray:
     """Per image: sum of log p(A) over required A and log(1 - p(B)) over excluded B.
 
     `logits` is (n, L) log-odds per finding (no NaN: fill fallbacks first); `similarity` the
     (n,) query-image cosine, used to break ties and as the whole score without constraints.
+    An uncertain finding U ("possible pneumonia") follows query.parser.uncertain_holds: in
+    the strict setting only a confirmed U counts, so it adds log p(U) like a required one; in
+    main it holds unless U is confirmed absent, which a probe of "U positive" cannot tell from
+    unmentioned, so it adds nothing and the cosine (which reads the word) breaks the tie.
     """
     n = logits.shape[0]
     similarity = np.zeros(n) if similarity is None else np.asarray(similarity, dtype=np.float64)
@@ -62,7 +67,8 @@ def logic_scores(
         return similarity
     column = {name: i for i, name in enumerate(findings)}
     total = np.zeros(n)
-    for name in parsed.positive:
+    hedged = parsed.uncertain if setting == "strict" else ()
+    for name in (*parsed.positive, *(n for n in hedged if n in column)):
         total += log_sigmoid(logits[:, column[name]])
     for name in parsed.negative:
         total += log_sigmoid(-logits[:, column[name]])

@@ -39,7 +39,9 @@ class PreferenceStudy(Base):
     `name` is the admin's internal name; raters only ever see `public_title`. `open_enrolment`
     lets anyone sign in with a display name (a fresh rater each time); otherwise a rater needs
     an invitation. `claim_timeout_s`: an unvoted claim idle that long gives its slot back.
-    `closed_at` set: the study no longer appears in the raters' list and serves no items."""
+    `closed_at` set: the study no longer appears in the raters' list and serves no items.
+    `max_votes_per_rater` (0: no cap): a rater who has that many votes in force gets no more
+    items, so no single rater dominates the result."""
 
     __tablename__ = "studies"
 
@@ -57,6 +59,7 @@ class PreferenceStudy(Base):
     gold_share: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
     claim_timeout_s: Mapped[float] = mapped_column(Float, default=600.0, server_default=text("600"))
     closed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=None)
+    max_votes_per_rater: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
 
 class StudyInvitation(Base):
@@ -78,7 +81,9 @@ class StudyInvitation(Base):
 
 class StudyItem(Base):
     """One query shown with two models' top-3 lists; `model_a`/`model_b` is the canonical pair
-    order used in analysis (the left/right order a rater sees is drawn per assignment)."""
+    order used in analysis (the left/right order a rater sees is drawn per assignment).
+    `instruction`: what "better" means for the task's kind (study.instructions), shown above
+    the item; empty on items made before it existed (the page then infers it)."""
 
     __tablename__ = "study_items"
 
@@ -98,6 +103,7 @@ class StudyItem(Base):
     hit_a: Mapped[bool] = mapped_column(Boolean)
     hit_b: Mapped[bool] = mapped_column(Boolean)
     is_gold: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    instruction: Mapped[str] = mapped_column(String(300), default="", server_default="")
     n_assigned: Mapped[int] = mapped_column(Integer, default=0)
     withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
@@ -107,7 +113,9 @@ class Rater(Base):
     """A person who votes in one study. `name` is a unique internal handle and `token` a
     random value nobody is shown (both kept for databases written before invitations);
     `display_name` is only a label. The credential is the invitation (or, between visits, the
-    resume secret whose digest is `resume_hash`). Legacy raters (no `study_id`) cannot sign in."""
+    resume secret whose digest is `resume_hash`). Legacy raters (no `study_id`) cannot sign in.
+    `enrol_key`: for an open-enrolment sign-in, a digest of (study, client address), never the
+    address itself, so sign-ins per address per hour can be capped."""
 
     __tablename__ = "raters"
 
@@ -121,15 +129,21 @@ class Rater(Base):
         String(64), nullable=True, default=None, index=True
     )
     invitation_id: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    enrol_key: Mapped[str | None] = mapped_column(
+        String(64), nullable=True, default=None, index=True
+    )
 
 
 class Assignment(Base):
     """An item handed to a rater, with the side order drawn for them and the opaque token the
-    UI holds. `vote_id` is the vote currently in force (None: not voted, or undone);
-    `released_at` is set when an unvoted claim gave its slot back, `released_reason` says why
-    ("idle", "taken": another rater completed the item first, "revoked"). `served_at` is the
-    last time the item was handed out (idleness counts from it). `revealed_at`: the model names
-    were shown to this rater, so the vote in force is final."""
+        UI holds. `vote_id` is the vote currently in force (None: not voted, or undone);
+        `released_at` is set when an unvoted claim gave its slot back, `released_reason` says why
+        ("idle", "taken": another rater completed the item first, "revoked"). `served_at` is the
+        last time the item was handed out (idleness counts from it). `revealed_at`: the model names
+        were shown to this rater, so the vote in force is final. `model_left` is a CSPRNG draw made
+    when the claim was created (nothing a rater sees predicts it). `cover`: for a gold
+    (quality-control) item, the pair of study models its reveal names, drawn the same way, so a
+    reveal does not tell a rater which items were quality checks."""
 
     __tablename__ = "study_assignments"
     __table_args__ = (UniqueConstraint("item_id", "rater_id", name="uq_assignment_item_rater"),)
@@ -147,10 +161,13 @@ class Assignment(Base):
     released_reason: Mapped[str | None] = mapped_column(String(20), nullable=True, default=None)
     served_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=None)
     revealed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, default=None)
+    cover: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True, default=None)
 
 
 class Vote(Base):
-    """Append-only log: kind "vote" (choice A | B | tie | both_poor as shown on screen),
+    """Append-only log: kind "vote" (choice A | B | tie | both_poor | cannot_judge as shown on
+    screen; a cannot_judge vote carries its `reason`; any vote may carry a free-text `comment`
+    and a clinical-significance flag `significant`),
     kind "undo" (choice empty, `retracts` = the vote id it withdraws) or kind "reveal" (the
     model names were shown after the vote `retracts` points at; that vote is final)."""
 
@@ -166,4 +183,23 @@ class Vote(Base):
     model_left: Mapped[str] = mapped_column(String(500))
     model_right: Mapped[str] = mapped_column(String(500))
     retracts: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    reason: Mapped[str | None] = mapped_column(String(30), nullable=True, default=None)
+    comment: Mapped[str] = mapped_column(String(1000), default="", server_default="")
+    significant: Mapped[bool | None] = mapped_column(Boolean, nullable=True, default=None)
+
+
+class RaterExclusion(Base):
+    """Append-only log of an admin's decisions on a rater's votes: action "exclude" (with the
+    reason) or "reinstate". The latest row per (study, rater) is in force; votes are never
+    deleted, an exclusion only leaves them out of the analysis (vote quality, issue 18)."""
+
+    __tablename__ = "study_rater_exclusions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    rater_id: Mapped[int] = mapped_column(ForeignKey("raters.id"), index=True)
+    action: Mapped[str] = mapped_column(String(10))
+    reason: Mapped[str] = mapped_column(String(500), default="")
+    decided_by: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

@@ -31,6 +31,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from scipy import stats
 
+from medheb_app.study.mrmc import mrmc_by_pair
+from medheb_app.study.quality import fragility, rater_flags, without_raters
+from medheb_app.study.sizing import precision_so_far
+
 OUTCOMES = ("a", "b", "tie", "both_poor")
 STRATA = ("both_hit", "only_a", "only_b", "neither")
 
@@ -197,9 +201,23 @@ def is_gold(votes: pd.DataFrame) -> pd.Series:
     return votes["gold"].fillna(False).astype(bool)
 
 
+def cannot_judge(votes: pd.DataFrame) -> pd.Series:
+    """Which rows are "cannot judge" votes (left out of every preference figure, counted)."""
+    if "outcome" not in votes.columns:
+        return pd.Series(False, index=votes.index)
+    return votes["outcome"] == "cannot_judge"
+
+
 def model_votes(votes: pd.DataFrame) -> pd.DataFrame:
-    """The votes that compare models: gold items removed."""
-    return votes[~is_gold(votes)]
+    """The votes that compare models: gold items and "cannot judge" votes removed."""
+    return votes[~is_gold(votes) & ~cannot_judge(votes)]
+
+
+def cannot_judge_counts(votes: pd.DataFrame) -> dict[str, Any]:
+    """How many compared-item votes could not judge, in all and per reason."""
+    rows = votes[~is_gold(votes) & cannot_judge(votes)]
+    reasons = rows["reason"].value_counts().to_dict() if "reason" in rows.columns else {}
+    return {"n": len(rows), "reasons": {str(k): int(v) for k, v in reasons.items()}}
 
 
 QUALITY_COLUMNS = [
@@ -254,22 +272,34 @@ def summarise(
     n_boot: int = 200,
     seed: int = 0,
     min_gold_accuracy: float | None = None,
+    ties: str = "half",
+    margin: float | None = None,
+    excluded: list[Any] | None = None,
 ) -> dict[str, Any]:
     """Everything the analysis view and `study analyse --json` show, as plain data.
 
     Gold items are left out of the model comparison. With `min_gold_accuracy`, raters below
     it are excluded from rates, Bradley-Terry and position bias; agreement is reported with
-    all raters ("agreement") and without the excluded ones ("agreement_kept")."""
+    all raters ("agreement") and without the excluded ones ("agreement_kept"). "mrmc": per
+    model pair, the ORH analyses, the cluster bootstrap (`n_boot` draws) and the Wilson
+    figure of the preference rate (study.mrmc; `ties` "half" or "exclude", an optional
+    non-inferiority `margin` on the difference). `excluded`: raters an admin excluded (the
+    logged, confirmed exclusions of study.quality), left out of everything. "flags": per
+    rater, the sequential outlier test, speeder and straight-liner flags; "without_flagged":
+    the MRMC figures without the flagged raters; "fragility": per pair, the fewest votes whose
+    removal changes the preferred model."""
     quality = rater_quality(votes) if len(votes) else pd.DataFrame(columns=QUALITY_COLUMNS)
-    excluded: list[Any] = []
-    kept = votes
-    if min_gold_accuracy is not None and len(votes):
-        kept, excluded = exclude_raters(votes, min_gold_accuracy)
+    confirmed = list(excluded or [])
+    excluded = []
+    kept = without_raters(votes, confirmed) if len(votes) else votes
+    if min_gold_accuracy is not None and len(kept):
+        kept, excluded = exclude_raters(kept, min_gold_accuracy)
     compared = model_votes(kept)
     models = set(compared["model_a"]) | set(compared["model_b"])
     summary: dict[str, Any] = {
         "n_votes": len(compared),
         "n_gold_votes": int(is_gold(votes).sum()),
+        "cannot_judge": cannot_judge_counts(kept),
         "n_items": int(compared["item"].nunique()) if len(compared) else 0,
         "n_raters": int(compared["rater"].nunique()) if len(compared) else 0,
         "ties": "tie and both_poor count as half a win for each side in Bradley-Terry",
@@ -284,6 +314,25 @@ def summarise(
     }
     if len(models) >= 2 and len(compared):
         summary["bradley_terry"] = _records(bradley_terry(compared, n_boot=n_boot, seed=seed))
+    summary["mrmc"] = (
+        mrmc_by_pair(compared, ties=ties, margin=margin, n_boot=n_boot, seed=seed)
+        if len(compared)
+        else []
+    )
+    summary["precision"] = precision_so_far(compared, summary["mrmc"]) if len(compared) else None
+    summary["confirmed_exclusions"] = confirmed
+    flags = rater_flags(compared) if len(compared) else pd.DataFrame(columns=["rater", "flags"])
+    summary["flags"] = _records(flags)
+    flagged = flags[flags["flags"] != ""]["rater"].tolist()
+    summary["without_flagged"] = {
+        "raters": flagged,
+        "mrmc": (
+            mrmc_by_pair(without_raters(compared, flagged), ties=ties, margin=margin, n_boot=0)
+            if flagged and len(without_raters(compared, flagged))
+            else []
+        ),
+    }
+    summary["fragility"] = fragility(compared) if len(compared) else []
     return _no_nan(summary)
 
 
@@ -292,15 +341,15 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _no_nan(value: Any) -> Any:
-    """NaN (an empty stratum, an undefined kappa) as None, and numpy scalars as Python ones,
-    so the summary is strict JSON."""
+    """NaN (an empty stratum, an undefined kappa) and infinite degrees of freedom as None,
+    and numpy scalars as Python ones, so the summary is strict JSON."""
     if isinstance(value, dict):
         return {key: _no_nan(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_no_nan(item) for item in value]
     if isinstance(value, np.generic):
         value = value.item()
-    if isinstance(value, float) and math.isnan(value):
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None
     return value
 

@@ -6,7 +6,9 @@ into the outcome for the canonical pair (a = model_a, b = model_b), and drops vo
 "undo" row retracted unless asked to keep them. `rater` is the rater's id (unique: display
 names are only labels and may repeat), `rater_name` the label; `gold` marks quality-control
 items (outcome "a" = the rater chose the reference list); `seconds` runs from the claim of the
-item to the vote; `revealed` says the model names were shown after it.
+item to the vote; `revealed` says the model names were shown after it; `reason` is why a
+"cannot_judge" vote could not judge, `comment` the rater's free text and
+`clinically_significant` their flag (empty when not given).
 
 The CSV is written for spreadsheets: every cell that starts with =, +, -, @, a tab or a
 carriage return is prefixed with a single quote, so a rater name such as =HYPERLINK(...) is
@@ -50,6 +52,9 @@ COLUMNS = [
     "seconds",
     "revealed",
     "retracted",
+    "reason",
+    "comment",
+    "clinically_significant",
 ]
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
@@ -66,7 +71,7 @@ def stratum(hit_a: bool, hit_b: bool) -> str:
 
 
 def outcome(choice: str, model_left: str, model_a: str) -> str:
-    """The on-screen choice as the canonical outcome: a, b, tie or both_poor."""
+    """The on-screen choice as the canonical outcome: a, b, tie, both_poor or cannot_judge."""
     if choice not in ("A", "B"):
         return choice
     left_is_a = model_left == model_a
@@ -127,9 +132,18 @@ def votes_frame(
                     "seconds": round((vote.created_at - claimed_at).total_seconds(), 3),
                     "revealed": vote.id in revealed,
                     "retracted": vote.id in retracted,
+                    "reason": vote.reason or "",
+                    "comment": vote.comment or "",
+                    "clinically_significant": vote.significant,
                 }
             )
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """A table as spreadsheet-safe CSV text: formulas neutralised, RFC 4180 line ends (so a
+    cell holding a carriage return is quoted, not a row break)."""
+    return neutralise_formulas(frame).to_csv(index=False, lineterminator="\r\n")
 
 
 def export_csv(store: Store, out: str | Path, study: int | str | None = None) -> int:
@@ -137,10 +151,9 @@ def export_csv(store: Store, out: str | Path, study: int | str | None = None) ->
     out = Path(out)
     if out.is_dir():
         raise StudyError(f"{out} is a folder; give a file name such as {out / 'votes.csv'}.")
-    frame = neutralise_formulas(votes_frame(store, study))
+    frame = votes_frame(store, study)
     out.parent.mkdir(parents=True, exist_ok=True)
-    # RFC 4180 line ends, so a cell holding a carriage return is quoted, not a row break
-    frame.to_csv(out, index=False, lineterminator="\r\n")
+    out.write_text(csv_text(frame), newline="")
     return len(frame)
 
 
@@ -159,3 +172,21 @@ def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
             safe[column] = safe[column].astype(object).map(neutralise_cell)
     safe.columns = [neutralise_cell(str(column)) for column in safe.columns]
     return safe
+
+
+def export_mrmc(
+    store: Store, out: str | Path, study: int | str | None = None, ties: str = "half"
+) -> int:
+    """Write the MRMC input table (reader, case, modality, score, truth, pair; study.mrmc) of
+    the compared (non-gold) votes in force; returns the number of rows written."""
+    from medheb_app.study.analysis import model_votes
+    from medheb_app.study.mrmc import mrmc_input
+
+    out = Path(out)
+    if out.is_dir():
+        raise StudyError(f"{out} is a folder; give a file name such as {out / 'mrmc.csv'}.")
+    votes = votes_frame(store, study)
+    frame = mrmc_input(model_votes(votes), ties)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(csv_text(frame), newline="")
+    return len(frame)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from medheb_app.store.db import Store, utcnow
@@ -35,6 +35,7 @@ CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: easy to read
 CODE_LENGTH = 8
 MAX_INVITATIONS = 500
 MAX_NAME_CHARS = 80
+OPEN_SIGN_INS_PER_ADDRESS_HOUR = 6  # open-enrolment sign-ins per client address per study
 INVITE_PATH = "/rate?invite="
 REVOKED_MESSAGE = (
     "Your invitation to this study was revoked, so you cannot rate any more; your earlier "
@@ -203,8 +204,18 @@ def sign_in_with_invitation(
         return RaterSession(rater.id, study.id, rater.display_name, secret)
 
 
-def sign_in_open(store: Store, study_id: int, display_name: str) -> RaterSession:
-    """Join a study created with open enrolment: always a fresh rater, whatever the name."""
+def sign_in_open(
+    store: Store,
+    study_id: int,
+    display_name: str,
+    address: str | None = None,
+    per_hour: int = OPEN_SIGN_INS_PER_ADDRESS_HOUR,
+) -> RaterSession:
+    """Join a study created with open enrolment: always a fresh rater, whatever the name.
+
+    `address` (the client's, as the web layer sees it): at most `per_hour` sign-ins to this
+    study from one address in any hour, so one client cannot mint throwaway raters by the
+    dozen (issue 19 item 5); only a digest of (study, address) is stored."""
     with store.session() as session:
         study = _study(session, study_id)
         if not study.open_enrolment or study.closed_at is not None:
@@ -214,7 +225,25 @@ def sign_in_open(store: Store, study_id: int, display_name: str) -> RaterSession
         name = clean_display_name(display_name, "")
         if not name:
             raise StudyError("Enter a display name (any label you like) to start.")
+        key = digest(f"enrol:{study.id}:{address}") if address else None
+        if key is not None:
+            _lock_study(session, study.id)  # concurrent sign-ins count one after another
+            recent = session.scalar(
+                select(func.count())
+                .select_from(Rater)
+                .where(
+                    Rater.enrol_key == key,
+                    Rater.created_at > utcnow() - timedelta(hours=1),
+                )
+            )
+            if recent >= per_hour:
+                raise StudyError(
+                    f"{recent} people have already joined this study from your network in the "
+                    "last hour, the most allowed; try again later, or ask the study's organiser "
+                    "for an invitation."
+                )
         rater = _new_rater(session, study.id, name, invitation_id=None)
+        rater.enrol_key = key
         secret = secrets.token_urlsafe(24)
         rater.resume_hash = digest(secret)
         return RaterSession(rater.id, study.id, rater.display_name, secret)
@@ -233,6 +262,30 @@ def resume(store: Store, resume_secret: str | None) -> RaterSession | None:
         if study is None or study.closed_at is not None or _revoked(session, rater):
             return None
         return RaterSession(rater.id, study.id, rater.display_name, resume_secret)
+
+
+CLOSED_MESSAGE = (
+    "This study is closed, so no more items are served; your votes are kept. Thank you for "
+    "taking part."
+)
+
+
+def signed_out_reason(store: Store, resume_secret: str | None) -> str | None:
+    """Why a cookie's resume secret no longer signs its rater in, in words for the rater:
+    the invitation was revoked, or the study was closed (None for anything else: an unknown
+    or replaced secret says nothing about anyone)."""
+    if not resume_secret or len(resume_secret) > 200:
+        return None
+    with store.session() as session:
+        rater = session.scalar(select(Rater).where(Rater.resume_hash == digest(resume_secret)))
+        if rater is None or rater.study_id is None:
+            return None
+        if _revoked(session, rater):
+            return REVOKED_MESSAGE
+        study = session.get(PreferenceStudy, rater.study_id)
+        if study is not None and study.closed_at is not None:
+            return CLOSED_MESSAGE
+        return None
 
 
 def active_rater(session: Session, study_id: int, rater_id: int) -> Rater:
@@ -281,6 +334,15 @@ def _release_open_claims(session: Session, rater_id: int) -> None:
             .where(StudyItem.id == claim.item_id)
             .values(n_assigned=StudyItem.n_assigned - 1)
         )
+
+
+def _lock_study(session: Session, study_id: int) -> None:
+    """Lock the study row until the transaction ends (a no-op UPDATE, portable to SQLite)."""
+    session.execute(
+        update(PreferenceStudy)
+        .where(PreferenceStudy.id == study_id)
+        .values(public_title=PreferenceStudy.public_title)
+    )
 
 
 def _study(session: Session, study_id: int) -> PreferenceStudy:

@@ -15,7 +15,7 @@ import itertools
 import logging
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from sqlalchemy import func, select, update
 from medheb_app.store.db import Store
 from medheb_app.store.study_tables import PreferenceStudy, StudyItem, Vote, utcnow
 from medheb_app.study.errors import StudyError
+from medheb_app.study.instructions import instruction
 from medheb_app.study.payloads import Renderer, Unrenderable
 from medheb_app.study.run_outputs import (
     Payload,
@@ -39,6 +40,7 @@ GOLD_REFERENCE = "gold:reference"
 GOLD_RANDOM = "gold:random"
 DEFAULT_PUBLIC_TITLE = "Reader study: which list of studies is more useful?"
 log = logging.getLogger(__name__)
+_CSPRNG = random.SystemRandom()  # item positions: no seed a rater could learn
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class ItemSpec:
     hit_a: bool
     hit_b: bool
     is_gold: bool = False
+    instruction: str = ""
 
 
 @dataclass(frozen=True)
@@ -259,7 +262,14 @@ def build_items(
         )
     items += gold_items
     rng.shuffle(items)
-    return BuiltItems(items, withheld)
+    lines = {task: _instruction(outputs[models[0]][task]) for task in {i.task for i in items}}
+    return BuiltItems([replace(i, instruction=lines[i.task]) for i in items], withheld)
+
+
+def _instruction(task: TaskOutput) -> str:
+    """What "better" means on this task, from its metadata and relevance (instructions.py)."""
+    meta = {"family": task.family, **task.meta}
+    return instruction(meta, (query.gold for query in task.queries.values()))
 
 
 def create_study(
@@ -277,6 +287,8 @@ def create_study(
     open_enrolment: bool = False,
     gold_share: float = 0.0,
     claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_SECONDS,
+    source: str | Path = "",
+    max_votes_per_rater: int = 0,
 ) -> StudyCreated:
     """Create a study and its items; returns its id, item counts and the withheld queries.
 
@@ -287,6 +299,9 @@ def create_study(
     `gold_share` of the items are quality-control items (see `_gold_item`), excluded from the
     model comparison. `describe` renders payloads (`payloads.describe_with_tasks`); without
     it the run files' own payloads are used, and queries they cannot show are withheld.
+    `max_votes_per_rater` (0: none) caps each rater's votes, so no rater dominates.
+    `source`: the run folder loaded outputs came from (recorded for the admin; blinding
+    itself recognises the run by its content, see `study.blinding`).
     """
     name = name.strip()
     if not name:
@@ -298,13 +313,15 @@ def create_study(
         raise StudyError("Each item needs at least one rater (raters_per_item >= 1).")
     if claim_timeout_s < 30:
         raise StudyError("An idle claim must be kept at least 30 seconds (claim_timeout_s).")
+    if max_votes_per_rater < 0:
+        raise StudyError("max_votes_per_rater is 0 (no cap) or a positive number of votes.")
     models = list(models)
     if len(models) < 2 or len(set(models)) != len(models):
         raise StudyError("A preference study compares at least two different models.")
     title = public_title.lower()
     if any(m.lower() in title for m in models) or (len(name) >= 4 and name.lower() in title):
         raise StudyError("The public title must not name the models or the internal study name.")
-    source = ""
+    source = str(source or "")
     if not isinstance(queries, Mapping):
         source = str(queries)
         queries = load_run(queries, models)
@@ -332,10 +349,13 @@ def create_study(
             open_enrolment=open_enrolment,
             gold_share=gold_share,
             claim_timeout_s=claim_timeout_s,
+            max_votes_per_rater=int(max_votes_per_rater),
         )
         session.add(study)
         session.flush()
-        for position, spec in enumerate(built.items):
+        order = list(built.items)
+        _CSPRNG.shuffle(order)  # positions (and so where gold items fall) from the CSPRNG
+        for position, spec in enumerate(order):
             session.add(StudyItem(study_id=study.id, position=position, **vars(spec)))
         study_id = study.id
     n_gold = sum(spec.is_gold for spec in built.items)

@@ -41,6 +41,7 @@ class TaskOutput:
     split: str
     queries: dict[str, QueryOutput]
     candidates: dict[str, Payload] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)  # the task's metadata as the run saved it
 
 
 RunOutputs = dict[str, dict[str, TaskOutput]]  # model -> task -> output
@@ -98,6 +99,7 @@ def load_task_output(path: Path) -> TaskOutput:
         split=str(meta.get("split", "")),
         queries=queries,
         candidates={str(k): dict(v) for k, v in candidates.items()},
+        meta=dict(meta),
     )
 
 

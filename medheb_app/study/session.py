@@ -2,11 +2,13 @@
 item, vote, reveal the models, undo.
 
 `record_vote` is the only function that writes a vote (FastChat's single vote writer). Blinding
-lives here on the server: the left/right order is drawn per (item, rater) and stored on the
-assignment, and the `ItemView` handed to the UI carries only an opaque random token, the query
-and the two top-3 payload lists, never model names, gold ids, the task, the stratum or whether
-the item is a quality-control (gold) item. Model names come only from `reveal`, after a vote,
-and revealing makes that vote final: it can no longer be undone.
+lives here on the server: the left/right order is a CSPRNG draw (`secrets`) made when a rater
+claims an item and stored on the assignment, the item a rater gets next is drawn the same way
+among the free ones (so gold items fall at unpredictable positions), and the `ItemView`
+handed to the UI carries only an opaque random token, the query and the two top-3 lists,
+never model names, gold ids, the task, the stratum or whether the item is a quality-control
+(gold) item. Model names come only from `reveal`, after a vote, and revealing makes that vote
+final: it can no longer be undone.
 
 Claims: a rater holds at most one open claim per study; an unvoted claim idle for the study's
 `claim_timeout_s` (default 10 minutes) gives its slot back. When no free slot is left, a rater
@@ -25,7 +27,7 @@ cannot over-fill an item or vote twice.
 
 from __future__ import annotations
 
-import hashlib
+import random
 import secrets
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
@@ -46,11 +48,23 @@ from medheb_app.store.study_tables import (
 from medheb_app.study.errors import ItemGoneError, StudyError
 from medheb_app.study.identity import active_rater
 
-CHOICES = ("A", "B", "tie", "both_poor")
+CHOICES = ("A", "B", "tie", "both_poor", "cannot_judge")
+# why an item cannot be judged (Flamingo-CXR's per-case image-quality gate, and more)
+CANNOT_JUDGE_REASONS = {
+    "image_quality": "image quality too poor",
+    "wrong_anatomy": "wrong anatomy or view",
+    "identical": "both lists are identical",
+    "other": "other (say why in the comment)",
+}
+MAX_COMMENT_CHARS = 1000
 UNDO_WINDOW_SECONDS = 30.0
 DEFAULT_CLAIM_TIMEOUT_SECONDS = 10 * 60.0
 SHARE_AFTER_SECONDS = 60.0  # a rater who has voted keeps a claim to themselves this long
-GOLD_SIDES = ("reference (relevant studies first)", "random candidates")
+# a rater who never voted in the study loses an unvoted claim after this long when another
+# rater finds nothing free (throwaway sign-ins cannot hold items; issue 19 item 5)
+FIRST_VOTE_TIMEOUT_SECONDS = 120.0
+CLAIM_DRAW_POOL = 200  # a new claim is drawn uniformly among this many free items
+_CSPRNG = random.SystemRandom()  # os.urandom underneath: no seed, no state a rater can learn
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,7 @@ class ItemView:
     side_b: list[dict[str, Any]]
     done: int
     total: int
+    instruction: str = ""  # what "better" means for the task's kind (names no task)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,8 +112,16 @@ def next_item(
         study = _study(session, study_id)
         _lock(session, Rater, rater_id)  # two tabs of one rater cannot claim two items
         assignment = _open_assignment(session, study_id, rater_id)
+        if assignment is None and _capped(session, study, rater_id):
+            return None  # the study's votes-per-rater cap is reached
         if assignment is None:
-            assignment = _claim(session, study, rater_id) or _share(session, study, rater_id)
+            assignment = _claim(session, study, rater_id)
+        if assignment is None and _release_idle(
+            session, study_id, min(timeout, FIRST_VOTE_TIMEOUT_SECONDS), rater_id, True
+        ):  # throwaway sign-ins that never voted give their items back when someone needs one
+            assignment = _claim(session, study, rater_id)
+        if assignment is None:
+            assignment = _share(session, study, rater_id)
         if assignment is None:
             return None
         assignment.served_at = utcnow()
@@ -112,16 +135,45 @@ def next_item(
             side_b=[dict(entry["payload"]) for entry in right],
             done=done,
             total=total,
+            instruction=item.instruction or "",
         )
 
 
-def record_vote(store: Store, item_token: str, rater_id: int, choice: str) -> VoteReceipt:
+def record_vote(
+    store: Store,
+    item_token: str,
+    rater_id: int,
+    choice: str,
+    *,
+    reason: str | None = None,
+    comment: str = "",
+    significant: bool | None = None,
+) -> VoteReceipt:
     """Append the rater's vote on the item shown under `item_token`; locks it for them.
+
+    `choice` "cannot_judge" needs a `reason` (a key of CANNOT_JUDGE_REASONS; "other" also a
+    comment); such a vote completes the rater's item but is left out of the preference
+    analysis and counted. `comment` (free text) and `significant` (the difference between the
+    lists matters clinically) are optional on any vote.
 
     When another rater completed a shared item first, this vote is not recorded: the rater's
     claim is released and an ItemGoneError tells them to load the next item."""
     if choice not in CHOICES:
         raise StudyError(f"A vote must be one of {', '.join(CHOICES)}; got '{choice}'.")
+    comment = " ".join(str(comment or "").split())
+    if len(comment) > MAX_COMMENT_CHARS:
+        raise StudyError(f"A comment can be at most {MAX_COMMENT_CHARS} characters.")
+    if choice == "cannot_judge":
+        if reason not in CANNOT_JUDGE_REASONS:
+            raise StudyError(
+                "Say why this item cannot be judged: "
+                + ", ".join(CANNOT_JUDGE_REASONS.values())
+                + "."
+            )
+        if reason == "other" and not comment:
+            raise StudyError("Add a short comment saying why this item cannot be judged.")
+    else:
+        reason = None
     lost = False
     with store.session() as session:
         assignment = _rater_assignment(session, item_token, rater_id)
@@ -147,7 +199,15 @@ def record_vote(store: Store, item_token: str, rater_id: int, choice: str) -> Vo
             _release(session, assignment, "taken")
             lost = True
         else:
-            vote = _event("vote", assignment, rater_id, choice=choice)
+            vote = _event(
+                "vote",
+                assignment,
+                rater_id,
+                choice=choice,
+                reason=reason,
+                comment=comment,
+                significant=None if significant is None else bool(significant),
+            )
             session.add(vote)
             session.flush()
             locked = session.execute(
@@ -188,9 +248,10 @@ def reveal(store: Store, item_token: str, rater_id: int) -> dict[str, str]:
             raise StudyError("Vote on this item first; the systems are shown only after a vote.")
         session.add(_event("reveal", assignment, rater_id, retracts=assignment.vote_id))
         item = session.get(StudyItem, assignment.item_id)
-        if item.is_gold:  # a quality-control item: say so, it has no models to name
-            a_left = assignment.model_left == item.model_a
-            return {"A": GOLD_SIDES[0 if a_left else 1], "B": GOLD_SIDES[1 if a_left else 0]}
+        if item.is_gold:  # a quality check: named like any item, by its stored cover pair
+            cover = assignment.cover or {}
+            models = list(study.models)
+            return {"A": cover.get("A", models[0]), "B": cover.get("B", models[-1])}
         return {"A": assignment.model_left, "B": assignment.model_right}
 
 
@@ -238,25 +299,41 @@ def release_idle_claims(
     """Give back the slots of claims never voted on (not even a later-undone vote) that were
     last served more than `older_than_s` ago, except `keep_rater`'s own; returns how many were
     released. Nothing is deleted: the claim keeps its row, marked released."""
+    with store.session() as session:
+        return _release_idle(session, study_id, older_than_s, keep_rater)
+
+
+def _release_idle(
+    session: Session,
+    study_id: int,
+    older_than_s: float,
+    keep_rater: int | None,
+    never_voters_only: bool = False,
+) -> int:
+    """`release_idle_claims` inside a transaction; with `never_voters_only`, only the claims
+    of raters who never voted in the study (the first-vote timeout)."""
     cutoff = utcnow() - timedelta(seconds=older_than_s)
     ever_voted = select(Vote.assignment_id).where(Vote.study_id == study_id, Vote.kind == "vote")
     last_seen = func.coalesce(Assignment.served_at, Assignment.created_at)
-    with store.session() as session:
-        idle = session.scalars(
-            select(Assignment).where(
-                Assignment.study_id == study_id,
-                Assignment.vote_id.is_(None),
-                Assignment.released_at.is_(None),
-                last_seen < cutoff,
-                Assignment.id.not_in(ever_voted),
-                Assignment.rater_id != (keep_rater if keep_rater is not None else -1),
-            )
-        ).all()
-        return sum(_release(session, assignment, "idle") for assignment in idle)
+    query = select(Assignment).where(
+        Assignment.study_id == study_id,
+        Assignment.vote_id.is_(None),
+        Assignment.released_at.is_(None),
+        last_seen < cutoff,
+        Assignment.id.not_in(ever_voted),
+        Assignment.rater_id != (keep_rater if keep_rater is not None else -1),
+    )
+    if never_voters_only:
+        voters = select(Vote.rater_id).where(Vote.study_id == study_id, Vote.kind == "vote")
+        query = query.where(Assignment.rater_id.not_in(voters))
+    idle = session.scalars(query).all()
+    return sum(_release(session, assignment, "idle") for assignment in idle)
 
 
-def progress(store: Store, study_id: int, rater_id: int | None = None) -> dict[str, int]:
-    """Votes in force: the rater's (done / items) and the study's (votes / items x raters)."""
+def progress(store: Store, study_id: int, rater_id: int | None = None) -> dict[str, Any]:
+    """Votes in force in the study (study_done of study_total = items x raters per item) and,
+    for a rater, `_outlook`: done of total (theirs), held_by_others, expires_at,
+    study_complete and finished."""
     with store.session() as session:
         study = _study(session, study_id)
         n_items = _n_items(session, study_id)
@@ -270,9 +347,12 @@ def progress(store: Store, study_id: int, rater_id: int | None = None) -> dict[s
                 StudyItem.withdrawn_at.is_(None),
             )
         )
-        result = {"study_done": study_done, "study_total": n_items * study.raters_per_item}
+        result: dict[str, Any] = {
+            "study_done": study_done,
+            "study_total": n_items * study.raters_per_item,
+        }
         if rater_id is not None:
-            result["done"], result["total"] = _progress(session, study_id, rater_id)
+            result.update(_outlook(session, study, rater_id))
         return result
 
 
@@ -379,18 +459,97 @@ def _n_items(session: Session, study_id: int) -> int:
 
 
 def _progress(session: Session, study_id: int, rater_id: int) -> tuple[int, int]:
+    """(votes in force by the rater, the items that are theirs: those votes plus every item
+    they may still rate). An item another rater completed is not theirs, so a rater who
+    rated all they could stands at 100%, not at their share of the study."""
+    outlook = _outlook(session, _study(session, study_id), rater_id)
+    return outlook["done"], outlook["total"]
+
+
+def _capped(session: Session, study: PreferenceStudy, rater_id: int) -> bool:
+    """True when the rater has as many votes in force as the study's cap allows."""
+    cap = int(study.max_votes_per_rater or 0)
+    if cap <= 0:
+        return False
     done = session.scalar(
         select(func.count())
         .select_from(Assignment)
-        .join(StudyItem, StudyItem.id == Assignment.item_id)
         .where(
-            Assignment.study_id == study_id,
+            Assignment.study_id == study.id,
             Assignment.rater_id == rater_id,
             Assignment.vote_id.is_not(None),
-            StudyItem.withdrawn_at.is_(None),
         )
     )
-    return done, _n_items(session, study_id)
+    return done >= cap
+
+
+def _outlook(session: Session, study: PreferenceStudy, rater_id: int) -> dict[str, Any]:
+    """Where a rater stands: done, total (theirs), `held_by_others` (items they may still
+    rate that others hold now), `expires_at` (naive UTC: the latest moment the first of those
+    claims runs out unvoted), `study_complete` (every item has its raters' votes) and
+    `finished` (nothing is left that this rater may rate)."""
+    voted = aliased(Assignment)
+    in_force = (
+        select(func.count())
+        .select_from(voted)
+        .where(voted.item_id == StudyItem.id, voted.vote_id.is_not(None))
+        .correlate(StudyItem)
+        .scalar_subquery()
+    )
+    live = (StudyItem.study_id == study.id, StudyItem.withdrawn_at.is_(None))
+    mine = {
+        item_id: (vote_id, released_at)
+        for item_id, vote_id, released_at in session.execute(
+            select(Assignment.item_id, Assignment.vote_id, Assignment.released_at)
+            .join(StudyItem, StudyItem.id == Assignment.item_id)
+            .where(Assignment.rater_id == rater_id, *live)
+        ).all()
+    }
+    done = sum(vote_id is not None for vote_id, _ in mine.values())
+    incomplete = session.scalars(
+        select(StudyItem.id).where(*live, in_force < study.raters_per_item)
+    ).all()
+    own_open = [i for i in incomplete if i in mine and mine[i] == (None, None)]
+    others = [i for i in incomplete if i not in mine]
+    expires_at = None
+    if others:
+        voters = set(
+            session.scalars(
+                select(Vote.rater_id).where(Vote.study_id == study.id, Vote.kind == "vote")
+            ).all()
+        )
+        holds = session.execute(
+            select(
+                Assignment.rater_id,
+                func.coalesce(Assignment.served_at, Assignment.created_at),
+            ).where(
+                Assignment.item_id.in_(others),
+                Assignment.vote_id.is_(None),
+                Assignment.released_at.is_(None),
+            )
+        ).all()
+        timeout = float(study.claim_timeout_s or DEFAULT_CLAIM_TIMEOUT_SECONDS)
+        ends = [
+            seen
+            + timedelta(
+                seconds=timeout if holder in voters else min(timeout, FIRST_VOTE_TIMEOUT_SECONDS)
+            )
+            for holder, seen in holds
+        ]
+        expires_at = min(ends, default=None)
+    capped = not own_open and _capped(session, study, rater_id)
+    if capped:
+        others = []
+    remaining = len(own_open) + len(others)
+    return {
+        "capped": capped,
+        "done": done,
+        "total": done + remaining,
+        "held_by_others": len(others),
+        "expires_at": expires_at,
+        "study_complete": not incomplete,
+        "finished": remaining == 0,
+    }
 
 
 def _open_assignment(session: Session, study_id: int, rater_id: int) -> Assignment | None:
@@ -410,7 +569,9 @@ def _open_assignment(session: Session, study_id: int, rater_id: int) -> Assignme
 
 
 def _claim(session: Session, study: PreferenceStudy, rater_id: int) -> Assignment | None:
-    """Take a free slot on the first item (in the study's shuffled order) the rater has not had."""
+    """Take a free slot on an item the rater has not had, drawn by the server's CSPRNG among
+    the free items (so neither the order a rater meets items in nor where the gold items fall
+    can be predicted from ids, positions or other raters' orders)."""
     seen = select(Assignment.item_id).where(Assignment.rater_id == rater_id)
     candidates = session.scalars(
         select(StudyItem.id)
@@ -421,8 +582,9 @@ def _claim(session: Session, study: PreferenceStudy, rater_id: int) -> Assignmen
             StudyItem.id.not_in(seen),
         )
         .order_by(StudyItem.position)
-        .limit(50)
+        .limit(CLAIM_DRAW_POOL)
     ).all()
+    _CSPRNG.shuffle(candidates)
     for item_id in candidates:
         claimed = session.execute(
             update(StudyItem)
@@ -458,7 +620,10 @@ def _share(session: Session, study: PreferenceStudy, rater_id: int) -> Assignmen
             StudyItem.study_id == study.id,
             StudyItem.withdrawn_at.is_(None),
             StudyItem.id.not_in(seen),
-            StudyItem.n_assigned < 2 * study.raters_per_item,
+            or_(
+                StudyItem.n_assigned < 2 * study.raters_per_item,
+                Assignment.rater_id.not_in(voters),  # throwaways never fill an item up
+            ),
             Assignment.vote_id.is_(None),
             Assignment.released_at.is_(None),
             Assignment.rater_id != rater_id,
@@ -477,7 +642,16 @@ def _share(session: Session, study: PreferenceStudy, rater_id: int) -> Assignmen
 
 
 def _assign(session: Session, study: PreferenceStudy, item: StudyItem, rater_id: int) -> Assignment:
-    a_left = _a_on_left(study.seed, item.id, rater_id)
+    """A new claim; which list goes left is a CSPRNG draw stored with it (never derived from
+    the seed, the ids or anything else a rater can see), and a gold item gets a cover pair of
+    the study's models, drawn the same way, that its reveal names (so a reveal never says
+    which items were quality checks)."""
+    a_left = secrets.randbelow(2) == 0
+    cover = None
+    if item.is_gold:
+        models = list(study.models)
+        first, second = _CSPRNG.sample(models, 2)
+        cover = {"A": first, "B": second}
     assignment = Assignment(
         token=secrets.token_urlsafe(16),
         study_id=study.id,
@@ -485,16 +659,11 @@ def _assign(session: Session, study: PreferenceStudy, item: StudyItem, rater_id:
         rater_id=rater_id,
         model_left=item.model_a if a_left else item.model_b,
         model_right=item.model_b if a_left else item.model_a,
+        cover=cover,
     )
     session.add(assignment)
     session.flush()
     return assignment
-
-
-def _a_on_left(seed: int, item_id: int, rater_id: int) -> bool:
-    """The side draw for (item, rater): a fair coin, reproducible from the study seed."""
-    digest = hashlib.sha256(f"{seed}:{item_id}:{rater_id}".encode()).digest()
-    return digest[0] % 2 == 0
 
 
 def _sides(item: StudyItem, assignment: Assignment) -> tuple[list[dict], list[dict]]:

@@ -13,6 +13,7 @@ import gradio as gr
 import pandas as pd
 
 from medheb_app.access.auth import Authenticator
+from medheb_app.api import audit
 from medheb_app.services import Services, describe_for_run
 from medheb_app.ui import components as ui
 
@@ -61,15 +62,19 @@ def create_study(
         )
     except (ValueError, KeyError, FileNotFoundError) as error:
         return ui.notice_html("error", str(error))
+    audit.ui_admin(services, "study-create", f"study {created.id}")
     withheld = (
         f" {len(created.withheld)} queries could not be shown and were withheld."
         if created.withheld
         else ""
     )
+    from medheb_app.study.sizing import creation_note
+
     return ui.notice_html(
         "info",
         f"Created study {created.id} ({created.n_items} items).{withheld} Issue invitations "
-        "under Invitations; raters sign in on the /rate page.",
+        "under Invitations; raters sign in on the /rate page. "
+        + creation_note(created.n_items, int(raters_per_item)),
     )
 
 
@@ -99,6 +104,7 @@ def issue_invitations(
         made = create_invitations(services.store, int(study_id), int(n or 1), label or "")
     except StudyError as error:
         return ui.notice_html("error", str(error))
+    audit.ui_admin(services, "study-invite", f"study {int(study_id)}: {len(made)} invitations")
     rows = "".join(
         f"<tr><td>{i.id}</td><td><code>{html.escape(i.link)}</code></td>"
         f"<td><code>{html.escape(i.code)}</code></td><td>{html.escape(i.label)}</td></tr>"
@@ -144,6 +150,7 @@ def revoke(services: Services, is_admin: bool, invitation_id: Any) -> str:
         info = revoke_invitation(services.store, int(invitation_id))
     except StudyError as error:
         return ui.notice_html("error", str(error))
+    audit.ui_admin(services, "study-revoke-invitation", f"invitation {info.id}")
     return ui.notice_html("info", f"Invitation {info.id} revoked; its rater can no longer vote.")
 
 

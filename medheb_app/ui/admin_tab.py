@@ -23,6 +23,7 @@ from medheb_app.tasks.base import FAMILIES
 from medheb_app.train.recipes import RECIPES
 from medheb_app.ui import components as ui
 from medheb_app.ui.admin_study import NOT_ADMIN, build_study_admin, study_picker
+from medheb_app.ui.admin_tokens import build_token_admin
 
 log = logging.getLogger(__name__)
 LOG_LINES_SHOWN = 200
@@ -42,6 +43,8 @@ SIGNED_IN_NOTE = (
 
 def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, Any]):
     """Submit a job of `kind`; returns (job id or None, message). Refused unless admin."""
+    from medheb_app.api import audit
+
     if not is_admin:
         return None, ui.notice_html("error", NOT_ADMIN)
     if kind not in JOB_FACTORIES:
@@ -54,6 +57,7 @@ def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, A
     if missing:
         return None, ui.notice_html("error", f"Fill in: {', '.join(missing)}.")
     job_id = services.jobs.submit(kind, params, JOB_FACTORIES[kind](services.settings))
+    audit.ui_admin(services, "job-start", f"job {job_id} {kind}")
     return job_id, ui.notice_html("info", f"Started job {job_id} ({kind}).")
 
 
@@ -137,6 +141,9 @@ def cancel_job(services: Services, is_admin: bool, job_id: float | None) -> str:
     except ValueError as error:
         return ui.notice_html("error", str(error))
     if cancelled:
+        from medheb_app.api import audit
+
+        audit.ui_admin(services, "job-cancel", f"job {int(job_id)}")
         return ui.notice_html("info", f"Asked job {int(job_id)} to stop.")
     return ui.notice_html("warning", f"Job {int(job_id)} has already finished.")
 
@@ -228,6 +235,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
             )
             index_start = gr.Button("Start index build", elem_id="admin-start-index")
         study = build_study_admin(services, auth)
+        build_token_admin(services, auth)  # API tokens (ui/admin_tokens.py)
         gr.Markdown("### Jobs")
         jobs = gr.Dataframe(label="History", interactive=False, elem_id="admin-jobs")
         with gr.Row():

@@ -1,25 +1,22 @@
-"""Which benchmark runs are blinded: the source run of every open study.
+"""Which benchmark runs are blinded: every run that holds the ranked lists an open study shows.
 
-While a study is open, a non-admin must not see the per-query ranked lists of the run it was
-drawn from (side A's top-3 could be matched to a model before the vote). The explorer asks
-here inside its handlers, so a call by `fn_index` from any session is refused too.
+While a study is open, a non-admin must not see the per-query ranked lists of a run its items
+came from (side A's top-3 could be matched to a model before the vote). The run is recognised
+by its content (task, query ids and top-3 rankings; medheb_app.study.blinding), not by a stored
+path, so a study stored without a source and a copy of its run in another folder are blinded
+too. The explorer asks here inside its handlers, so a call by `fn_index` from any session is
+refused too.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from medheb_app.run_service import open_study_sources
-from medheb_app.run_service import resolved_dir as _key
 from medheb_app.services import Services
 
 
-def blinded_sources(services: Services) -> set[str]:
-    """The resolved run directories of all studies that are not closed (a service query:
-    the UI never reads the store itself)."""
-    return open_study_sources(services)
-
-
 def run_is_blinded(services: Services, out_dir: str | Path | None) -> bool:
-    """True when `out_dir` is the source of an open study."""
-    return out_dir is not None and _key(out_dir) in blinded_sources(services)
+    """True when the run folder `out_dir` holds a ranked list an open study's item shows."""
+    from medheb_app.study.blinding import run_is_blinded as content_blinded
+
+    return content_blinded(services.store, out_dir)

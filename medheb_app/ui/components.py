@@ -130,10 +130,10 @@ def constraints_html(
     error: str = "",
     uncertain: Sequence[str] = (),
 ) -> str:
-    """How a free-text query was read: wanted and excluded findings, findings named but left
-    open (hedged, questioned, ambiguous, contradictory), words not understood, misspellings read
-    as a finding ("Read") and "did you mean" candidates for the rest; or, when the query could
-    not be read at all (e.g. over the length limit), why.
+    """How a free-text query was read, one chip per finding: wanted and excluded findings,
+    findings named but left uncertain (hedged, questioned, ambiguous, contradictory); then words
+    not understood, misspellings read as a finding ("Read") and "did you mean" candidates for
+    the rest; or, when the query could not be read at all (e.g. over the length limit), why.
     """
     if error:
         return f'<div class="medheb-parsed"><div><b>Not read:</b> {html.escape(error)}</div></div>'
@@ -141,12 +141,23 @@ def constraints_html(
     def _list(items: Sequence[str]) -> str:
         return ", ".join(html.escape(item) for item in items) if items else "none"
 
+    def _chips(items: Sequence[str], css: str) -> str:
+        return (
+            " ".join(
+                f'<span class="medheb-chip {css}">{html.escape(item)}</span>' for item in items
+            )
+            if items
+            else "none"
+        )
+
     rows = [
-        f"<div><b>Must show:</b> {_list(positive)}</div>",
-        f"<div><b>Must not show:</b> {_list(negative)}</div>",
+        f"<div><b>Must show:</b> {_chips(positive, 'present')}</div>",
+        f"<div><b>Must not show:</b> {_chips(negative, 'absent')}</div>",
     ]
     if uncertain:
-        rows.append(f"<div><b>Neither (hedged or unclear):</b> {_list(uncertain)}</div>")
+        rows.append(
+            f"<div><b>Uncertain (hedged or unclear):</b> {_chips(uncertain, 'uncertain')}</div>"
+        )
     rows.append(f"<div><b>Not understood:</b> {_list(unknown)}</div>")
     if corrections:
         read = ", ".join(

@@ -47,7 +47,7 @@ CSS = """
 .ev-figure img{display:block;width:100%;max-height:260px;object-fit:contain;cursor:zoom-in;
  background:#000;border-radius:4px}
 .ev-mark{display:inline-block;margin-top:3px;font-size:11px;font-weight:700;letter-spacing:.05em;
- color:#fff;background:#7a1020;border-radius:3px;padding:0 5px}
+ color:#fff !important;background:#7a1020 !important;border-radius:3px;padding:0 5px}
 .ev-caption{font-size:12px;color:#4b5563}
 .ev-text{font-size:13px;line-height:1.35;max-height:11em;overflow:auto;white-space:pre-wrap}
 .ev-labels span{display:inline-block;margin:2px;padding:0 6px;border-radius:10px;

@@ -35,12 +35,13 @@ def redeem(services: Services, code: str, display_name: str = "") -> RaterClaim:
         raise SignInError(str(error)) from error
 
 
-def enrol(services: Services, study_id: int, label: str) -> RaterClaim:
-    """Open enrolment: always a fresh rater for this sign-in; `label` is a display name."""
+def enrol(services: Services, study_id: int, label: str, address: str | None = None) -> RaterClaim:
+    """Open enrolment: always a fresh rater for this sign-in; `label` is a display name and
+    `address` the client's (sign-ins per address per hour are capped)."""
     from medheb_app.study import StudyError, sign_in_open
 
     try:
-        return _claim(sign_in_open(services.store, int(study_id), label or ""))
+        return _claim(sign_in_open(services.store, int(study_id), label or "", address))
     except StudyError as error:
         raise SignInError(str(error)) from error
 
@@ -59,3 +60,13 @@ def resolve(services: Services, claim: RaterClaim | None) -> int | None:
     ):
         return None
     return int(session.rater_id)
+
+
+def signed_out_reason(services: Services, claim: RaterClaim | None) -> str | None:
+    """For a cookie that no longer signs its rater in: whether the invitation was revoked or
+    the study closed (a message for the rater), else None."""
+    from medheb_app.study.identity import signed_out_reason as reason
+
+    if claim is None:
+        return None
+    return reason(services.store, claim.secret)

@@ -5,7 +5,8 @@ or explorer by `fn_index`. Who the rater is comes from the signed HTTP-only cook
 sign-in routes (medheb_app.ui.server), checked against the store in every handler; the page
 keeps only an opaque item token. It links nowhere but the sign-in and sign-out routes.
 
-Keys: 1 = A better, 2 = B better, 3 = tie, 4 = both poor, U = undo, Enter = next. After a
+Keys: 1 = A better, 2 = B better, 3 = tie, 4 = both poor, 5 = cannot judge (with a reason),
+S = clinically significant, C = comment, U = undo, Enter = next. After a
 vote the identities (when the study reveals them) are shown over each side and the next item
 follows on its own.
 """
@@ -15,13 +16,17 @@ from __future__ import annotations
 import html
 import json
 import logging
+import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import gradio as gr
 
 from medheb_app.access.auth import Authenticator
 from medheb_app.services import Services
+from medheb_app.study.instructions import INSTRUCTIONS as KIND_INSTRUCTIONS
+from medheb_app.study.session import CANNOT_JUDGE_REASONS
 from medheb_app.ui import components as ui
 from medheb_app.ui import evidence_view, rater_access
 
@@ -31,55 +36,78 @@ CHOICE_LABELS = {
     "B": "B is better  [2]",
     "tie": "Tie  [3]",
     "both_poor": "Both poor  [4]",
+    "cannot_judge": "Cannot judge  [5]",
 }
 KEYS = {
     "1": "vote-A",
     "2": "vote-B",
     "3": "vote-tie",
     "4": "vote-both_poor",
+    "5": "vote-cannot_judge",
+    "s": "rater-significant",
+    "S": "rater-significant",
+    "c": "rater-comment",
+    "C": "rater-comment",
     "u": "vote-undo",
     "U": "vote-undo",
     "Enter": "vote-next",
 }
+NEXT_WITHOUT_VOTE = (
+    "This item has no vote yet: choose A better, B better, tie or both poor (keys 1-4) first; "
+    "Next moves on after a vote."
+)
 REVEAL_PAUSE_MS = 1500  # the reveal stays over each side this long
+SIGNED_OUT_HERE = (
+    "You signed out. To rate again, open the link from your invitation, or "
+    '<a href="/auth/rater">sign in with its code</a>.'
+)
 NOT_SIGNED_IN = (
     "You are not signed in. Open the link from your invitation, or "
     '<a href="/auth/rater">sign in with its code</a>.'
 )
-# What "better" means, per task family (MedHEB's families), in one line above each item.
+# What "better" means, per task family, for items made before each item stored its own line
+# (study.instructions, from the task's kind); MB-VR tasks are pairings (the same patient's
+# other scan), never "the same finding".
 INSTRUCTIONS = {
-    "I-I": "Better = more of its images show the same finding as the query image.",
-    "MB-VR": "Better = more of its scans show the same finding as the query scan.",
-    "I-Lab": "Better = its labels match what the query image shows.",
-    "I-Rep": "Better = its reports describe the query image correctly.",
-    "T-I": "Better = more of its images show what the query text describes.",
-    "T-T": "Better = its passages match the query text.",
-    "VQA": "Better = it answers the question about the query image correctly.",
-    "VG": "Better = its outlined regions match the region the query describes.",
+    family: KIND_INSTRUCTIONS[kind]
+    for family, kind in {
+        "I-I": "finding",
+        "MB-VR": "pairing-scan",
+        "I-Lab": "label",
+        "I-Rep": "report",
+        "T-I": "finding-text",
+        "T-T": "text",
+        "VQA": "answer",
+        "VG": "region",
+    }.items()
 }
 DEFAULT_INSTRUCTION = "Better = its top-3 list is more useful for the query."
 
 RATER_CSS = """
 #rater-sides{flex-wrap:nowrap !important;gap:8px}
 #rater-sides > div{min-width:0 !important}
-#rater-votes{position:sticky;bottom:0;z-index:20;background:var(--background-fill-primary);
- padding:6px 0;border-top:1px solid #d1d5db;flex-wrap:wrap;gap:6px}
-#rater-votes button{min-width:0;flex:1 1 22%}
+#rater-votes{position:fixed !important;left:0;right:0;bottom:0;z-index:20;margin:0 !important;
+ background:var(--background-fill-primary);padding:6px 12px;border-top:1px solid #d1d5db;
+ box-shadow:0 -2px 6px rgba(0,0,0,.12);flex-wrap:wrap;gap:6px}
+#rater-votes button{min-width:0;flex:1 1 14%}
+.gradio-container{padding-bottom:96px !important}
+.ev-mark{color:#ffffff !important;background:#7a1020 !important}
 .rater-side-head{font-weight:700;font-size:15px;margin:0 0 4px}
 .rater-reveal{background:#0f5132;color:#fff !important;font-weight:700;padding:6px 8px;
  border-radius:6px;margin-bottom:6px}
 .rater-instruction{font-size:14px;background:#fff7e0;color:#3b2f00;padding:4px 8px;
  border-radius:4px}
-.rater-query .ev-figure img{max-height:220px;width:auto;max-width:100%}
+.rater-query .ev-figure img{width:min(100%, 420px);height:auto;max-height:420px}
+.rater-query .ev-list .ev-item{flex:0 1 420px}
 @media (max-width: 700px){
  #rater-sides .ev-list{flex-direction:column}
  .ev-figure img{max-height:150px}
- .rater-query .ev-figure img{max-height:140px}
+ .rater-query .ev-figure img{max-height:200px}
  .ev-text{max-height:7em;font-size:12px}
  #rater-votes{position:fixed;left:0;right:0;bottom:0;padding:6px 8px;margin:0 !important;
   box-shadow:0 -2px 6px rgba(0,0,0,.15)}
  #rater-votes button{flex:1 1 45%;font-size:13px;padding:6px 2px;min-height:36px}
- .gradio-container{padding-bottom:130px !important}
+ .gradio-container{padding-bottom:150px !important}
 }
 """
 
@@ -94,9 +122,13 @@ document.addEventListener('keydown', (event) => {{
   const id = MEDHEB_KEYS[event.key];
   if (!id) return;
   const root = document.getElementById(id);
-  const button = root && (root.tagName === 'BUTTON' ? root : root.querySelector('button'));
+  const target = root && (root.tagName === 'BUTTON' ? root
+    : root.querySelector('button, input[type=checkbox], textarea, input'));
   event.preventDefault();
-  if (button && !button.disabled) button.click();
+  if (!target || target.disabled) return;
+  const kind = target.tagName.toLowerCase();
+  if (kind === 'textarea' || (kind === 'input' && target.type !== 'checkbox')) target.focus();
+  else target.click();
 }});
 {evidence_view.SCRIPT}
 """
@@ -120,6 +152,7 @@ class Screen:
     side_b: str = ""
     message: str = ""
     can_vote: bool = False
+    can_next: bool = True  # False at the end: nothing is left that this rater may rate
 
 
 def _form(payload: dict[str, Any]) -> str:
@@ -149,8 +182,9 @@ def family_of(query: dict[str, Any], candidates: list[dict[str, Any]]) -> str:
     return "T-I" if forms & {"image"} else "T-T"
 
 
-def instruction_for(family: str) -> str:
-    line = INSTRUCTIONS.get(family, DEFAULT_INSTRUCTION)
+def instruction_for(family: str, line: str = "") -> str:
+    """The instruction line: the item's own (from its task's kind), else the family's."""
+    line = line or INSTRUCTIONS.get(family, DEFAULT_INSTRUCTION)
     return f'<div class="rater-instruction" id="rater-instruction-line">{html.escape(line)}</div>'
 
 
@@ -184,6 +218,16 @@ def current_rater(services: Services, auth: Authenticator, request: Any):
     return rater_id, claim.study_id
 
 
+def signed_out_html(services: Services, auth: Authenticator, request: Any) -> str:
+    """Why this request has no rater: revoked, study closed, or simply not signed in."""
+    reason = rater_access.signed_out_reason(services, auth.rater(request))
+    if reason:
+        return ui.notice_html("warning", reason)
+    if auth.rater_state(request) == "signed out":  # the server ended this cookie's session
+        return ui.notice_html("info", SIGNED_OUT_HERE)
+    return _signed_out()
+
+
 def render_view(view: Any) -> tuple[str, str, str]:
     """(query, side A, side B) HTML of an item; Unrenderable when any part cannot be shown."""
     query = evidence_view.render_payload(view.query, alt="query")
@@ -199,7 +243,7 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
 
     who = current_rater(services, auth, request)
     if who is None:
-        return Screen(message=_signed_out())
+        return Screen(message=signed_out_html(services, auth, request))
     rater_id, study_id = who
     title = _title(services, study_id)
     try:
@@ -211,14 +255,11 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
 
         counts = progress(services.store, study_id, rater_id)
         done, total = int(counts.get("done", 0)), int(counts.get("total", 0))
-        text = (
-            "All items are rated. Thank you!"
-            if done >= total
-            else "No item is free for you right now (other raters hold them); try Next in a "
-            "few minutes."
-        )
+        text, finished = end_message(counts)
         return Screen(
-            header=_header(title, done, total), message=note + ui.notice_html("info", text)
+            header=_header(title, done, total),
+            message=note + ui.notice_html("info", text),
+            can_next=not finished,
         )
     try:
         query, side_a, side_b = render_view(view)
@@ -232,7 +273,9 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
     return Screen(
         token=view.token,
         header=_header(title, view.done, view.total),
-        instruction=instruction_for(family_of(view.query, [*view.side_a, *view.side_b])),
+        instruction=instruction_for(
+            family_of(view.query, [*view.side_a, *view.side_b]), getattr(view, "instruction", "")
+        ),
         query=query,
         side_a=_side("A", side_a),
         side_b=_side("B", side_b),
@@ -242,24 +285,72 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
     )
 
 
+def end_message(counts: dict[str, Any]) -> tuple[str, bool]:
+    """(what to tell a rater who got no item, whether their part is over: no Next then)."""
+    done = int(counts.get("done", 0))
+    rated = f"You rated {done} item{'s' if done != 1 else ''}."
+    if counts.get("study_complete"):
+        return f"Study complete, thank you. {rated}", True
+    if counts.get("capped"):
+        return f"You reached this study's limit of votes per rater, thank you. {rated}", True
+    if counts.get("finished"):
+        return (
+            f"You have rated every item open to you, thank you. {rated} Other raters are "
+            "finishing the rest of the study.",
+            True,
+        )
+    held = int(counts.get("held_by_others", 0))
+    expires = counts.get("expires_at")
+    when = ""
+    if expires is not None:
+        left = expires - datetime.now(UTC).replace(tzinfo=None)  # the store's naive UTC
+        minutes = max(1, math.ceil(left.total_seconds() / 60))
+        when = (
+            f" If they do not vote, the first of their claims expires by "
+            f"{expires:%H:%M} UTC (in about {minutes} min); press Next then."
+        )
+    items = f"{held} item{'s' if held != 1 else ''}"
+    return (
+        f"{rated} The {items} left for you {'are' if held != 1 else 'is'} being rated by "
+        f"other raters right now.{when or ' Press Next in a few minutes.'}",
+        False,
+    )
+
+
 def _signed_out() -> str:
     return f'<div class="medheb-notice medheb-info" role="status">{NOT_SIGNED_IN}</div>'
 
 
 def cast_vote(
-    services: Services, auth: Authenticator, request: Any, token: str, choice: str
+    services: Services,
+    auth: Authenticator,
+    request: Any,
+    token: str,
+    choice: str,
+    reason: str | None = None,
+    comment: str = "",
+    significant: bool | None = None,
 ) -> tuple[bool, str, str, str]:
-    """Record a vote; returns (recorded, message, reveal over A, reveal over B)."""
+    """Record a vote (with the optional cannot-judge reason, comment and clinical-significance
+    flag); returns (recorded, message, reveal over A, reveal over B)."""
     from medheb_app.study import ItemGoneError, StudyError
     from medheb_app.study.session import record_vote, reveal
 
     who = current_rater(services, auth, request)
     if who is None:
-        return False, _signed_out(), "", ""
+        return False, signed_out_html(services, auth, request), "", ""
     if not token:
         return False, ui.notice_html("error", "There is no item to vote on."), "", ""
     try:
-        receipt = record_vote(services.store, token, who[0], choice)
+        receipt = record_vote(
+            services.store,
+            token,
+            who[0],
+            choice,
+            reason=reason or None,
+            comment=comment or "",
+            significant=True if significant else None,
+        )
     except ItemGoneError as error:  # e.g. the claim expired: move on to the next item
         return True, ui.notice_html("warning", str(error)), "", ""
     except StudyError as error:
@@ -287,7 +378,7 @@ def undo_vote(services: Services, auth: Authenticator, request: Any) -> tuple[bo
 
     who = current_rater(services, auth, request)
     if who is None:
-        return False, _signed_out()
+        return False, signed_out_html(services, auth, request)
     rater_id, study_id = who
     try:
         undo_last_vote(services.store, study_id, rater_id)
@@ -318,15 +409,34 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
             }
             undo = gr.Button("Undo  [U]", size="sm", elem_id="vote-undo")
             nxt = gr.Button("Next  [Enter]", variant="primary", size="sm", elem_id="vote-next")
+        with gr.Row(elem_id="rater-options"):
+            reason = gr.Radio(
+                choices=[(label, key) for key, label in CANNOT_JUDGE_REASONS.items()],
+                label="Cannot judge [5]? Say why first",
+                elem_id="rater-reason",
+            )
+            comment = gr.Textbox(
+                label="Comment (optional) [C]",
+                max_length=1000,
+                lines=1,
+                elem_id="rater-comment",
+            )
+            significant = gr.Checkbox(
+                label="The difference matters clinically [S]", elem_id="rater-significant"
+            )
         gr.Markdown(
             "Two anonymous systems answered the same query. Judge which top-3 list is better "
             "for it. Click an image to see it at full resolution. Keys: 1 = A better, "
-            "2 = B better, 3 = tie, 4 = both poor, U = undo, Enter = next."
+            "2 = B better, 3 = tie, 4 = both poor, 5 = cannot judge (pick a reason first), "
+            "S = clinically significant, C = comment, U = undo, Enter = next; Tab reaches "
+            "every control."
         )
         token = gr.State("")
         advance = gr.State(False)
         vote_buttons = list(buttons.values())
-        screen_outputs = [token, header, instruction, query, side_a, side_b, message, *vote_buttons]
+        screen_outputs = [
+            token, header, instruction, query, side_a, side_b, message, *vote_buttons, nxt
+        ]  # fmt: skip
 
         def _screen(screen: Screen) -> tuple:
             enabled = gr.update(interactive=screen.can_vote)
@@ -339,17 +449,36 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
                 screen.side_b,
                 screen.message,
                 *[enabled] * len(vote_buttons),
+                gr.update(visible=screen.can_next),
             )
 
         def show(request: gr.Request):
             return _screen(next_screen(services, auth, request))
 
+        def press_next(current: str, request: gr.Request):
+            """Next: the next item, or, when the shown item has no vote yet, that item again
+            with a line saying so (it used to reload silently)."""
+            screen = next_screen(services, auth, request)
+            if current and screen.token == current:
+                screen.message = ui.notice_html("warning", NEXT_WITHOUT_VOTE) + screen.message
+            return _screen(screen)
+
         def make_vote(choice: str):
-            def vote(current: str, shown_a: str, shown_b: str, request: gr.Request):
-                ok, note, reveal_a, reveal_b = cast_vote(services, auth, request, current, choice)
+            def vote(
+                current: str,
+                shown_a: str,
+                shown_b: str,
+                why: str | None = None,
+                remark: str = "",
+                matters: bool = False,
+                request: gr.Request = None,
+            ):
+                ok, note, reveal_a, reveal_b = cast_vote(
+                    services, auth, request, current, choice, why, remark, matters
+                )
                 locked = gr.update(interactive=not ok)
                 if not ok:
-                    return False, note, gr.update(), gr.update(), *[gr.update()] * 4
+                    return False, note, gr.update(), gr.update(), *[gr.update()] * len(vote_buttons)
                 return (
                     True,
                     note,
@@ -362,20 +491,21 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
 
         def after_vote(go: bool, request: gr.Request):
             if not go:
-                return (False, *[gr.update()] * len(screen_outputs))
-            return (False, *_screen(next_screen(services, auth, request)))
+                return (False, *[gr.update()] * (len(screen_outputs) + 3))
+            cleared = (None, "", False)  # reason, comment, flag start empty on the next item
+            return (False, *_screen(next_screen(services, auth, request)), *cleared)
 
         def do_undo(request: gr.Request):
             undone, note = undo_vote(services, auth, request)
             if not undone:
-                return (*[gr.update()] * 6, note, *[gr.update()] * len(vote_buttons))
+                return (*[gr.update()] * 6, note, *[gr.update()] * (len(vote_buttons) + 1))
             return _screen(next_screen(services, auth, request, note))
 
         blocks.load(show, None, screen_outputs, api_name=False)
         for choice, button in buttons.items():
             button.click(
                 make_vote(choice),
-                [token, side_a, side_b],
+                [token, side_a, side_b, reason, comment, significant],
                 [advance, message, side_a, side_b, *vote_buttons],
                 api_name=False,
             ).then(
@@ -384,8 +514,13 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
                 None,
                 js=f"() => new Promise((done) => setTimeout(done, {REVEAL_PAUSE_MS}))",
                 api_name=False,
-            ).then(after_vote, [advance], [advance, *screen_outputs], api_name=False)
-        nxt.click(show, None, screen_outputs, api_name=False)
+            ).then(
+                after_vote,
+                [advance],
+                [advance, *screen_outputs, reason, comment, significant],
+                api_name=False,
+            )
+        nxt.click(press_next, [token], screen_outputs, api_name=False)
         undo.click(do_undo, None, screen_outputs, api_name=False)
     return blocks
 

@@ -33,6 +33,7 @@ from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.query.parser import MAX_QUERY_CHARS, QueryTooLong
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
+from medheb_app.ui.query_reading import reading_html
 
 log = logging.getLogger(__name__)
 MAX_K = 50
@@ -458,6 +459,7 @@ def run_search(
 
     Only offered (model, index) pairs are searched; errors become messages. With `compare`,
     the similarity ranking of the same query is shown beside the default one."""
+    from medheb_app.api import audit
     from medheb_app.search import SearchError, default_model, search
 
     query = (query or "").strip()
@@ -502,6 +504,7 @@ def run_search(
 
     try:
         payload = _one(ranking)
+        audit.ui_search(services, client, payload)  # real (non-synthetic) indices only
         other = _one("similarity") if compare and payload["ranking"] != "similarity" else None
     except (EvidenceError, SearchError) as error:
         return error_outcome(str(error))
@@ -525,6 +528,7 @@ def run_search(
         else "",
         notice=ui.notices_html(warnings=[user_message(w) for w in payload.get("warnings") or []]),
     )
+    outcome.parsed_html += reading_html(query, payload) if query else ""  # issue 20 item 5
     if payload.get("ranking") == "logic":
         outcome.notice += ui.notice_html("info", LOGIC_NOTE)
     outcome.hits, outcome.gallery = _ranked(services, payload)
@@ -634,8 +638,10 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
             notice = gr.HTML(elem_id="search-notice")
         with gr.Column(scale=2):
             with gr.Row():
-                model = gr.Dropdown(label="Model", choices=[], allow_custom_value=False)
-                index = gr.Dropdown(label="Index", choices=[], allow_custom_value=False)
+                # choices arrive on load; a custom value lets an API call pass the names the
+                # page shows (the handler refuses any pair not offered, in words)
+                model = gr.Dropdown(label="Model", choices=[], allow_custom_value=True)
+                index = gr.Dropdown(label="Index", choices=[], allow_custom_value=True)
             ranking = gr.Radio(
                 RANKING_CHOICES,
                 value="auto",

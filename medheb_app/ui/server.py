@@ -193,7 +193,9 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             if form.get("code"):
                 claim = rater_access.redeem(services, form["code"], form.get("label", ""))
             elif form.get("study"):
-                claim = rater_access.enrol(services, int(form["study"]), form.get("label", ""))
+                claim = rater_access.enrol(
+                    services, int(form["study"]), form.get("label", ""), client_key(request, hops)
+                )
             else:
                 return _rater_refused(request, "Type your invitation code.", 400)
         except (rater_access.SignInError, ValueError) as error:
@@ -288,8 +290,10 @@ def bounded_queue(blocks: gr.Blocks, services: Services) -> gr.Blocks:
 
 def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     """The FastAPI app: auth routes, the raters' Blocks at /rate, the workbench at /."""
+    from medheb_app.api.app import mount_api
     from medheb_app.ui import components as ui
     from medheb_app.ui import evidence_view
+    from medheb_app.ui.analysis_tab import add_export_routes
     from medheb_app.ui.rater_app import RATER_HEAD, build_rater_app
     from medheb_app.ui.shell import build_app
 
@@ -310,6 +314,8 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     app.state.guards = guards
     add_auth_routes(app, services, guards)
     intake = add_upload_routes(app, services)
+    mount_api(app, services)  # /api/v1, before the page at "/" that catches every path
+    add_export_routes(app, services, guards.auth)  # study CSVs: admin cookie checked per request
     common = {
         "footer_links": [],
         "show_error": False,

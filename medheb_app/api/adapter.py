@@ -1,0 +1,94 @@
+"""The one place the API meets the search service and the index catalog.
+
+medheb_app/search.py and index/catalog.py are being restructured; routes call only these
+functions, so a change there is absorbed here. Nothing is reimplemented: every call goes to
+the same function the CLI (`search`, `index list/info`) and the search tab call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from medheb_app.evidence.study import EvidenceError, Study
+from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, list_indices, load_index
+from medheb_app.search import (
+    SearchError,
+    check_offered,
+    default_model,
+    offered,
+    search,
+)
+from medheb_app.settings import Settings
+
+__all__ = [
+    "EvidenceError",
+    "IndexNotFoundError",
+    "SearchError",
+    "builds",
+    "check_offered",
+    "default_model",
+    "find_build",
+    "offered",
+    "read_upload",
+    "run_search",
+]
+
+
+def run_search(
+    settings: Settings,
+    *,
+    text: str | None = None,
+    study: Study | None = None,
+    model: str | None,
+    index: str | None,
+    k: int,
+    ranking: str,
+    setting: str,
+    public: bool,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    rerank: int | None = None,
+) -> dict[str, Any]:
+    """The CLI's `search --json` document for a text query or a read study."""
+    return search(
+        query_text=text,
+        study=study,
+        model_spec=model,
+        index=index,
+        k=k,
+        settings=settings,
+        setting=setting,
+        ranking=ranking,
+        public=public,
+        nprobe=nprobe,
+        ef_search=ef_search,
+        rerank=rerank,
+    ).to_json()
+
+
+def builds(settings: Settings, name: str | None = None) -> list[dict[str, Any]]:
+    """Every complete index build (`index list`), or those of index `name`."""
+    return [entry for entry in list_indices(settings) if name is None or entry["name"] == name]
+
+
+def find_build(settings: Settings, name: str, fingerprint: str | None = None) -> LoadedIndex:
+    """A built index loaded by model fingerprint (no model is loaded): the given build, else
+    the first. IndexNotFoundError when there is none."""
+    found = builds(settings, name)
+    if fingerprint is not None:
+        found = [entry for entry in found if entry["fingerprint"] == fingerprint]
+    if not found:
+        raise IndexNotFoundError(f"Index {name!r} does not exist.")
+    return load_index(name, str(found[0]["fingerprint"]), settings)
+
+
+def read_upload(path: Path, settings: Settings) -> Study:
+    """An uploaded file read in memory by the project's readers, within their size limit."""
+    from dataclasses import replace
+
+    from medheb_app.evidence.readers import study_from_file
+
+    study = study_from_file(path, max_bytes=settings.max_upload_bytes)
+    study.load_pixels()
+    return replace(study, path=None)

@@ -1,0 +1,94 @@
+"""`python -m medheb_app token create|list|revoke`: API tokens for programs (medheb_app/api).
+
+A token's secret is printed once, at creation; the store keeps only its digest."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from medheb_app.cli import UserError, add_json_flag
+from medheb_app.settings import Settings
+from medheb_app.store.api_tables import TOKEN_SCOPES
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("token", help="bearer tokens for the HTTP API (/api/v1)")
+    actions = parser.add_subparsers(dest="token_command", required=True)
+    create = actions.add_parser("create", help="issue a token (its secret is shown only now)")
+    create.add_argument(
+        "--scope",
+        choices=TOKEN_SCOPES,
+        required=True,
+        help="search: search any built index; read: also records, images, runs; "
+        "admin: also jobs, reader studies and the audit log",
+    )
+    create.add_argument("--days", type=float, default=90.0, help="lifetime in days (default 90)")
+    create.add_argument("--never-expires", action="store_true", help="no expiry")
+    create.add_argument("--name", default="", help="what the token is for (e.g. 'PACS worklist')")
+    add_json_flag(create)
+    create.set_defaults(handler=run_create)
+    listing = actions.add_parser("list", help="every token (never a secret)")
+    add_json_flag(listing)
+    listing.set_defaults(handler=run_list)
+    revoke = actions.add_parser("revoke", help="revoke a token at once")
+    revoke.add_argument("id", type=int, help="the token's id (from `token list`)")
+    add_json_flag(revoke)
+    revoke.set_defaults(handler=run_revoke)
+
+
+def _store(settings: Settings):
+    from medheb_app.store.db import Store
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return Store.open(settings.database_url)
+
+
+def _audit(settings: Settings, action: str, what: str) -> None:
+    from medheb_app.api.audit import record
+
+    record(_store(settings), who="cli", channel="cli", action=action, query=what)
+
+
+def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.api.tokens import TokenError, create_token
+
+    days = None if args.never_expires else args.days
+    try:
+        secret, info = create_token(_store(settings), args.scope, days, args.name, "cli")
+    except TokenError as error:
+        raise UserError(str(error)) from None
+    _audit(settings, "token-create", f"token {info.id} {info.scope}")
+    expiry = f"expires {info.expires_at} UTC" if info.expires_at else "never expires"
+    human = (
+        f"Token {info.id} ({info.scope}, {expiry}):\n{secret}\n"
+        "This is the only time it is shown; send it as 'Authorization: Bearer <token>'."
+    )
+    return human, {**info.to_dict(), "token": secret}
+
+
+def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[dict[str, Any]]]:
+    from medheb_app.api.tokens import list_tokens
+
+    tokens = [info.to_dict() for info in list_tokens(_store(settings))]
+    if not tokens:
+        return "No token has been issued.", tokens
+    lines = [f"{'id':>4}  {'scope':<7} {'state':<8} {'prefix':<11} {'expires':<20} name"]
+    for t in tokens:
+        state = "revoked" if t["revoked_at"] else "active" if t["active"] else "expired"
+        lines.append(
+            f"{t['id']:>4}  {t['scope']:<7} {state:<8} {t['prefix']:<11} "
+            f"{t['expires_at'] or 'never':<20} {t['name']}"
+        )
+    return "\n".join(lines), tokens
+
+
+def run_revoke(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.api.tokens import TokenError, revoke_token
+
+    try:
+        info = revoke_token(_store(settings), args.id)
+    except TokenError as error:
+        raise UserError(str(error)) from None
+    _audit(settings, "token-revoke", f"token {info.id}")
+    return f"Revoked token {info.id} ({info.scope}).", info.to_dict()

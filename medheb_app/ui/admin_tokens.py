@@ -1,0 +1,107 @@
+"""The admin tab's "API tokens" panel: issue a token (shown once), list and revoke tokens.
+
+The same functions as `python -m medheb_app token ...` (medheb_app/api/tokens.py); every
+handler checks the admin cookie itself, since any Gradio handler is callable by fn_index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from medheb_app.access.auth import Authenticator
+from medheb_app.services import Services
+from medheb_app.ui import components as ui
+
+NOT_ADMIN = "Sign in as admin to manage API tokens."
+TOKEN_COLUMNS = ("id", "name", "scope", "active", "prefix", "expires_at", "revoked_at")
+
+
+def token_table(services: Services) -> pd.DataFrame:
+    from medheb_app.api.tokens import list_tokens
+
+    rows = [info.to_dict() for info in list_tokens(services.store)]
+    return pd.DataFrame(
+        [{key: row[key] for key in TOKEN_COLUMNS} for row in rows], columns=list(TOKEN_COLUMNS)
+    )
+
+
+def issue_token(
+    services: Services, is_admin: bool, scope: str | None, days: float | None, name: str | None
+) -> tuple[str, str]:
+    """(the secret or '', a notice). The secret is shown once and never stored in clear."""
+    from medheb_app.api import audit
+    from medheb_app.api.tokens import TokenError, create_token
+
+    if not is_admin:
+        return "", ui.notice_html("error", NOT_ADMIN)
+    try:
+        lifetime = float(days) if days not in (None, 0) else None
+        secret, info = create_token(services.store, str(scope or ""), lifetime, name or "", "admin")
+    except (TokenError, TypeError, ValueError) as error:
+        return "", ui.notice_html("error", str(error))
+    audit.record(
+        services.store,
+        who="admin",
+        channel="ui",
+        action="token-create",
+        query=f"token {info.id} {info.scope}",
+    )
+    expiry = f"expires {info.expires_at} UTC" if info.expires_at else "never expires"
+    return secret, ui.notice_html(
+        "info", f"Token {info.id} ({info.scope}, {expiry}). Copy it now: it is not shown again."
+    )
+
+
+def revoke(services: Services, is_admin: bool, token_id: float | None) -> str:
+    from medheb_app.api import audit
+    from medheb_app.api.tokens import TokenError, revoke_token
+
+    if not is_admin:
+        return ui.notice_html("error", NOT_ADMIN)
+    try:
+        info = revoke_token(services.store, int(token_id or 0))
+    except TokenError as error:
+        return ui.notice_html("error", str(error))
+    audit.record(
+        services.store, who="admin", channel="ui", action="token-revoke", query=f"token {info.id}"
+    )
+    return ui.notice_html("info", f"Revoked token {info.id}.")
+
+
+def build_token_admin(services: Services, auth: Authenticator) -> dict[str, Any]:
+    """The tab's components; call inside the admin panel (visible to admins only)."""
+    with gr.Tab("API tokens"):
+        gr.Markdown(
+            "Tokens let programs call the JSON API at `/api/v1` (docs at `/api/v1/docs`): "
+            "`search` searches any built index, `read` also reads records, images and runs, "
+            "`admin` also runs jobs, reader studies and the audit log. No token rates."
+        )
+        with gr.Row():
+            scope = gr.Dropdown(label="Scope", choices=["search", "read", "admin"], value="read")
+            days = gr.Number(label="Days until it expires (0: never)", value=90, minimum=0)
+            name = gr.Textbox(label="What it is for", max_length=200)
+        issue = gr.Button("Issue token", elem_id="admin-issue-token")
+        secret = gr.Textbox(
+            label="New token (shown once)", interactive=False, elem_id="admin-token-secret"
+        )
+        note = gr.HTML()
+        table = gr.Dataframe(label="Tokens", interactive=False, elem_id="admin-tokens")
+        with gr.Row():
+            token_id = gr.Number(label="Token id", precision=0)
+            revoke_button = gr.Button("Revoke token", variant="stop")
+
+    def _issue(s, d, n, request: gr.Request):
+        admin = auth.is_admin(request)
+        shown, message = issue_token(services, admin, s, d, n)
+        return shown, message, token_table(services) if admin else gr.update()
+
+    def _revoke(chosen, request: gr.Request):
+        admin = auth.is_admin(request)
+        return revoke(services, admin, chosen), token_table(services) if admin else gr.update()
+
+    issue.click(_issue, [scope, days, name], [secret, note, table], api_name=False)
+    revoke_button.click(_revoke, [token_id], [note, table], api_name=False)
+    return {"table": table}

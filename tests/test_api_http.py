@@ -1,0 +1,584 @@
+"""The /api/v1 API driven over HTTP against the served app (tests/api_site.py): every route,
+every scope refused and granted, revoked and expired tokens, problem+json bodies, the
+per-client and per-token limits, a blinded run's queries refused, uploads leaving nothing on
+disk, and the audit log of real-index reads."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image
+
+from tests.api_site import running_site
+
+QUERY = "pleural effusion and no cardiomegaly"
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("api")
+    env = {"TRUST_PROXY_HEADERS": "1"}
+    with running_site(root, env, api_token_rate=40, max_upload_bytes=2 * 2**20) as running:
+        yield running
+
+
+def assert_problem(response, status: int, kind: str, site=None) -> dict:
+    """A problem+json body of `kind`: a sentence, no class name, no trace, no server path."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body = response.json()
+    assert body["type"].endswith(f"/problems/{kind}") and body["status"] == status
+    assert body["title"] and body["detail"].endswith((".", "?"))
+    for leak in ("Traceback", "Error:", "Exception", 'File "', "/tmp/", "site-packages"):
+        assert leak not in response.text, response.text
+    if site is not None:
+        assert str(site.settings.data_dir) not in response.text
+    return body
+
+
+def _png_bytes(site) -> bytes:
+    return sorted(site.settings.demo_dir.rglob("*.png"))[0].read_bytes()
+
+
+# ---------------------------------------------------------------- documents
+
+
+def test_openapi_document_validates_and_lists_every_route(site):
+    from openapi_spec_validator import validate
+
+    with site.client() as client:
+        document = client.get("/openapi.json").json()
+        docs = client.get("/docs")
+    validate(document)
+    assert {
+        "/search",
+        "/search/image",
+        "/indices",
+        "/indices/{name}",
+        "/models",
+        "/studies/{index}/{study_id}",
+        "/studies/{index}/{study_id}/image",
+        "/runs",
+        "/runs/{run_id}",
+        "/runs/{run_id}/tasks/{task}/queries",
+        "/jobs",
+        "/jobs/{job_id}",
+        "/reader-studies",
+        "/reader-studies/{study_id}/invitations",
+        "/reader-studies/{study_id}/analysis",
+        "/audit",
+    } <= set(document["paths"])
+    assert document["servers"][0]["url"] == "/api/v1"
+    error = document["paths"]["/search"]["post"]["responses"]["422"]["content"]
+    assert list(error) == [PROBLEM]
+    assert docs.status_code == 200 and "SwaggerUIBundle" in docs.text
+    assets = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
+    assert assets and all(url.startswith("/api/v1/docs-static/") for url in assets), assets
+    with site.client() as client:  # the page's files are served here, not from a CDN
+        for url in assets:
+            assert client.get(url.removeprefix("/api/v1")).status_code == 200, url
+
+
+# ---------------------------------------------------------------- search
+
+
+def test_text_search_answers_the_cli_document_with_links(site):
+    from medheb_app.search import search
+
+    with site.client() as client:
+        reply = client.post("/search", json={"text": QUERY, "k": 5})
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        cli = search(query_text=QUERY, index="demo-cxr", k=5, settings=site.settings).to_json()
+        assert [h["id"] for h in body["results"]] == [h["id"] for h in cli["results"]]
+        assert [h["score"] for h in body["results"]] == pytest.approx(
+            [h["score"] for h in cli["results"]]
+        )
+        assert body["constraints"] == cli["constraints"]
+        assert body["constraints"]["positive"] == ["Pleural Effusion"]
+        assert body["constraints"]["negative"] == ["Cardiomegaly"]
+        first = body["results"][0]
+        assert first["score_kind"] == (
+            "log-probability" if body["ranking"] == "logic" else "cosine"
+        )
+        assert first["satisfies"] is True and first["findings"]["Pleural Effusion"] == 1
+        assert first["text"] and first["is_training_study"] == (first["split"] == "train")
+        assert "path" not in first and str(site.settings.data_dir) not in reply.text
+        image = client.get(first["links"]["image"].removeprefix("/api/v1"), params={"max_size": 64})
+        assert image.status_code == 200 and image.headers["content-type"] == "image/png"
+        assert max(Image.open(io.BytesIO(image.content)).size) <= 64
+        record = client.get(first["links"]["record"].removeprefix("/api/v1")).json()
+        assert record["id"] == first["id"] and record["report"] == first["text"]
+
+
+def test_search_parameters_are_honoured_and_checked(site):
+    with site.client() as client:
+        similarity = client.post(
+            "/search", json={"text": QUERY, "k": 3, "ranking": "similarity", "setting": "strict"}
+        ).json()
+        assert similarity["ranking"] == "similarity" and len(similarity["results"]) == 3
+        assert all(hit["score_kind"] == "cosine" for hit in similarity["results"])
+        assert_problem(client.post("/search", json={"text": QUERY, "k": 0}), 422, "invalid-request")
+        assert_problem(client.post("/search", json={"text": ""}), 422, "invalid-request")
+        typo = client.post("/search", json={"text": QUERY, "rankng": "logic"})
+        assert "rankng" in assert_problem(typo, 422, "invalid-request")["detail"]
+        body = assert_problem(
+            client.post("/search", json={"text": QUERY, "model": "random"}), 422, "search-refused"
+        )
+        assert "not offered" in body["detail"]
+        path_spec = client.post(
+            "/search", json={"text": QUERY, "model": "open_clip:ViT-B-32@/etc/passwd"}
+        )
+        assert_problem(path_spec, 422, "search-refused", site)
+        unknown = client.post("/search", json={"text": QUERY, "index": "no-such-index"})
+        assert_problem(unknown, 422, "search-refused", site)
+        assert_problem(client.post("/search", content=b"{not json"), 422, "invalid-request")
+        assert_problem(client.get("/search"), 405, "method-not-allowed")
+        assert_problem(client.get("/no-such-route"), 404, "not-found")
+
+
+def _dicom_with_phi() -> bytes:
+    import pydicom
+    from pydicom.data import get_testdata_file
+
+    dataset = pydicom.dcmread(get_testdata_file("CT_small.dcm", download=False))
+    dataset.PatientName = "DOE^JANE^PHI"
+    dataset.PatientID = "MRN-99887766"
+    out = io.BytesIO()
+    dataset.save_as(out)
+    return out.getvalue()
+
+
+def _tree(root: Path) -> list[tuple[str, int]]:
+    """Every file under root but the database (its journal grows with any token use)."""
+    return sorted(
+        (str(p.relative_to(root)), p.stat().st_size)
+        for p in root.rglob("*")
+        if p.is_file() and ".sqlite" not in p.name
+    )
+
+
+def test_image_search_by_upload_leaves_nothing_on_disk(site):
+    before = _tree(site.settings.data_dir)
+    with site.client("search") as client:
+        png = client.post(
+            "/search/image",
+            files={"file": ("scan.png", _png_bytes(site), "image/png")},
+            data={"k": "3"},
+        )
+        assert png.status_code == 200, png.text
+        body = png.json()
+        assert body["query_kind"] == "file" and len(body["results"]) == 3
+        dicom = client.post(
+            "/search/image",
+            files={"file": ("DOE_JANE.dcm", _dicom_with_phi(), "application/dicom")},
+            data={"k": "2", "ranking": "similarity"},
+        )
+        assert dicom.status_code == 200, dicom.text
+        for secret in ("DOE", "JANE", "MRN-99887766"):
+            assert secret not in dicom.text
+    assert list(site.tmp.iterdir()) == []  # the private temporary folder is empty again
+    assert _tree(site.settings.data_dir) == before
+
+
+def test_uploads_refused_in_words_and_leave_nothing(site):
+    with site.client() as client:
+        big = b"\x89PNG\r\n\x1a\n" + b"\0" * (3 * 2**20)
+        too_large = client.post("/search/image", files={"file": ("big.png", big, "image/png")})
+        assert_problem(too_large, 413, "too-large")
+        text = client.post(
+            "/search/image", files={"file": ("notes.dcm", b"Findings: none.\n" * 40, "text/plain")}
+        )
+        assert (
+            "not a PNG, JPEG, DICOM or NIfTI"
+            in assert_problem(text, 422, "search-refused")["detail"]
+        )
+        assert_problem(client.post("/search/image", json={"k": 1}), 415, "unsupported-media")
+        missing = client.post("/search/image", files={"other": ("a.png", b"x", "image/png")})
+        assert_problem(missing, 422, "invalid-request")
+        bad_k = client.post(
+            "/search/image",
+            files={"file": ("a.png", _png_bytes(site), "image/png")},
+            data={"k": "lots"},
+        )
+        assert_problem(bad_k, 422, "invalid-request")
+    assert list(site.tmp.iterdir()) == []
+
+
+# ---------------------------------------------------------------- catalog and records
+
+
+def test_indices_models_and_records_show_no_server_path(site):
+    with site.client() as client:
+        indices = client.get("/indices").json()
+        assert {entry["name"] for entry in indices} == {"demo-cxr", "ward-cxr"}
+        ward = client.get("/indices/ward-cxr").json()
+        assert ward["source"] == "folder" and ward["synthetic"] is False
+        assert ward["builds"][0]["offered"] == ["random"] and ward["builds"][0]["count"] == 6
+        demo = client.get("/indices/demo-cxr").json()
+        assert demo["synthetic"] is True and demo["failed_items"] == {
+            demo["builds"][0]["fingerprint"]: 0
+        }
+        models = client.get("/models").json()
+        assert {m["spec"]: m["indices"] for m in models} == {
+            "oracle": ["demo-cxr"],
+            "random": ["ward-cxr"],
+        }
+        for reply in (json.dumps(indices), json.dumps(ward), json.dumps(models)):
+            assert str(site.tmp.parent) not in reply and "/ward" not in reply
+        assert_problem(client.get("/indices/nope"), 404, "not-found")
+        assert_problem(client.get("/studies/demo-cxr/no-such-id"), 404, "not-found")
+        assert_problem(client.get("/studies/nope/x/image"), 404, "not-found")
+        record = client.get("/studies/demo-cxr/phantom-cxr-000000").json()
+        assert record["synthetic"] is True and "patient_id" not in record and "path" not in record
+        assert record["report"].startswith("PA chest radiograph")
+        assert_problem(
+            client.get("/studies/demo-cxr/phantom-cxr-000000/image", params={"max_size": 1}),
+            422,
+            "invalid-request",
+        )
+
+
+# ---------------------------------------------------------------- scopes and tokens
+
+ROUTES = [  # method, path, body, who may: anonymous / search / read / admin
+    ("post", "/search", {"text": QUERY, "k": 2}, (200, 200, 200, 200)),
+    ("get", "/indices", None, (200, 200, 200, 200)),
+    ("get", "/models", None, (200, 200, 200, 200)),
+    ("get", "/studies/demo-cxr/phantom-cxr-000001", None, (200, 403, 200, 200)),
+    ("get", "/runs", None, (200, 403, 200, 200)),
+    ("get", "/jobs/999", None, (401, 403, 403, 404)),
+    ("delete", "/jobs/999", None, (401, 403, 403, 404)),
+    ("get", "/audit", None, (401, 403, 403, 200)),
+    ("get", "/reader-studies/999/analysis", None, (401, 403, 403, 404)),
+    ("post", "/reader-studies/999/invitations", {"n": 1}, (401, 403, 403, 404)),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "expected"), ROUTES)
+def test_each_scope_is_refused_or_granted(site, method, path, body, expected):
+    for who, status in zip((None, "search", "read", "admin"), expected, strict=True):
+        with site.client(who) as client:
+            reply = client.request(method, path, json=body)
+        assert reply.status_code == status, (who, reply.text)
+        if status == 401:
+            assert_problem(reply, 401, "unauthenticated")
+            assert reply.headers["www-authenticate"].startswith("Bearer")
+        if status == 403:
+            assert f"'{who}'" in assert_problem(reply, 403, "forbidden")["detail"]
+
+
+def test_revoked_expired_unknown_and_malformed_tokens_get_401(site):
+    for token, word in (
+        ("revoked", "revoked"),
+        ("expired", "expired"),
+        ("mhb_" + "x" * 40, "not known"),
+        ("not-a-token", "not known"),
+    ):
+        with site.client(token) as client:
+            body = assert_problem(client.get("/indices"), 401, "unauthenticated")
+        assert word in body["detail"]
+    with site.client() as client:
+        basic = client.get("/indices", headers={"authorization": "Basic YWRtaW46eA=="})
+    assert "Bearer" in assert_problem(basic, 401, "unauthenticated")["detail"]
+
+
+def test_token_cli_issues_a_token_the_api_accepts_and_revokes_it(site, monkeypatch, capsys):
+    from medheb_app import cli
+
+    monkeypatch.setenv("DATA_DIR", str(site.settings.data_dir))
+    assert cli.main(["token", "create", "--scope", "admin", "--days", "1", "--json"]) == 0
+    issued = json.loads(capsys.readouterr().out)
+    with site.client(issued["token"]) as client:
+        assert client.get("/audit").status_code == 200
+        assert cli.main(["token", "list", "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        assert issued["token"] not in json.dumps(listed)
+        assert {t["id"]: t["active"] for t in listed}[issued["id"]] is True
+        assert cli.main(["token", "revoke", str(issued["id"])]) == 0
+        capsys.readouterr()
+        assert_problem(client.get("/audit"), 401, "unauthenticated")
+    assert cli.main(["token", "create", "--scope", "admin", "--days", "-1"]) == 2
+    from medheb_app.api.audit import events
+
+    logged = [(e.who, e.channel, e.action) for e in events(site.services.store)]
+    assert ("cli", "cli", "token-create") in logged and ("cli", "cli", "token-revoke") in logged
+
+
+# ---------------------------------------------------------------- limits
+
+
+def test_anonymous_clients_get_the_page_limit_and_tokens_their_own(site):
+    with site.client() as client:
+        statuses = [
+            client.post("/search", json={"text": QUERY, "k": 1}).status_code for _ in range(31)
+        ]
+        assert statuses[:30] == [200] * 30
+        refused = client.post("/search", json={"text": QUERY, "k": 1})
+        body = assert_problem(refused, 429, "rate-limited")
+        assert "try again in" in body["detail"] and int(refused.headers["retry-after"]) >= 1
+    with site.client() as other:  # another client address is not held back
+        assert other.post("/search", json={"text": QUERY, "k": 1}).status_code == 200
+    from medheb_app.api.tokens import create_token
+
+    secret, _ = create_token(site.services.store, "search", 1, "limit test")
+    with site.client(secret) as client:
+        statuses = [client.get("/indices").status_code for _ in range(40)]
+        assert statuses == [200] * 40  # past the anonymous 30, up to the token's 40 a minute
+        assert_problem(client.get("/indices"), 429, "rate-limited")
+
+
+# ---------------------------------------------------------------- runs
+
+
+def test_runs_and_a_run_summary(site):
+    with site.client() as client:
+        listed = client.get("/runs").json()
+        assert set(site.runs.values()) <= {row["id"] for row in listed}
+        detail = client.get(f"/runs/{site.runs['open']}").json()
+        assert set(detail["models"]) == {"random", "oracle"} and detail["blinded"] is False
+        assert detail["models"]["oracle"]["splits"]["all"]["hit@1"] == 100.0
+        board = {row["model"]: row for row in detail["leaderboard"]}
+        assert board["oracle"]["hit@1"] == 100.0 and board["oracle"]["hit@1_ci_low"] == 100.0
+        assert board["random"]["hit@1_ci_low"] <= board["random"]["hit@1"] <= 100.0
+        assert client.get(f"/runs/{site.runs['blinded']}").json()["blinded"] is True
+        assert_problem(client.get("/runs/99999"), 404, "not-found")
+
+
+def test_per_query_rankings_page_through_failures(site):
+    run = site.runs["open"]
+    with site.client() as client:
+        page = client.get(f"/runs/{run}/tasks/tt-open/queries", params={"limit": 3}).json()
+        assert page["total"] == 8 and len(page["queries"]) == 3
+        first = page["queries"][0]
+        assert first["hit_at_1"]["oracle"] is True
+        assert first["ranked"]["oracle"][0]["gold"] is True
+        failures = client.get(
+            f"/runs/{run}/tasks/tt-open/queries", params={"failures_only": True, "limit": 100}
+        ).json()
+        assert all(not all(q["hit_at_1"].values()) for q in failures["queries"])
+        assert failures["total"] == len(failures["queries"]) == 8  # random misses each one
+        oracle_only = client.get(
+            f"/runs/{run}/tasks/tt-open/queries",
+            params={"failures_only": True, "models": ["oracle"]},
+        ).json()
+        assert oracle_only["models"] == ["oracle"] and oracle_only["total"] == 0
+        assert_problem(client.get(f"/runs/{run}/tasks/nope/queries"), 404, "not-found")
+
+
+def test_a_blinded_runs_queries_are_refused_but_not_to_the_admin(site):
+    path = f"/runs/{site.runs['blinded']}/tasks/tt-blinded/queries"
+    for who in (None, "read"):
+        with site.client(who) as client:
+            body = assert_problem(client.get(path), 403, "blinded")
+        assert "reader study" in body["detail"]
+        for name in ("random", "oracle", "t0", "t1"):
+            assert f'"{name}"' not in json.dumps(body)
+    with site.client("admin") as client:
+        assert client.get(path).json()["total"] == 8
+
+
+# ---------------------------------------------------------------- admin: jobs and studies
+
+
+def test_admin_starts_polls_and_cancels_a_job(site):
+    with site.client("admin") as client:
+        started = client.post(
+            "/jobs",
+            json={
+                "kind": "index-build",
+                "name": "api-built",
+                "source": "phantom:12",
+                "model": "oracle",
+            },
+        )
+        assert started.status_code == 202, started.text
+        job_id = started.json()["id"]
+        deadline = time.monotonic() + 120
+        state = started.json()
+        while state["status"] in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(0.5)
+            state = client.get(f"/jobs/{job_id}").json()
+        assert state["status"] == "done", state
+        assert state["result"]["count"] == 12 and any(
+            "built api-built" in line for line in state["log_tail"]
+        )
+        assert client.delete(f"/jobs/{job_id}").json()["status"] == "done"  # finished: kept
+        assert "api-built" in {entry["name"] for entry in client.get("/indices").json()}
+        bad = client.post("/jobs", json={"kind": "index-build", "name": "x"})
+        assert_problem(bad, 422, "invalid-request")
+        assert_problem(client.post("/jobs", json={"kind": "rm -rf"}), 422, "invalid-request")
+
+
+def test_admin_creates_a_study_invites_raters_and_reads_its_analysis(site):
+    with site.client("admin") as client:
+        created = client.post(
+            "/reader-studies",
+            json={
+                "run": site.runs["spare"],
+                "models": ["random", "oracle"],
+                "n": 3,
+                "name": "api-made",
+                "public_title": "Chest retrieval",
+            },
+        )
+        assert created.status_code == 201, created.text
+        study = created.json()
+        assert study["n_items"] == 3 and study["public_title"] == "Chest retrieval"
+        invited = client.post(f"/reader-studies/{study['id']}/invitations", json={"n": 2})
+        codes = invited.json()["invitations"]
+        assert len(codes) == 2 and all(i["link"].startswith("/rate?invite=") for i in codes)
+        analysis = client.get(f"/reader-studies/{study['id']}/analysis").json()
+        assert analysis["study"] == study["id"] and analysis["n_votes"] == 0
+    with site.client("read") as client:  # now blinded for everyone but the admin
+        blinded = client.get(f"/runs/{site.runs['spare']}/tasks/tt-spare/queries")
+        assert_problem(blinded, 403, "blinded")
+    from medheb_app.study.identity import sign_in_with_invitation
+
+    with site.client("admin") as client:  # no token is a rater: the API has no vote route
+        paths = client.get("/openapi.json").json()["paths"]
+    assert not [path for path in paths if "vote" in path or "rate" in path.split("/")[-1]]
+    assert sign_in_with_invitation(site.services.store, codes[0]["code"]).study_id == study["id"]
+
+
+# ---------------------------------------------------------------- audit
+
+
+def test_audit_logs_real_index_reads_and_admin_actions_only(site, monkeypatch, capsys):
+    from medheb_app import cli
+
+    with site.client("admin") as admin:
+        start = admin.get("/audit").json()
+        mark = start[-1]["id"] if start else 0
+    with site.client("read") as client:
+        client.post("/search", json={"text": "w9 target lungs", "index": "ward-cxr", "k": 4})
+        client.post("/search", json={"text": QUERY, "k": 4})  # synthetic: not logged
+        client.get(
+            "/studies/ward-cxr/"
+            + client.post("/search", json={"text": "second", "index": "ward-cxr", "k": 1}).json()[
+                "results"
+            ][0]["id"]
+        )
+        client.get("/studies/demo-cxr/phantom-cxr-000001")  # synthetic: not logged
+    with site.client() as anonymous:
+        anonymous.post("/search", json={"text": "anonymous ward", "index": "ward-cxr", "k": 2})
+    with site.client("admin") as admin:
+        events = [e for e in admin.get("/audit").json() if e["id"] > mark]
+    token = f"token:{site.token_ids['read']}"
+    searches = [
+        (e["who"], e["index"], e["query"], e["count"]) for e in events if e["action"] == "search"
+    ]
+    assert searches == [
+        (token, "ward-cxr", "w9 target lungs", 4),
+        (token, "ward-cxr", "second", 1),
+        (searches[2][0], "ward-cxr", "anonymous ward", 2),
+    ]
+    assert searches[2][0].startswith("anonymous:10.")
+    records = [e for e in events if e["action"] == "record"]
+    assert len(records) == 1 and records[0]["who"] == token and records[0]["index"] == "ward-cxr"
+    assert all(e["index"] != "demo-cxr" for e in events)
+    assert events[0]["action"] == "audit-read"  # reading the log is itself logged
+    monkeypatch.setenv("DATA_DIR", str(site.settings.data_dir))
+    assert cli.main(["audit", "export", "--since", "2000-01-01", "--json"]) == 0
+    exported = json.loads(capsys.readouterr().out)["events"]
+    assert {e["query"] for e in exported} >= {"w9 target lungs", "second", "anonymous ward"}
+    assert cli.main(["audit", "export", "--since", "2999-01-01"]) == 0
+    assert capsys.readouterr().out.strip() == "id,at,who,channel,action,route,index,query,count"
+
+
+def _nifti(depth: int = 12) -> bytes:
+    import gzip
+
+    import nibabel
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    volume = rng.normal(40, 300, size=(48, 48, depth)).astype(np.float32)
+    image = nibabel.Nifti1Image(volume, np.eye(4))
+    return gzip.compress(image.to_bytes())
+
+
+def test_a_volume_searches_whole_or_by_slice(site):
+    with site.client("search") as client:
+        whole = client.post(
+            "/search/image",
+            files={"file": ("ct.nii.gz", _nifti(), "application/gzip")},
+            data={"k": "3"},
+        )
+        assert whole.status_code == 200, whole.text
+        assert any(w.startswith("The upload is a CT") for w in whole.json()["warnings"])
+        one = client.post(
+            "/search/image",
+            files={"file": ("ct.nii.gz", _nifti(), "application/gzip")},
+            data={"k": "3", "volume": "slice", "slice": "5"},
+        )
+        assert one.status_code == 200 and len(one.json()["results"]) == 3
+        assert one.json()["query_kind"] == "file"
+        past = client.post(
+            "/search/image",
+            files={"file": ("ct.nii.gz", _nifti(), "application/gzip")},
+            data={"volume": "slice", "slice": "99"},
+        )
+        assert (
+            "slice must be between 0 and" in assert_problem(past, 422, "search-refused")["detail"]
+        )
+    assert list(site.tmp.iterdir()) == []
+
+
+def test_a_search_while_the_demo_is_prepared_answers_503(tmp_path):
+    import threading
+
+    from fastapi import FastAPI
+
+    from medheb_app.api.app import mount_api
+    from medheb_app.services import create_services
+    from medheb_app.settings import Settings
+    from tests.web_client import serve
+
+    release = threading.Event()
+    settings = Settings(data_dir=tmp_path / "data")
+    services = create_services(settings, ensure_demo=lambda s, progress: release.wait(30))
+    try:
+        with serve(mount_api(FastAPI(), services)) as base:
+            reply = httpx.post(f"{base}/api/v1/search", json={"text": QUERY}, timeout=30)
+        body = assert_problem(reply, 503, "not-ready")
+        assert "being prepared" in body["detail"] and reply.headers["retry-after"] == "30"
+    finally:
+        release.set()
+        services.jobs.shutdown(wait=False)
+
+
+def test_a_zipped_dicom_series_is_searched_and_its_phi_not_echoed(site):
+    import zipfile
+
+    import pydicom
+    from pydicom.data import get_testdata_file
+    from pydicom.uid import generate_uid
+
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for number in range(4):
+            dataset = pydicom.dcmread(get_testdata_file("CT_small.dcm", download=False))
+            dataset.PatientName = "ROE^RICHARD"
+            dataset.InstanceNumber = number + 1
+            dataset.SOPInstanceUID = generate_uid()
+            dataset.ImagePositionPatient = [0.0, 0.0, float(number)]
+            out = io.BytesIO()
+            dataset.save_as(out)
+            zipped.writestr(f"series/ROE_{number}.dcm", out.getvalue())
+    with site.client("search") as client:
+        reply = client.post(
+            "/search/image",
+            files={"file": ("ROE_RICHARD.zip", archive.getvalue(), "application/zip")},
+            data={"k": "2", "volume": "slice", "slice": "1"},
+        )
+    assert reply.status_code == 200, reply.text
+    assert "ROE" not in reply.text and len(reply.json()["results"]) == 2
+    assert list(site.tmp.iterdir()) == []
