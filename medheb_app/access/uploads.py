@@ -50,13 +50,10 @@ def kept_suffix(filename: str | None) -> str:
 
 
 def private_folder() -> Path:
-    """`<Gradio's upload folder>/medheb-uploads`, owner-only."""
+    """`<Gradio's upload folder>/medheb-uploads` (made owner-only at the first upload)."""
     from gradio.utils import get_upload_folder
 
-    folder = Path(get_upload_folder()) / FOLDER_NAME
-    folder.mkdir(parents=True, exist_ok=True)
-    folder.chmod(0o700)
-    return folder
+    return Path(get_upload_folder()) / FOLDER_NAME
 
 
 class UploadTooLarge(Exception):
@@ -168,6 +165,8 @@ class UploadIntake:
                 "The server is busy with other uploads; try again in a minute.", status_code=503
             )
         async with self._streaming:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.folder.chmod(0o700)
             holder = self.folder / secrets.token_hex(16)
             holder.mkdir(mode=0o700)
             try:
