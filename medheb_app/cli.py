@@ -27,16 +27,20 @@ class UserError(Exception):
     """An error caused by the user's input; printed as one line, exit code 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (`command` given and known) only that command's subcommands: the
+    train recipes import torch for their config flags, 5-10 s that `bench list` should not pay."""
+    modules = sorted(m.name for m in pkgutil.iter_modules(commands.__path__))
+    if command is not None and command.replace("-", "_") in modules:
+        modules = [command.replace("-", "_")]
     parser = argparse.ArgumentParser(
         prog="python -m medheb_app",
         description="Clinical evidence retrieval workbench (MedHEB, CXR-Retrieve).",
     )
     parser.add_argument("--version", action="version", version=medheb_app.__version__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{commands.__name__}.{module_info.name}")
-        module.register(subparsers)
+    for name in modules:
+        importlib.import_module(f"{commands.__name__}.{name}").register(subparsers)
     return parser
 
 
@@ -46,7 +50,8 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:

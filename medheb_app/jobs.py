@@ -4,7 +4,13 @@ loses nothing.
 
 A job function is `fn(params, progress, log, stop) -> dict`: `progress(fraction, message="")`
 reports how far it is, `log(line)` appends a persisted line, and `stop` is a threading.Event
-the function should check between steps (return early or raise JobCancelled when it is set).
+the function should check between batches (return early, or raise JobCancelled or
+InterruptedError when it is set; the exception's text says what was kept).
+
+Cancel is acknowledged at once: `cancel` writes "stop requested: stopping after this batch"
+to the log and the job's message, and every progress message after that keeps the
+"stopping" prefix, so the panel never shows a running job that ignores its cancel. A job
+reports its first stage ("started") as soon as a worker picks it up.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ Log = Callable[[str], None]
 JobFunction = Callable[[dict[str, Any], Progress, Log, threading.Event], Mapping[str, Any] | None]
 
 PROGRESS_WRITE_INTERVAL_S = 0.25
+STOP_ACK = "stop requested: stopping after this batch"
 
 
 class JobCancelled(Exception):
@@ -143,9 +150,21 @@ class JobRunner:
             stop = self._stops.get(job_id)
         if stop is None:
             return False  # queued or running under another process: only it can stop it
+        if info.status == "running":  # heard before the job can react, so the log reads in order
+            self._acknowledge(job_id)
         stop.set()
         self._finish(job_id, "cancelled", from_statuses=("queued",), message="cancelled")
         return True
+
+    def _acknowledge(self, job_id: int) -> None:
+        """Say in the log and the job's message that the stop was heard."""
+        with self.store.session() as session:
+            session.add(JobLogLine(job_id=job_id, line=STOP_ACK))
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.status == "running")
+                .values(message=STOP_ACK, updated_at=utcnow())
+            )
 
     def status(self, job_id: int) -> JobInfo:
         with self.store.session() as session:
@@ -196,15 +215,20 @@ class JobRunner:
         try:
             if not self._start(job_id):
                 return  # cancelled while queued
-            progress, log, flush = self._reporters(job_id)
+            progress, log, flush = self._reporters(job_id, stop)
+            started = time.monotonic()
+            progress(0.0, "started")
             try:
                 result = fn(dict(params), progress, log, stop)
-            except JobCancelled:
-                flush()
-                self._finish(job_id, "cancelled", message="cancelled")
-                return
             except Exception as error:
                 flush()
+                if isinstance(error, JobCancelled) or (
+                    isinstance(error, InterruptedError) and stop.is_set()
+                ):
+                    kept = str(error) or "nothing kept"
+                    log(f"cancelled after {time.monotonic() - started:.1f} s: {kept}")
+                    self._finish(job_id, "cancelled", message=f"cancelled: {kept}")
+                    return
                 log(traceback.format_exc().rstrip())
                 self._finish(job_id, "failed", error=f"{type(error).__name__}: {error}")
                 return
@@ -253,8 +277,11 @@ class JobRunner:
                 update(Job).where(Job.id == job_id, Job.status.in_(from_statuses)).values(**values)
             )
 
-    def _reporters(self, job_id: int) -> tuple[Progress, Log, Callable[[], None]]:
-        """progress and log for the job function, and a flush for the last throttled report."""
+    def _reporters(
+        self, job_id: int, stop: threading.Event | None = None
+    ) -> tuple[Progress, Log, Callable[[], None]]:
+        """progress and log for the job function, and a flush for the last throttled report.
+        Once `stop` is set, each message says the job is stopping."""
         last_write = [0.0]
         pending: list[tuple[float, str]] = []
 
@@ -271,6 +298,8 @@ class JobRunner:
             if not math.isfinite(fraction):
                 return
             fraction = min(max(fraction, 0.0), 1.0)
+            if stop is not None and stop.is_set():
+                message = f"{STOP_ACK} · {message}" if message else STOP_ACK
             now = time.monotonic()
             if now - last_write[0] < PROGRESS_WRITE_INTERVAL_S:
                 pending[:] = [(fraction, str(message))]  # a tight loop must not flood the db

@@ -55,7 +55,7 @@ def bench_estimate(
     params = {"suite": suite, "tasks": tasks or [], "families": families or []}
     built, only = bench_suite(services.settings, params)
     rates = rates_from_store(services.store, models)
-    return estimate_run(built, models, services.settings, rates, only)
+    return estimate_run(built, models, services.settings, rates, only, calibrate=True)
 
 
 def shared_data_line(services: Any) -> str:

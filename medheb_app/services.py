@@ -249,17 +249,10 @@ def bench_job(settings: Settings) -> JobFn:
 
 
 def _training_progress(progress, log) -> Callable[[int, int, float], None]:
-    """Adapt the trainer's (step, total, loss) callback to the job's progress and log."""
-    every = {"last": -1}
+    """Adapt the trainer's (step, total, loss) callback and its stages to the job's progress."""
+    from medheb_app.train.loop import TrainingProgress
 
-    def report(step: int, total: int, loss: float) -> None:
-        progress(step / max(total, 1), f"step {step}/{total}, loss {loss:.4f}")
-        decile = int(10 * step / max(total, 1))
-        if decile != every["last"]:
-            every["last"] = decile
-            log(f"step {step}/{total}: loss {loss:.4f}")
-
-    return report
+    return TrainingProgress(progress, log)
 
 
 def train_job(settings: Settings) -> JobFn:
@@ -281,8 +274,13 @@ def train_job(settings: Settings) -> JobFn:
         log(f"training {recipe.name} -> {out} with {overrides}")
         result = recipe.run(config, out, settings, _training_progress(progress, log), stop)
         if stop.is_set() or result.card is None:
-            raise JobCancelled("training was cancelled")
-        spec = recipe.spec(result.card.to_dict())
+            raise JobCancelled(f"stopped after step {result.steps}; no checkpoint saved")
+        from medheb_app.models.registry import spec_of_folder
+
+        spec = spec_of_folder(out, settings)  # the name the resolver registers it under
+        if spec is None:  # its tag is taken by a committed checkpoint: load it by path
+            spec = f"{recipe.spec(result.card.to_dict()).split('@')[0]}@{out}"
+            log(f"tag {tag} is taken by a committed checkpoint; load this one by path")
         log(f"saved {spec}")
         return {"spec": spec, "out": str(out), "result": repr(result)[:500]}
 

@@ -8,7 +8,14 @@ import threading
 
 import pytest
 
-from medheb_app.jobs import JobCancelled, JobError, JobRunner, mark_interrupted, process_owner
+from medheb_app.jobs import (
+    STOP_ACK,
+    JobCancelled,
+    JobError,
+    JobRunner,
+    mark_interrupted,
+    process_owner,
+)
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 from medheb_app.store.jobs_table import Job
@@ -61,7 +68,8 @@ def test_cancel_running_job_sets_stop_and_records_cancelled(runner: JobRunner):
     assert runner.cancel(job_id) is True
     info = runner.wait(job_id, timeout=30)
     assert info.status == "cancelled"
-    assert runner.logs(job_id) == ["stop seen"]
+    logs = runner.logs(job_id)
+    assert logs[:2] == [STOP_ACK, "stop seen"] and logs[2].startswith("cancelled after ")
     assert runner.cancel(job_id) is False  # finished jobs cannot be cancelled again
 
 

@@ -112,8 +112,7 @@ def test_one_colour_per_model_across_every_chart(summary) -> None:
         for trace in build(renamed).data:
             if trace.type == "bar":
                 colours.setdefault(trace.name, set()).add(trace.marker.color)
-    assert colours == {"model-a": {figures.model_colour("model-a")}}
-    assert figures.model_colour("model-a") == figures.model_colour("model-a")
+    assert colours == {"model-a": {figures.model_colours(renamed.models)["model-a"]}}
 
 
 def test_comparison_rows_pair_each_tasks_queries(summary) -> None:

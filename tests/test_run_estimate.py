@@ -12,18 +12,22 @@ import itertools
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from medheb_app.cli import main
 from medheb_app.eval.estimate import (
     DEFAULT_SECONDS_PER_ITEM,
     Estimate,
+    Rate,
+    calibrate_rates,
     estimate_cxr,
     estimate_medheb,
     measured_rate,
     model_cards,
     new_vectors_key,
     rates_from_store,
+    samples_by_kind,
 )
 from medheb_app.eval.progress import WorkProgress
 from medheb_app.eval.rankers import EmbeddingRanker
@@ -33,6 +37,7 @@ from medheb_app.index.cache import EmbeddingCache
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 from medheb_app.store.runs import list_runs
+from medheb_app.tasks.base import Item
 from medheb_app.tasks.builders.generic import paired_task
 from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 from tests.test_cxr_cli import nih_fixture
@@ -58,6 +63,7 @@ def test_medheb_estimate_goes_from_nothing_cached_to_all_cached(
     assert before.rows()[-1] == {
         "task": "total",
         "model": "",
+        "kind": "",
         "items": 100,
         "cached": 0,
         "est. seconds": before.total_seconds,
@@ -74,6 +80,20 @@ def test_medheb_estimate_goes_from_nothing_cached_to_all_cached(
     stored = rates_from_store(Store.open(settings.database_url), ["bow", "logic:bow"])
     assert stored["bow"] == rate
     assert stored["logic:bow"] == rate  # not measured itself: its embedder's rate
+    # the run also measured bow's text rate alone (embedding time over text vectors)
+    assert summary.timing[new_vectors_key("bow/text")] == 100
+    assert 0 < summary.timing["bow/text_s"] <= summary.timing["bow_s"]
+    assert stored["bow/text"].quality == "kind"
+    assert stored["bow/text"].seconds_per_item <= rate.seconds_per_item
+    fresh = estimate_medheb("custom", tasks, ["bow"], cards, EmbeddingCache(tmp_path / "c"), stored)
+    assert {c.kind for c in fresh.cells} == {"text"}
+    assert all(c.rate == stored["bow/text"] for c in fresh.cells)
+    low, high = fresh.range_seconds
+    expected = sum(c.to_embed * c.rate.seconds_per_item for c in fresh.cells)
+    assert low == pytest.approx(0.6 * expected, abs=0.01)  # a range, tight for a measured rate
+    assert high == pytest.approx(1.6 * expected, abs=0.01)
+    wide = estimate_medheb("custom", tasks, ["bow"], cards, EmbeddingCache(tmp_path / "d"), {})
+    assert wide.range_seconds == (pytest.approx(0.2 * 30), pytest.approx(5.0 * 30))  # a guess
     after = estimate_medheb("custom", tasks, ["bow"], cards, cache, {"bow": rate})
     assert [(c.items, c.cached) for c in after.cells] == [(60, 60), (40, 40)]
     assert after.total_seconds == 0.0 < before.total_seconds
@@ -101,7 +121,9 @@ def test_cli_estimate_runs_nothing_and_a_run_caches_every_item(
     # nothing is stored yet; logic:random finds the whole images random embeds before it
     assert gallery["cached"] == plain["items"]
     assert [c["cached"] for c in before["cells"] if c is not gallery] == [0] * 4
-    assert before["total_seconds"] > 0
+    # the random embedder and the label oracle run no model: their items cost nothing
+    assert before["total_seconds"] == 0 and before["range_seconds"] == [0, 0]
+    assert {c["rate"]["quality"] for c in before["cells"]} == {"none"}
     assert list_runs(Store.open(settings.database_url)) == []  # --estimate ran nothing
 
     out = tmp_path / "run"
@@ -123,8 +145,8 @@ def test_cli_estimate_runs_nothing_and_a_run_caches_every_item(
     for cell in after["cells"]:
         logic_queries = cell["model"] == "logic:random" and "queries" in cell["task"]
         assert cell["cached"] == (0 if logic_queries else cell["items"]), cell
-    assert after["total_seconds"] < before["total_seconds"]
-    assert any("measured in run" in c["rate"]["source"] for c in after["cells"])
+    stored = rates_from_store(Store.open(settings.database_url), ["random"])
+    assert stored["random"].quality == "model"  # measured, though a baseline never uses it
     human = main([*args[:6], "--model", "random", "--estimate"])
     assert human == 0 and "items  cached" in capsys.readouterr().out
 
@@ -196,3 +218,34 @@ def test_cxr_retrieve_progress_follows_work_with_a_log_line_per_stage(
         "logic:oracle",
     ]
     assert "probe fit" in stage_lines[2] and "0 cached" in stage_lines[2]
+
+
+def test_a_never_measured_model_is_timed_on_a_calibration_batch(settings: Settings) -> None:
+    import time
+
+    class Slow:
+        """Embeds a text in 2 ms and an image in 20 ms: ten times the work per image."""
+
+        def encode(self, items):
+            for item in items:
+                time.sleep(0.002 if isinstance(item, str) else 0.02)
+
+    loaded: list[str] = []
+
+    def load(spec, _settings):
+        loaded.append(spec)
+        return Slow()
+
+    from medheb_app.evidence.study import Evidence
+
+    image = Evidence(image=np.zeros((8, 8), np.float32))
+    entries = [Item(f"t{i}", f"text {i}") for i in range(6)] + [Item("i", image)] * 6
+    samples = samples_by_kind(entries)
+    assert {k: len(v) for k, v in samples.items()} == {"text": 4, "image": 4}
+    measured = {"known": Rate(0.5, "run 1", "model")}
+    rates = calibrate_rates(["slow", "oracle", "known"], samples, measured, settings, load)
+    assert loaded == ["slow"]  # baselines and measured models are not loaded
+    assert rates["slow/text"].quality == rates["slow/image"].quality == "calibrated"
+    assert 0.002 <= rates["slow/text"].seconds_per_item < 0.02
+    assert 0.02 <= rates["slow/image"].seconds_per_item < 0.2
+    assert rates["known"] == measured["known"]

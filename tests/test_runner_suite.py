@@ -195,7 +195,9 @@ def test_task_files_carry_what_a_rater_is_shown(settings, tmp_path: Path) -> Non
         [Item("yes", "yes"), Item("img", study)],
     )  # fmt: skip
     run = evaluate_task(task, OracleRanker())
-    assert run.queries[0]["query"] == {"form": "text+2d", "text": "Is there edema?"}
+    query = run.queries[0]["query"]
+    assert {k: query[k] for k in ("form", "text")} == {"form": "text+2d", "text": "Is there edema?"}
+    assert query["thumbnail"].startswith("data:image/png;base64,")  # in-memory image kept small
     assert run.payloads == {"yes": {"text": "yes"}, "img": {"form": "2d", "image": "/data/s1.png"}}
     from medheb_app.study.run_outputs import load_task_output
 

@@ -77,18 +77,52 @@ def check_list_payload(payload: dict) -> None:
 
 @pytest.mark.slow
 def test_bench_list_json_contract(small_suite, settings, capsys) -> None:
-    assert cli.main(["bench", "list", "--json"]) == 0
+    assert cli.main(["bench", "list", "--build", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     check_list_payload(payload)
     listed = {row["name"] for row in payload["tasks"]} | {r["name"] for r in payload["skipped"]}
     assert listed == set(small_suite.names())
 
 
+def test_bench_list_reads_metadata_without_building_any_task(
+    small_suite, settings, capsys, monkeypatch
+) -> None:
+    from medheb_app.tasks import base
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("bench list built a task")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(base.Suite, "build", refuse)
+        assert cli.main(["bench", "list", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["built"] is False
+    names = {row["name"] for row in payload["tasks"]}
+    assert {"phantom-cxr-vg", "nih-i2i", "prostate-t2-dwi"} <= names
+    assert all(row["family"] in FAMILIES for row in payload["tasks"])
+    # the CLI contract's fields are always there: null until a task was built here ...
+    row = next(r for r in payload["tasks"] if r["name"] == "phantom-cxr-vg")
+    assert {"form", "n_queries", "n_candidates", "split", "source"} <= set(row)
+    assert row["n_queries"] is None
+    # ... and the form and sizes of its last build once it was
+    (task,), _ = small_suite.build(settings, only=["phantom-cxr-vg"])
+    with monkeypatch.context() as patch:
+        patch.setattr(base.Suite, "build", refuse)
+        assert cli.main(["bench", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["tasks"]
+    again = next(r for r in listed if r["name"] == "phantom-cxr-vg")
+    assert (again["form"], again["n_queries"], again["n_candidates"]) == (
+        task.metadata.form,
+        len(task.queries),
+        len(task.candidates),
+    )
+
+
 def test_bench_list_and_run_on_a_manifest_folder(settings, capsys, tmp_path: Path) -> None:
     from test_tasks_manifest import write_fixture
 
     write_fixture(tmp_path / "tasks")
-    assert cli.main(["bench", "list", "--suite", str(tmp_path / "tasks"), "--json"]) == 0
+    assert cli.main(["bench", "list", "--suite", str(tmp_path / "tasks"), "--build", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     check_list_payload(payload)
     assert payload["tasks"][0]["n_queries"] == 3

@@ -21,8 +21,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     commands = bench.add_subparsers(dest="bench_command", required=True)
 
-    listing = commands.add_parser("list", help="the suite's tasks (building them) and skips")
+    listing = commands.add_parser(
+        "list", help="the suite's tasks from their metadata (--build: sizes and skips too)"
+    )
     listing.add_argument("--suite", default=DEFAULT_SUITE, help=f"default {DEFAULT_SUITE}")
+    listing.add_argument(
+        "--build",
+        action="store_true",
+        help="build every task (minutes on real data) to show forms, sizes and skipped tasks",
+    )
     add_json_flag(listing)
     listing.set_defaults(handler=run_list)
 
@@ -71,6 +78,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run nothing: per task and model, the items to embed, how many the embedding "
         "cache holds and the estimated seconds",
     )
+    run.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="with --estimate: time each never-measured model on 4 items of each input kind "
+        "(loads the model) instead of the 0.3 s/item default",
+    )
     add_json_flag(run)
     run.set_defaults(handler=run_bench)
 
@@ -115,7 +128,39 @@ def _selected_tasks(suite, args: argparse.Namespace) -> list[str] | None:
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    """The suite's tasks. By default from the registered metadata only (name, family, split,
+    source: nothing is built, so it answers in about a second); --build builds each task as a
+    run would, for its form, query and candidate counts, and the tasks that would be skipped."""
     suite = _suite(args.suite)
+    if not getattr(args, "build", False) and getattr(suite, "specs", None):
+        from medheb_app.tasks.base import known_sizes
+
+        sizes = known_sizes(settings)
+        unknown = {"form": None, "n_queries": None, "n_candidates": None}
+        rows = [
+            {
+                "name": spec.name,
+                "family": spec.family,
+                **sizes.get(spec.name, unknown),
+                "split": spec.split,
+                "source": spec.source,
+                "trainable": spec.trainable,
+            }
+            for spec in suite.specs.values()
+        ]
+        payload = {"suite": suite.name, "built": False, "tasks": rows, "skipped": []}
+        lines = [
+            f"Suite {suite.name}: {len(rows)} tasks (metadata; form and sizes as last built "
+            "here, '-' where never built; --build for sizes and skips)"
+        ]
+        lines += [
+            f"  {r['name']:<32} {r['family']:<6} {r['form'] or '-':<4} {r['split']:<16} "
+            f"{r['n_queries'] if r['n_queries'] is not None else '-':>4} queries "
+            f"{r['n_candidates'] if r['n_candidates'] is not None else '-':>5} candidates  "
+            f"{r['source']}"
+            for r in rows
+        ]
+        return "\n".join(lines), payload
     tasks, skipped = suite.build(settings)
     rows = [
         {
@@ -132,6 +177,7 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
     ]
     payload = {
         "suite": suite.name,
+        "built": True,
         "tasks": rows,
         "skipped": [{"name": name, "reason": why} for name, why in skipped.items()],
     }
@@ -163,7 +209,7 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
     if args.ray_address and args.engine != "ray":
         raise UserError("--ray-address needs --engine ray.")
     if args.estimate:
-        return run_estimate(suite, args.model, only, settings)
+        return run_estimate(suite, args.model, only, settings, args.calibrate)
     if not args.out:
         raise UserError("bench run needs --out (or --estimate to run nothing).")
     out = Path(args.out)
@@ -189,7 +235,11 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
 
 
 def run_estimate(
-    suite: Any, models: list[str], only: list[str] | None, settings: Settings
+    suite: Any,
+    models: list[str],
+    only: list[str] | None,
+    settings: Settings,
+    calibrate: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """`bench run --estimate`: the run's cost from the embedding cache's state, run nothing."""
     from medheb_app.eval.estimate import estimate_run, rates_from_store
@@ -197,7 +247,7 @@ def run_estimate(
 
     rates = rates_from_store(Store.open(settings.database_url), models)
     try:
-        estimate = estimate_run(suite, models, settings, rates, only)
+        estimate = estimate_run(suite, models, settings, rates, only, calibrate=calibrate)
     except KeyError as error:  # unknown task names
         raise UserError(error.args[0] if error.args else str(error)) from error
     return estimate.render(), estimate.to_dict()

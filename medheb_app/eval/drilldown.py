@@ -62,6 +62,7 @@ class RankedView:
     hits: list[HitView]
     summary: str  # "Hit@1 0 · gold first at rank 4" / "P@5 40 · HNRR@5 20"
     hit: bool
+    reason: str = ""  # why #1 is wrong, in the task's terms ("" on a hit)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,48 @@ def drill_tasks(summary: Summary) -> list[str]:
 
 def _reports(summary: Summary, models: list[str]) -> dict[str, CxrRetrieveReport]:
     return {m: summary.cxr_report(m) for m in models if m in summary.models}
+
+
+def _synthetic(source: Any) -> bool:
+    """Phantom sources are generated images: their payloads carry the SYNTHETIC mark."""
+    return str(source or "").startswith("phantom")
+
+
+def _marked(payload: dict[str, Any], synthetic: bool) -> dict[str, Any]:
+    return {**payload, "synthetic": True} if synthetic and payload else payload
+
+
+def _region(item_id: str) -> tuple[str, str] | None:
+    """(image id, box number) of a VG query or crop id ("<image>#box2|text", "...#box2:crop")."""
+    if "#box" not in item_id:
+        return None
+    image, _, rest = item_id.partition("#box")
+    number = "".join(ch for ch in rest if ch.isdigit())
+    return (image, number) if number else None
+
+
+def miss_reason(query_id: str, query: dict[str, Any], top_id: str, top: dict[str, Any]) -> str:
+    """Why the #1 candidate is not gold, in the task's own terms: another region (same image
+    or not), another patient (pairing tasks), or the findings it lacks or adds."""
+    asked, got = _region(query_id), _region(top_id)
+    if asked and got:
+        if asked[0] == got[0]:
+            return f"wrong region: #1 is box {got[1]} of the same image, the gold is box {asked[1]}"
+        return f"wrong image: #1 is a region of another image (gold: box {asked[1]} of this one)"
+    patient, other = query.get("patient"), top.get("patient")
+    if patient and other and patient != other:
+        return f"wrong patient: #1 is patient {other}, the query is patient {patient}"
+    wanted, shown = set(query.get("labels") or []), set(top.get("labels") or [])
+    if wanted or shown:
+        parts = []
+        if wanted - shown:
+            parts.append("lacks " + ", ".join(sorted(wanted - shown)))
+        if shown - wanted:
+            parts.append("has " + ", ".join(sorted(shown - wanted)) + " the query does not")
+        if parts:
+            return "#1 " + "; ".join(parts)
+        return "#1 has the same findings but is not the paired item"
+    return "#1 is not the paired item"
 
 
 def _runs(summary: Summary, task: str, models: list[str]) -> dict[str, TaskRun]:
@@ -174,7 +217,10 @@ def query_view(summary: Summary, task: str, query_id: str, models: list[str]) ->
             continue
         payload = record.get("query")
         payload = payload if isinstance(payload, dict) else {"text": str(payload or "")}
+        payload = _marked(payload, _synthetic(run.task.get("source")))
         labels = [str(label) for label in payload.get("labels", [])]
+        if payload.get("patient"):
+            labels.append(f"patient {payload['patient']}")
         return QueryView(query_id, payload, labels, sorted(_gold(record)))
     return None
 
@@ -196,12 +242,13 @@ def ranked_views(
             continue
         gold = _gold(record)
         scores = record.get("scores") or []
+        synthetic = _synthetic(run.task.get("source"))
         hits = [
             HitView(
                 rank=rank + 1,
                 id=str(cid),
                 score=scores[rank] if rank < len(scores) else None,
-                payload=run.payloads.get(str(cid), {}),
+                payload=_marked(run.payloads.get(str(cid), {}), synthetic),
                 gold=str(cid) in gold,
             )
             for rank, cid in enumerate(record["ranked"][:k])
@@ -209,7 +256,12 @@ def ranked_views(
         found = [h.rank for h in hits if h.gold]
         where = f"gold first at rank {found[0]}" if found else f"gold not in the top {len(hits)}"
         text = f"Hit@1 {100 * record.get('hit@1', 0):.0f} · MRR@5 {record.get('mrr@5', 0):.2f}"
-        views.append(RankedView(model, hits, f"{text} · {where}", record.get("hit@1", 0) == 1))
+        hit = record.get("hit@1", 0) == 1
+        reason = ""
+        if not hit and hits:
+            query = record.get("query") if isinstance(record.get("query"), dict) else {}
+            reason = miss_reason(query_id, query, hits[0].id, hits[0].payload)
+        views.append(RankedView(model, hits, f"{text} · {where}", hit, reason))
     return views
 
 
@@ -222,6 +274,7 @@ def _cxr_view(model: str, report: CxrRetrieveReport, query_id: str, k: int) -> R
     for rank, hit in enumerate(record["top_k"][:k], start=1):
         findings = dict(hit.get("findings") or {})
         payload = {"image": hit["path"], "form": "2d"} if hit.get("path") else {}
+        payload = _marked(payload, _synthetic(report.source))
         hits.append(
             HitView(
                 rank=rank,
@@ -237,4 +290,12 @@ def _cxr_view(model: str, report: CxrRetrieveReport, query_id: str, k: int) -> R
     text = f"P@1 {100 * metrics['P@1']:.0f} · P@5 {100 * metrics['P@5']:.0f}"
     if "HNRR@5" in metrics:
         text += f" · HNRR@5 {100 * metrics['HNRR@5']:.0f}"
-    return RankedView(model, hits, text, metrics["P@1"] == 1.0)
+    reason = ""
+    if metrics["P@1"] != 1.0 and hits:
+        top = hits[0]
+        words = [
+            f"lacks required {name}" if how == "missing" else f"has excluded {name}"
+            for name, how in sorted(top.violated.items())
+        ]
+        reason = "#1 " + "; ".join(words) if words else "#1 is not labelled as the query asks"
+    return RankedView(model, hits, text, metrics["P@1"] == 1.0, reason)

@@ -10,6 +10,12 @@ run of the same tasks finds every item cached. Throughput is measured from earli
 estimate names as such. A cached vector is read, not recomputed; its small cost counts only
 in `Cell.work`, the weight the runner's progress uses.
 
+Rates are kept per model and per input kind (text, image, volume, crop: `item_kind`), since
+one model embeds a text a hundred times faster than a volume; a model's whole-run rate is the
+fallback, then the default. Random and oracle embed nothing and cost nothing in every suite.
+The estimate is a range (`Estimate.range_seconds`): tight where the rate was measured per kind,
+wide where it is a guess, and the runner's progress bar is weighted by the same cells.
+
 Nothing here loads a model: fingerprints come from the registry's cards.
 """
 
@@ -19,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from medheb_app.eval.rankers import content_key, unread_forms
+from medheb_app.eval.rankers import content_key, item_kind, unread_forms
 from medheb_app.eval.results import Summary
 from medheb_app.settings import Settings
 
@@ -28,17 +34,39 @@ from medheb_app.settings import Settings
 # 145 texts, logic:dual-lite 0.30 s/item on 2,503 images and crops (cxr-retrieve, phantom)
 DEFAULT_SECONDS_PER_ITEM = 0.3
 READ_SECONDS_PER_ITEM = 0.0005  # reading one cached vector (progress weights only)
-BASELINES = ("oracle", "random")  # judgement-task baselines: they embed nothing
+BASELINES = ("oracle", "random")  # baselines: they embed nothing, in every suite
+KINDS = ("text", "image", "volume", "crop")
+# how far a rate may be off, by where it comes from: (low, high) multipliers of the estimate,
+# from estimate vs actual on this machine (BENCHMARKS.md, "Estimates")
+RANGES = {
+    "kind": (0.6, 1.6),  # measured for this model and input kind
+    "model": (0.4, 2.5),  # measured for this model, all kinds together
+    "calibrated": (0.3, 3.0),  # timed on a few items before a model's first run
+    "default": (0.2, 5.0),  # never measured
+    "none": (1.0, 1.0),  # nothing to embed
+}
 DEFAULT_RATE_NOTE = f"default {DEFAULT_SECONDS_PER_ITEM} s/item (not measured yet)"
 LOGIC_PREFIX = "logic:"
 
 
 @dataclass(frozen=True)
 class Rate:
-    """Seconds per embedded item for one model, and where the figure comes from."""
+    """Seconds per embedded item for one model, where the figure comes from, and how good it
+    is (a key of RANGES: measured per kind, per model, the default, or nothing to embed)."""
 
     seconds_per_item: float
     source: str
+    quality: str = "default"
+
+
+DEFAULT_RATE = Rate(DEFAULT_SECONDS_PER_ITEM, DEFAULT_RATE_NOTE, "default")
+
+
+def rate_for(rates: Mapping[str, Rate], spec: str, kind: str) -> Rate:
+    """The rate of `spec` for `kind` (rates keyed "spec/kind" or "spec"), else the default."""
+    if spec.removeprefix(LOGIC_PREFIX) in BASELINES:  # labels or seeded noise: no model runs
+        return Rate(0.0, "baseline: no model runs (cost ~0)", "none")
+    return rates.get(f"{spec}/{kind}") or rates.get(spec) or DEFAULT_RATE
 
 
 @dataclass(frozen=True)
@@ -51,6 +79,13 @@ class Cell:
     cached: int
     rate: Rate
     note: str = ""
+    kind: str = ""
+
+    @property
+    def range_seconds(self) -> tuple[float, float]:
+        low, high = RANGES.get(self.rate.quality, RANGES["default"])
+        seconds = self.to_embed * self.rate.seconds_per_item
+        return seconds * low, seconds * high
 
     @property
     def to_embed(self) -> int:
@@ -69,6 +104,7 @@ class Cell:
         return {
             "task": self.task,
             "model": self.model,
+            "kind": self.kind,
             "items": self.items,
             "cached": self.cached,
             "est. seconds": self.seconds,
@@ -88,11 +124,28 @@ class Estimate:
     def total_seconds(self) -> float:
         return round(sum(cell.seconds for cell in self.cells), 1)
 
+    @property
+    def range_seconds(self) -> tuple[float, float]:
+        """(low, high) seconds: each cell's estimate widened by how its rate was obtained."""
+        spans = [cell.range_seconds for cell in self.cells]
+        return round(sum(a for a, _ in spans), 2), round(sum(b for _, b in spans), 2)
+
+    def summary_line(self) -> str:
+        """ "about 2 min (50 s to 5 min)": the estimate as a range people can plan with."""
+        low, high = self.range_seconds
+        if self.total_seconds == 0:
+            return "nothing to embed: the cache holds every item"
+        return (
+            f"about {human_seconds(self.total_seconds)} "
+            f"({human_seconds(low)} to {human_seconds(high)})"
+        )
+
     def rows(self) -> list[dict[str, Any]]:
         """The table shown to users: one row per cell, then the total."""
         total = {
             "task": "total",
             "model": "",
+            "kind": "",
             "items": sum(cell.items for cell in self.cells),
             "cached": sum(cell.cached for cell in self.cells),
             "est. seconds": self.total_seconds,
@@ -105,42 +158,65 @@ class Estimate:
             "suite": self.suite,
             "cells": [{**asdict(cell), "seconds": cell.seconds} for cell in self.cells],
             "total_seconds": self.total_seconds,
+            "range_seconds": list(self.range_seconds),
             "skipped": dict(self.skipped),
         }
 
     def render(self) -> str:
         """A plain-text table (the CLI's `bench run --estimate`)."""
         lines = [f"Estimate for suite {self.suite} (nothing was run):"]
-        lines.append(f"  {'task':<44} {'model':<24} {'items':>7} {'cached':>7} {'est. s':>8}")
+        lines.append(
+            f"  {'task':<44} {'model':<24} {'kind':<7} {'items':>7} {'cached':>7} {'est. s':>8}"
+        )
         for cell in self.cells:
             lines.append(
-                f"  {cell.task:<44} {cell.model:<24} {cell.items:>7} {cell.cached:>7} "
-                f"{cell.seconds:>8.1f}  {cell.row()['rate']}"
+                f"  {cell.task:<44} {cell.model:<24} {cell.kind:<7} {cell.items:>7} "
+                f"{cell.cached:>7} {cell.seconds:>8.1f}  {cell.row()['rate']}"
             )
-        lines.append(f"  {'total':<44} {'':<24} {'':>7} {'':>7} {self.total_seconds:>8.1f}")
+        lines.append(f"  {'total':<44} {'':<24} {'':<7} {'':>7} {'':>7} {self.total_seconds:>8.1f}")
+        lines.append(f"  {self.summary_line()}")
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
         return "\n".join(lines)
 
 
+def human_seconds(seconds: float) -> str:
+    """12 s, 3.5 min, 1.2 h."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def new_vectors_key(spec: str) -> str:
-    """The Summary.timing key under which a run records how many vectors a model computed."""
+    """The Summary.timing key under which a run records how many vectors a model computed
+    (`spec` may be "model/kind" for the vectors of one input kind)."""
     return f"{spec}_new_vectors"
 
 
-def measured_rate(spec: str, history: Iterable[tuple[int | None, Summary]]) -> Rate:
-    """Seconds per item of `spec` from the newest run (of `history`, newest first) in which it
-    computed new vectors: the model's whole time over the vectors it wrote (loading and scoring
-    included, so an upper bound); the default when no run measured it."""
+def measured_rate(
+    spec: str, history: Iterable[tuple[int | None, Summary]], kind: str | None = None
+) -> Rate:
+    """Seconds per item of `spec` (for one input `kind` when given) from the newest run (of
+    `history`, newest first) in which it computed new vectors. Per kind: the embedding time of
+    that kind over its new vectors. Per model: the model's whole time over all the vectors it
+    wrote (loading and scoring included, so an upper bound). The default when none measured."""
+    key = f"{spec}/{kind}" if kind else spec
     for run_id, summary in history:
         if summary.settings.get("engine") == "ray":  # units ran side by side: no model's rate
             continue
-        fresh = summary.timing.get(new_vectors_key(spec))
-        seconds = summary.timing.get(f"{spec}_s")
+        fresh = summary.timing.get(new_vectors_key(key))
+        seconds = summary.timing.get(f"{key}_s")
         if fresh and seconds is not None and fresh > 0:
             rate = float(seconds) / float(fresh)
             where = f"run {run_id}" if run_id is not None else "an earlier run"
-            return Rate(rate, f"{rate:.4f} s/item measured in {where} ({int(fresh)} new vectors)")
-    return Rate(DEFAULT_SECONDS_PER_ITEM, DEFAULT_RATE_NOTE)
+            what = f"{kind} " if kind else ""
+            return Rate(
+                rate,
+                f"{rate:.4f} s/{what}item measured in {where} ({int(fresh)} new vectors)",
+                "kind" if kind else "model",
+            )
+    return DEFAULT_RATE
 
 
 def run_history(store: Any, limit: int = 30) -> list[tuple[int | None, Summary]]:
@@ -157,15 +233,20 @@ def run_history(store: Any, limit: int = 30) -> list[tuple[int | None, Summary]]
 
 
 def rates_from_store(store: Any, specs: Sequence[str]) -> dict[str, Rate]:
-    """Each spec's measured seconds per item (measured_rate) from the store's recent runs; a
-    logic: spec not measured yet takes its embedder's rate (the same model embeds)."""
+    """Each spec's measured seconds per item (measured_rate) from the store's recent runs,
+    keyed "spec" (whole model) and "spec/kind" (per input kind, where measured); a logic:
+    spec not measured yet takes its embedder's rates (the same model embeds)."""
     history = run_history(store)
-    rates = {}
+    rates: dict[str, Rate] = {}
     for spec in specs:
-        rate = measured_rate(spec, history)
-        if rate.source == DEFAULT_RATE_NOTE and spec.startswith(LOGIC_PREFIX):
-            rate = measured_rate(spec[len(LOGIC_PREFIX) :], history)
-        rates[spec] = rate
+        for kind in (None, *KINDS):
+            rate = measured_rate(spec, history, kind)
+            if rate.quality == "default" and spec.startswith(LOGIC_PREFIX):
+                rate = measured_rate(spec[len(LOGIC_PREFIX) :], history, kind)
+            if kind is None:
+                rates[spec] = rate
+            elif rate.quality != "default":
+                rates[f"{spec}/{kind}"] = rate
     return rates
 
 
@@ -200,14 +281,18 @@ class CacheView:
         return found
 
 
-def medheb_keys(task: Any) -> list[str]:
-    """The distinct cache keys an embedding ranker writes for a task: candidates plain,
-    queries with the task instruction (eval/rankers.py EmbeddingRanker)."""
+def medheb_keys(task: Any) -> dict[str, list[str]]:
+    """kind -> the distinct cache keys an embedding ranker writes for a task: candidates
+    plain, queries with the task instruction (eval/rankers.py EmbeddingRanker)."""
     from medheb_app.index.cache import cache_key
 
-    candidates = [cache_key(content_key(c)) for c in task.candidates]
-    queries = [cache_key(content_key(q), task.instruction or None) for q in task.queries]
-    return list(dict.fromkeys(candidates + queries))
+    keys: dict[str, list[str]] = {}
+    for entry in task.candidates:
+        keys.setdefault(item_kind(entry.item), []).append(cache_key(content_key(entry)))
+    for entry in task.queries:
+        key = cache_key(content_key(entry), task.instruction or None)
+        keys.setdefault(item_kind(entry.item), []).append(key)
+    return {kind: list(dict.fromkeys(values)) for kind, values in keys.items()}
 
 
 def estimate_medheb(
@@ -219,26 +304,27 @@ def estimate_medheb(
     rates: Mapping[str, Rate],
     skipped: Mapping[str, str] | None = None,
 ) -> Estimate:
-    """Per task and model of a MedHEB run: items, cached, seconds."""
+    """Per task, model and input kind of a MedHEB run: items, cached, seconds."""
     cells: list[Cell] = []
     view = CacheView(cache)
     keys = {task.name: medheb_keys(task) for task in tasks}
     for spec in specs:
         card = cards.get(spec) or {}
-        rate = rates.get(spec, Rate(DEFAULT_SECONDS_PER_ITEM, DEFAULT_RATE_NOTE))
         for task in tasks:
             if spec in BASELINES:
-                cells.append(Cell(task.name, spec, 0, 0, Rate(0.0, "baseline: embeds nothing")))
+                cells.append(Cell(task.name, spec, 0, 0, rate_for(rates, spec, "text")))
                 continue
             missing = unread_forms(task, card.get("modalities") or ("text", "2d", "3d"))
             if missing:
                 why = f"skipped: does not read {', '.join(sorted(missing))}"
-                cells.append(Cell(task.name, spec, 0, 0, Rate(0.0, why)))
+                cells.append(Cell(task.name, spec, 0, 0, Rate(0.0, why, "none")))
                 continue
             fingerprint = card.get("fingerprint")
             note = "" if fingerprint else "not a listed model: cache not checked"
-            found = view.take(fingerprint, keys[task.name])
-            cells.append(Cell(task.name, spec, len(keys[task.name]), found, rate, note))
+            for kind, kind_keys in keys[task.name].items():
+                found = view.take(fingerprint, kind_keys)
+                rate = rate_for(rates, spec, kind)
+                cells.append(Cell(task.name, spec, len(kind_keys), found, rate, note, kind))
     return Estimate(suite_name, cells, dict(skipped or {}))
 
 
@@ -288,8 +374,9 @@ def estimate_cxr(
         card = cards.get(base) or {}
         fingerprint = card.get("fingerprint")
         note = "" if fingerprint else "not a listed model: cache not checked"
-        rate = rates.get(spec, Rate(DEFAULT_SECONDS_PER_ITEM, DEFAULT_RATE_NOTE))
+        image_rate = rate_for(rates, spec, "image")
         views = suite.probe_views if logic and suite.probe_views != "whole" else None
+        rate = rate_for(rates, spec, "crop") if views else image_rate
         if logic:
             config = ProbeConfig(views=suite.probe_views)
             probe = probe_file(settings, fingerprint, train, config) if fingerprint else None
@@ -297,16 +384,68 @@ def estimate_cxr(
                 keys = image_keys(train, views)
                 found = view.take(fingerprint, keys)
                 what = f"{suite.name}: probe fit ({len(train)} train images)"
-                cells.append(Cell(what, spec, len(keys), found, rate, note))
+                kind = "crop" if views else "image"
+                cells.append(Cell(what, spec, len(keys), found, rate, note, kind))
         keys = image_keys(gallery.studies, views)
         what = f"{suite.name}: {len(gallery)} gallery images" + (" + crops" if views else "")
-        cells.append(Cell(what, spec, len(keys), view.take(fingerprint, keys), rate, note))
+        found = view.take(fingerprint, keys)
+        kind = "crop" if views else "image"
+        cells.append(Cell(what, spec, len(keys), found, rate, note, kind))
         # logic: rankers encode query texts directly (never cached); others through the cache
         found = 0 if logic else view.take(fingerprint, query_keys)
         what = f"{suite.name}: {len(task.queries)} queries"
         why = "; ".join(filter(None, [note, "encoded each run, never cached" if logic else ""]))
-        cells.append(Cell(what, spec, len(query_keys), found, rate, why))
+        text_rate = rate_for(rates, spec, "text")
+        cells.append(Cell(what, spec, len(query_keys), found, text_rate, why, "text"))
     return Estimate(suite.name, cells, {})
+
+
+CALIBRATION_ITEMS = 4
+
+
+def samples_by_kind(entries: Iterable[Any], n: int = CALIBRATION_ITEMS) -> dict[str, list[Any]]:
+    """Up to `n` items of each input kind among `entries` (objects with `.item`)."""
+    found: dict[str, list[Any]] = {}
+    for entry in entries:
+        items = found.setdefault(item_kind(entry.item), [])
+        if len(items) < n:
+            items.append(entry.item)
+    return found
+
+
+def calibrate_rates(
+    specs: Sequence[str],
+    samples: Mapping[str, Sequence[Any]],
+    rates: Mapping[str, Rate],
+    settings: Settings,
+    load: Any = None,
+) -> dict[str, Rate]:
+    """`rates` plus, for each model never measured, its seconds per item of each kind timed
+    on a small calibration batch (one warm-up item first, so the batch times embedding, not
+    first-call setup). This loads the model: the first run's estimate is then a measurement
+    of this machine, not a 0.3 s/item guess. Baselines and measured models are left alone."""
+    import time
+
+    if load is None:
+        from medheb_app.models.registry import load_embedder
+
+        load = load_embedder
+    out = dict(rates)
+    for spec in specs:
+        base = spec.removeprefix(LOGIC_PREFIX)
+        if base in BASELINES or rate_for(out, spec, "text").quality != "default":
+            continue
+        embedder = load(base, settings)
+        for kind, items in samples.items():
+            if not items or f"{spec}/{kind}" in out:
+                continue
+            embedder.encode(list(items[:1]))
+            started = time.perf_counter()
+            embedder.encode(list(items))
+            per_item = (time.perf_counter() - started) / len(items)
+            source = f"{per_item:.4f} s/{kind} item timed on {len(items)} calibration items"
+            out[f"{spec}/{kind}"] = Rate(per_item, source, "calibrated")
+    return out
 
 
 def estimate_run(
@@ -315,8 +454,10 @@ def estimate_run(
     settings: Settings,
     rates: Mapping[str, Rate] | None = None,
     only: Sequence[str] | None = None,
+    calibrate: bool = False,
 ) -> Estimate:
-    """Build the run's tasks (or gallery) as the run would and estimate it; runs nothing."""
+    """Build the run's tasks (or gallery) as the run would and estimate it; runs nothing.
+    `calibrate` times models never measured on a few items of each kind (calibrate_rates)."""
     from medheb_app.index.cache import EmbeddingCache
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
@@ -326,6 +467,15 @@ def estimate_run(
     rates = rates or {}
     if isinstance(suite, CxrRetrieveSuite):
         gallery, train = suite.build(settings)
+        if calibrate:
+            from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
+
+            task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)
+            samples = samples_by_kind([*task.candidates, *task.queries])
+            rates = calibrate_rates(specs, samples, rates, settings)
         return estimate_cxr(suite, gallery, train, specs, settings, cards, cache, rates)
     tasks, skipped = suite.build(settings, only=only)
+    if calibrate:
+        entries = [entry for task in tasks for entry in (*task.candidates, *task.queries)]
+        rates = calibrate_rates(specs, samples_by_kind(entries), rates, settings)
     return estimate_medheb(suite.name, tasks, specs, cards, cache, rates, skipped)

@@ -4,49 +4,38 @@ Family profile (Figure 6A), accuracy vs balance (Figure 6C), difficulty buckets 
 established vs under-explored relations (Figure 4B), graded NDCG@5 (Table 5) and CXR-Retrieve
 P@5 per regime. Each function reads only a run Summary, through the row builders of reports.py.
 
-Two rules every chart keeps: a model has one colour in every chart (`model_colours`, by its
-name), and the baselines are not bars: random is drawn as a dashed floor mark and oracle as a
-ceiling mark over each group (`add_bounds`), so the ceiling does not flatten the models.
+Two rules every chart keeps: a model has one colour in every chart, distinct from every other
+model of the run (eval.colours: a colour-blind-safe palette whose slots the store records; the
+UI passes them in as `colours`), and the baselines are not bars: random is drawn as a grey
+dashed floor mark and oracle as a grey ceiling mark over each group (`add_bounds`), so the
+ceiling does not flatten the models.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
 from medheb_app.eval import reports
+from medheb_app.eval.colours import BOUND_STYLE, run_colours
 from medheb_app.eval.results import Summary
 
-PALETTE = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#17becf",
-    "#bcbd22",
-    "#393b79",
-)
-BOUND_STYLE = {
-    "random": {"color": "#6b7280", "dash": "dash", "label": "random (floor)"},
-    "oracle": {"color": "#111827", "dash": "solid", "label": "oracle (ceiling)"},
-}
+Colours = Mapping[str, str]
 
 
-def model_colour(name: str) -> str:
-    """The model's colour in every chart of every run: chosen by a hash of its name."""
-    if name in BOUND_STYLE:
-        return BOUND_STYLE[name]["color"]
-    digest = int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)
-    return PALETTE[digest % len(PALETTE)]
+def model_colours(names: Iterable[str], slots: Mapping[str, int] | None = None) -> Colours:
+    """Distinct colours for the models `names` (eval.colours.run_colours); the UI passes the
+    slots recorded in the store, so a model keeps its colour across runs."""
+    return run_colours(list(names), slots)
 
 
-def model_colours(names: Iterable[str]) -> dict[str, str]:
-    return {name: model_colour(name) for name in names}
+def _palette(summary: Summary, colours: Colours | None) -> Colours:
+    """The caller's colours when they cover every model of the run, else the run's own
+    distinct colours (shipped models first, then the run's order)."""
+    if colours is not None and all(name in colours for name in summary.models):
+        return colours
+    return run_colours(list(summary.models))
 
 
 def add_bounds(
@@ -87,16 +76,19 @@ def _figure(title: str, **axes: str) -> go.Figure:
     return figure
 
 
-def family_profile(summary: Summary, metric: str = "hit@1") -> go.Figure:
+def family_profile(
+    summary: Summary, metric: str = "hit@1", colours: Colours | None = None
+) -> go.Figure:
     """Grouped bars: each model's task-macro `metric` per family (MedHEB Figure 6A)."""
     families = reports.families_present(summary)
+    palette = _palette(summary, colours)
     figure = _figure(f"{metric} per retrieval family", x="family", y=f"{metric} (%)")
     real, bounds = _split_baselines(summary.models)
     for name in real:
         model = summary.models[name]
         figure.add_bar(
             name=name,
-            marker_color=model_colour(name),
+            marker_color=palette[name],
             x=families,
             y=[model.families[f][metric] if f in model.families else None for f in families],
         )
@@ -112,9 +104,12 @@ def family_profile(summary: Summary, metric: str = "hit@1") -> go.Figure:
     return figure
 
 
-def split_profile(summary: Summary, metric: str = "hit@1") -> go.Figure:
+def split_profile(
+    summary: Summary, metric: str = "hit@1", colours: Colours | None = None
+) -> go.Figure:
     """Grouped bars over ID, held-out-source and all tasks."""
     splits = [s for s in reports.SPLITS if any(s in m.splits for m in summary.models.values())]
+    palette = _palette(summary, colours)
     figure = _figure(f"{metric} by split", x="split", y=f"{metric} (%)")
     labels = [reports.SPLIT_LABELS[s] for s in splits]
     real, bounds = _split_baselines(summary.models)
@@ -122,7 +117,7 @@ def split_profile(summary: Summary, metric: str = "hit@1") -> go.Figure:
         model = summary.models[name]
         figure.add_bar(
             name=name,
-            marker_color=model_colour(name),
+            marker_color=palette[name],
             x=labels,
             y=[model.splits[s][metric] if s in model.splits else None for s in splits],
         )
@@ -138,8 +133,9 @@ def split_profile(summary: Summary, metric: str = "hit@1") -> go.Figure:
     return figure
 
 
-def accuracy_vs_balance(summary: Summary) -> go.Figure:
+def accuracy_vs_balance(summary: Summary, colours: Colours | None = None) -> go.Figure:
     """Mean family Hit@1 against cross-family CV, one point per model (MedHEB Figure 6C)."""
+    palette = _palette(summary, colours)
     figure = _figure("Accuracy vs balance", x="mean family Hit@1 (%)", y="CV (lower = more even)")
     points = [(n, m.consistency) for n, m in summary.models.items() if m.consistency]
     figure.add_scatter(
@@ -148,13 +144,13 @@ def accuracy_vs_balance(summary: Summary) -> go.Figure:
         text=[n for n, _ in points],
         mode="markers+text",
         textposition="top center",
-        marker={"size": 12, "color": [model_colour(n) for n, _ in points]},
+        marker={"size": 12, "color": [palette[n] for n, _ in points]},
         showlegend=False,
     )
     return figure
 
 
-def difficulty_buckets(summary: Summary) -> go.Figure:
+def difficulty_buckets(summary: Summary, colours: Colours | None = None) -> go.Figure:
     """Task counts per difficulty bucket with the mean between-model SD (MedHEB Figure 4A)."""
     rows = reports.difficulty_rows(summary)
     counts = reports.bucket_counts(rows)
@@ -169,8 +165,9 @@ def difficulty_buckets(summary: Summary) -> go.Figure:
     return figure
 
 
-def relation_gap(summary: Summary) -> go.Figure:
+def relation_gap(summary: Summary, colours: Colours | None = None) -> go.Figure:
     """Established vs under-explored family Hit@1, one line per model (MedHEB Figure 4B)."""
+    palette = _palette(summary, colours)
     figure = _figure("Established vs under-explored relations", y="mean family Hit@1 (%)")
     for row in reports.gap_rows(summary):
         figure.add_scatter(
@@ -178,13 +175,14 @@ def relation_gap(summary: Summary) -> go.Figure:
             x=["established", "under-explored"],
             y=[row["established"], row["underexplored"]],
             mode="lines+markers",
-            line={"color": model_colour(row["model"])},
+            line={"color": palette[row["model"]]},
         )
     return figure
 
 
-def graded_ndcg(summary: Summary) -> go.Figure:
+def graded_ndcg(summary: Summary, colours: Colours | None = None) -> go.Figure:
     """NDCG@5 per graded relation and overall (MedHEB Table 5)."""
+    palette = _palette(summary, colours)
     figure = _figure("Graded relevance", x="relation", y="NDCG@5 (%)")
     real, bounds = _split_baselines(summary.models)
     relations = list(dict.fromkeys(r for model in summary.models.values() for r in model.graded))
@@ -192,7 +190,7 @@ def graded_ndcg(summary: Summary) -> go.Figure:
         graded = summary.models[name].graded
         figure.add_bar(
             name=name,
-            marker_color=model_colour(name),
+            marker_color=palette[name],
             x=relations,
             y=[graded.get(r, {}).get("ndcg@5") for r in relations],
         )
@@ -209,9 +207,13 @@ def graded_ndcg(summary: Summary) -> go.Figure:
 
 
 def cxr_regimes(
-    summary: Summary, metric: str = "P@5", kinds: Sequence[str] = ("single", "pair", "negation")
+    summary: Summary,
+    metric: str = "P@5",
+    kinds: Sequence[str] = ("single", "pair", "negation"),
+    colours: Colours | None = None,
 ) -> go.Figure:
     """A CXR-Retrieve run: `metric` per query regime, one bar per model, baselines as marks."""
+    palette = _palette(summary, colours)
     figure = _figure(f"CXR-Retrieve {metric} per regime", x="regime", y=f"{metric} (%)")
     real, bounds = _split_baselines(summary.models)
 
@@ -220,7 +222,7 @@ def cxr_regimes(
         return [flat.get(f"{kind}/{metric}") for kind in kinds]
 
     for name in real:
-        figure.add_bar(name=name, marker_color=model_colour(name), x=list(kinds), y=values(name))
+        figure.add_bar(name=name, marker_color=palette[name], x=list(kinds), y=values(name))
     add_bounds(figure, list(kinds), {name: values(name) for name in bounds})
     figure.update_layout(barmode="group")
     return figure

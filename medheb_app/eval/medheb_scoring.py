@@ -29,23 +29,61 @@ def instruction_for(task: Task) -> str:
     return task.metadata.instruction
 
 
+THUMB_SIDE = 96  # in-memory images (crops, paired slices) are kept as small PNGs to show
+
+
 def item_payload(item: EmbedItem) -> dict[str, Any]:
-    """What a person would be shown for an item: its text, its image file, or its form."""
+    """What a person would be shown for an item, kept in the run's files for the drill-down:
+    its text, its image or volume file, its positive labels, its patient and whether it is
+    synthetic; an image held only in memory (a region crop, a slice pair) as a small inline
+    PNG (`thumbnail`), since no file exists to point at."""
     if isinstance(item, str):
         return {"text": item}
     if isinstance(item, Study):
         if item.form == "text":
-            return {"text": item.text or ""}
-        payload: dict[str, Any] = {"form": item.form}
-        if item.path:
-            payload["image" if item.form == "2d" else "volume"] = item.path
+            payload: dict[str, Any] = {"text": item.text or ""}
+        else:
+            payload = {"form": item.form}
+            if item.path:
+                payload["image" if item.form == "2d" else "volume"] = item.path
+            elif item.pixels is not None:
+                payload["thumbnail"] = _thumbnail(item.pixels)
+        labels = sorted(name for name, value in item.findings.items() if value == 1)
+        if labels:
+            payload["labels"] = labels
+        if item.patient_id:
+            payload["patient"] = str(item.patient_id)
+        if item.synthetic:
+            payload["synthetic"] = True
         return payload
     if isinstance(item, Evidence):
         payload = {"form": "+".join(item.forms)}
         if item.text is not None:
             payload["text"] = item.text
+        pixels = item.image if item.image is not None else item.volume
+        if pixels is not None:
+            payload["thumbnail"] = _thumbnail(pixels)
         return payload
     return {}
+
+
+def _thumbnail(pixels: np.ndarray) -> str:
+    """A PNG data URI of at most THUMB_SIDE px (a volume: its middle slice)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    array = np.asarray(pixels, dtype=np.float32)
+    if array.ndim == 3 and array.shape[-1] not in (3, 4):
+        array = array[array.shape[0] // 2]
+    low, high = float(np.nanmin(array)), float(np.nanmax(array))
+    scaled = (array - low) / (high - low) if high > low else np.zeros_like(array)
+    image = Image.fromarray((np.nan_to_num(scaled) * 255).astype(np.uint8))
+    image.thumbnail((THUMB_SIDE, THUMB_SIDE))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 def rank(scores: np.ndarray, task: Task, k: int = TOP_K) -> list[list[int]]:

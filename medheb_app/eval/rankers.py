@@ -133,6 +133,20 @@ class RandomRanker:
         return rng.random((len(task.queries), len(task.candidates)), dtype=np.float32)
 
 
+def item_kind(item: Any) -> str:
+    """text, image or volume: the kind of input an embedder reads, for per-kind rates
+    (eval/estimate.py); crops are named by the logic-aware stages that cut them."""
+    if isinstance(item, str):
+        return "text"
+    form = getattr(item, "form", None)
+    if form in ("text", "2d", "3d"):
+        return {"text": "text", "2d": "image", "3d": "volume"}[form]
+    forms = getattr(item, "forms", None) or ()
+    if "3d" in forms:
+        return "volume"
+    return "image" if "2d" in forms else "text"
+
+
 def content_key(entry: Entry) -> str:
     """The embedding-cache key of what is embedded: a study's id and content hash, a text's
     hash, else the entry's id (the same pixels or words are embedded once across tasks)."""
@@ -175,6 +189,8 @@ class EmbeddingRanker:
         self.card = embedder.card
         self.cache = cache
         self.note = note
+        # kind -> [seconds embedding, new vectors]: the runner records per-kind rates from it
+        self.kind_timing: dict[str, list[float]] = {}
 
     @property
     def name(self) -> str:
@@ -187,8 +203,14 @@ class EmbeddingRanker:
         progress: Progress | None = None,
         stop: threading.Event | None = None,
     ) -> np.ndarray:
+        import time
+
         from medheb_app.index.cache import embed_with_cache
 
+        kind = item_kind(entries[0].item) if len(entries) else "text"
+        fingerprint = self.card.fingerprint
+        before = self.cache.count(fingerprint) if self.cache is not None else 0
+        started = time.perf_counter()
         vectors = embed_with_cache(
             self.embedder,
             [entry.item for entry in entries],
@@ -198,6 +220,11 @@ class EmbeddingRanker:
             progress=progress,
             stop=stop,
         )
+        seconds = time.perf_counter() - started
+        new = self.cache.count(fingerprint) - before if self.cache is not None else len(entries)
+        spent = self.kind_timing.setdefault(kind, [0.0, 0])
+        spent[0] += seconds
+        spent[1] += new
         return unit_rows(vectors)
 
     def score(self, task: Any, progress: Progress | None = None, stop=None) -> np.ndarray:

@@ -56,6 +56,14 @@ class RunRecord:
         self.model_timing: dict[str, float] = {}
         self.new_vectors: dict[str, int] = {}  # vectors each model computed (estimate rates)
 
+    def kinds(self, spec: str, ranker: Any) -> None:
+        """Record the ranker's embedding seconds and new vectors per input kind (the
+        estimate's per-kind rates: "spec/kind_s", "spec/kind_new_vectors")."""
+        for kind, (seconds, new) in getattr(ranker, "kind_timing", {}).items():
+            if new > 0:
+                self.model_timing[f"{spec}/{kind}"] = round(seconds, 3)
+                self.new_vectors[f"{spec}/{kind}"] = int(new)
+
     def start(self, suite: str, specs: list[str], out_dir: Path, settings: dict) -> None:
         """The tasks are built: note how long that took and open the run's store row."""
         from medheb_app.store import runs as run_table
@@ -203,7 +211,15 @@ def _run_medheb(
     recorder = RunRecord(settings, record)
     if isinstance(suite, Suite):
         suite_name = suite.name
-        tasks, skipped = suite.build(settings, only=ctx.only)
+
+        def building(name: str, i: int, n: int) -> None:
+            if stop is not None and stop.is_set():
+                raise InterruptedError(
+                    f"cancelled while building tasks ({i} of {n}); no run recorded"
+                )
+            report(0.0, f"building task {name} ({i + 1} of {n})")
+
+        tasks, skipped = suite.build(settings, only=ctx.only, before_each=building)
     else:
         suite_name, tasks, skipped = "custom", list(suite), {}
     for name, why in skipped.items():
@@ -215,8 +231,7 @@ def _run_medheb(
     models = ctx.remote(models, tasks)
     summaries: dict[str, ModelSummary] = {}
     cache = EmbeddingCache(settings.cache_dir)
-    weights = [task_work(task) for task in tasks]
-    total = len(models) * sum(weights)
+    meter = _medheb_meter(report, suite_name, tasks, ctx.specs, settings, cache, recorder)
     with recorder.guard():
         for m, model in enumerate(models):
             model_started = time.perf_counter()
@@ -227,9 +242,8 @@ def _run_medheb(
             for t, task in enumerate(tasks):
                 if stop is not None and stop.is_set():
                     raise InterruptedError("Benchmark run was cancelled.")
-                done = (m * sum(weights) + sum(weights[:t])) / total
-                share = weights[t] / total
-                report(done, f"{spec}: {task.name}")
+                stage = m * len(tasks) + t
+                meter.at(stage, 0.0, f"{spec}: {task.name}")
                 missing = unread_forms(task, ranker.card.modalities)
                 if missing:
                     why = f"{spec} does not read {', '.join(sorted(missing))} evidence"
@@ -237,15 +251,7 @@ def _run_medheb(
                     note(f"skipped {spec}/{task.name}: {why}")
                     continue
 
-                def task_progress(
-                    fraction: float,
-                    message: str,
-                    _done: float = done,
-                    _share: float = share,
-                    _name: str = task.name,
-                ) -> None:
-                    report(_done + fraction * _share, f"{_name}: {message}")
-
+                task_progress = meter.span(stage, stage, f"{task.name}: ")
                 run = evaluate_task(task, ranker, task_progress, stop)
                 path = run.to_disk(out_dir)
                 runs.append(run)
@@ -267,6 +273,7 @@ def _run_medheb(
                 summaries[spec] = summarise_model(spec, ranker.card.to_dict(), ranker.note, runs)
             recorder.model_timing[spec] = round(time.perf_counter() - model_started, 2)
             recorder.new_vectors[spec] = cache.count(ranker.card.fingerprint) - vectors_before
+            recorder.kinds(spec, ranker)
     return recorder.close(
         suite=suite_name,
         models=summaries,
@@ -275,6 +282,29 @@ def _run_medheb(
         out_dir=str(out_dir),
         settings=settings_record,
     )
+
+
+def _medheb_meter(
+    report: Any,
+    suite_name: str,
+    tasks: Sequence[Task],
+    specs: Sequence[str],
+    settings: Settings,
+    cache: Any,
+    recorder: RunRecord,
+) -> Any:
+    """Progress weighted by the run's own estimate: one stage per (model, task), its weight
+    the seconds the estimate gives it (per input kind, baselines zero), so a baseline that
+    takes a second no longer fills half the bar."""
+    from medheb_app.eval.estimate import estimate_medheb, model_cards, rates_from_store
+    from medheb_app.eval.progress import WorkProgress
+
+    rates = rates_from_store(recorder.store, specs) if recorder.store is not None else {}
+    plan = estimate_medheb(suite_name, tasks, specs, model_cards(settings), cache, rates)
+    work: dict[tuple[str, str], float] = {}
+    for cell in plan.cells:
+        work[cell.model, cell.task] = work.get((cell.model, cell.task), 0.0) + cell.work
+    return WorkProgress(report, [work.get((s, t.name), 0.0) for s in specs for t in tasks])
 
 
 def task_work(task: Any) -> int:

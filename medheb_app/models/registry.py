@@ -172,10 +172,25 @@ def superseded(key: tuple, cached: Iterable[tuple]) -> list[tuple]:
 
 def valid_specs(settings: Settings) -> list[str]:
     """Built-in names and every dual-lite and medemb-lite checkpoint spec that resolves now."""
-    specs = [DUAL_LITE, *BUILTINS]
-    specs += [f"{DUAL_LITE}@{tag}" for tag in checkpoint_folders(settings)]
-    specs += _medemb_lite_specs(settings)
+    return [DUAL_LITE, *BUILTINS, *registered_checkpoints(settings)]
+
+
+def registered_checkpoints(settings: Settings) -> dict[str, Path]:
+    """spec -> folder of every checkpoint the resolver finds: the one place a checkpoint
+    gets its name, so logs and pickers say what `load_embedder` accepts."""
+    specs = {f"{DUAL_LITE}@{tag}": folder for tag, folder in checkpoint_folders(settings).items()}
+    specs.update(_medemb_lite_specs(settings))
     return specs
+
+
+def spec_of_folder(folder: Path | str, settings: Settings) -> str | None:
+    """The spec a checkpoint folder registers as, or None when none resolves to it (not a
+    checkpoint, or its tag is taken by a committed checkpoint, which wins)."""
+    wanted = Path(folder).resolve()
+    for spec, found in registered_checkpoints(settings).items():
+        if Path(found).resolve() == wanted:
+            return spec
+    return None
 
 
 def _medemb_lite_specs(settings: Settings) -> dict[str, Path]:
@@ -196,7 +211,7 @@ def list_models(settings: Settings) -> list[dict[str, object]]:
     for name, builtin in BUILTINS.items():
         models.append({"spec": name, "card": builtin.card(settings).to_dict()})
     for tag, folder in folders.items():
-        models.append({"spec": f"{DUAL_LITE}@{tag}", "card": _card_dict(folder)})
+        models.append({"spec": f"{DUAL_LITE}@{tag}", "card": _card_dict(folder)})  # as registered
     for spec, folder in _medemb_lite_specs(settings).items():
         card = medemb_lite_card(folder, read_medemb_lite_config(folder))
         models.append({"spec": spec, "card": card.to_dict()})

@@ -185,9 +185,15 @@ class Suite:
         return list(self.specs)
 
     def build(
-        self, settings: Settings, only: Sequence[str] | None = None, part: Part = "test"
+        self,
+        settings: Settings,
+        only: Sequence[str] | None = None,
+        part: Part = "test",
+        before_each: Callable[[str, int, int], None] | None = None,
     ) -> tuple[list[Task], dict[str, str]]:
-        """(tasks built, {task name: reason skipped}); unknown names in `only` are an error."""
+        """(tasks built, {task name: reason skipped}); unknown names in `only` are an error.
+        `before_each(name, i, n)` is called before each build (a runner reports the stage and
+        checks for cancel there: a real-data task can take a minute to build)."""
         wanted = list(only) if only else self.names()
         unknown = [name for name in wanted if name not in self.specs]
         if unknown:
@@ -197,12 +203,47 @@ class Suite:
             )
         tasks: list[Task] = []
         skipped: dict[str, str] = {}
-        for name in wanted:
+        for i, name in enumerate(wanted):
+            if before_each is not None:
+                before_each(name, i, len(wanted))
             try:
                 tasks.append(self.specs[name].build(settings, part))
             except TaskUnavailable as reason:
                 skipped[name] = str(reason)
+        record_sizes(settings, tasks)
         return tasks, skipped
+
+
+SIZES_FILE = "task-sizes.json"
+
+
+def record_sizes(settings: Settings, tasks: Iterable[Task]) -> None:
+    """Remember each built task's form and sizes in DATA_DIR, so `bench list` can answer the
+    CLI contract's fields (form, n_queries, n_candidates) without building anything."""
+    path = settings.data_dir / SIZES_FILE
+    sizes = known_sizes(settings)
+    for task in tasks:
+        sizes[task.name] = {
+            "form": task.metadata.form,
+            "n_queries": len(task.queries),
+            "n_candidates": len(task.candidates),
+        }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(sizes, sort_keys=True))
+        partial.replace(path)
+    except OSError:  # a read-only DATA_DIR only costs the listing its sizes
+        pass
+
+
+def known_sizes(settings: Settings) -> dict[str, dict[str, object]]:
+    """{task name: {form, n_queries, n_candidates}} as last built here ({} if never)."""
+    try:
+        loaded = json.loads((settings.data_dir / SIZES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
 
 
 def revision(*parts: object) -> str:

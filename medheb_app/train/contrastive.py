@@ -46,7 +46,7 @@ from medheb_app.models.towers import (
 )
 from medheb_app.settings import Settings
 from medheb_app.train.config import config_to_dict
-from medheb_app.train.loop import run_steps
+from medheb_app.train.loop import check_stop, report_stage, run_steps
 
 Progress = Callable[[int, int, float], None]
 LossFn = Callable[..., torch.Tensor]
@@ -228,8 +228,14 @@ def build_embedder(config: TrainerConfig, init: Path | None = None) -> DualLiteE
     return embedder
 
 
+FEATURE_CHUNK = 16  # images / texts per cancellation check while caching frozen features
+
+
 class _Features:
-    """Tower features: cached once when frozen, recomputed with gradients when tuned."""
+    """Tower features: cached once when frozen, recomputed with gradients when tuned.
+
+    Caching runs in chunks of FEATURE_CHUNK, each a stage report and a cancellation check, so
+    a 2,000-study run shows "caching image features 640/2000" and stops within one chunk."""
 
     def __init__(
         self,
@@ -237,16 +243,29 @@ class _Features:
         images: Sequence[np.ndarray],
         tuned: set,
         cache_dir: Path | None = None,
+        progress: Progress | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.embedder = embedder
         self.images = images
         self.tuned = tuned
+        self.progress, self.stop = progress, stop
         self.image_cache = None
         if "image" not in tuned:
             key = f"image-{IMAGE_ARCH}-{embedder.image_size}-{data_fingerprint([], images)}"
-            self.image_cache = _on_disk(cache_dir, key, lambda: embedder.image_features(images))
+            self.image_cache = _on_disk(
+                cache_dir, key, lambda: self._chunked("image", images, embedder.image_features)
+            )
         self.text_cache: dict[str, torch.Tensor] = {}
         self.cache_dir = cache_dir
+
+    def _chunked(self, kind: str, inputs: Sequence, encode: Callable) -> torch.Tensor:
+        chunks = []
+        for start in range(0, len(inputs), FEATURE_CHUNK):
+            check_stop(self.stop, f"caching {kind} features ({start} of {len(inputs)} done)")
+            report_stage(self.progress, f"caching {kind} features {start}/{len(inputs)}")
+            chunks.append(encode(inputs[start : start + FEATURE_CHUNK]))
+        return torch.cat(chunks) if chunks else encode(inputs)
 
     def prepare_texts(self, texts: Sequence[str]) -> None:
         if "text" in self.tuned:
@@ -254,7 +273,11 @@ class _Features:
         missing = sorted({t for t in texts if t not in self.text_cache})
         if missing:
             key = f"text-minilm-{data_fingerprint(missing, [])}"
-            features = _on_disk(self.cache_dir, key, lambda: self.embedder.text_features(missing))
+            features = _on_disk(
+                self.cache_dir,
+                key,
+                lambda: self._chunked("text", missing, self.embedder.text_features),
+            )
             self.text_cache.update(zip(missing, features, strict=True))
 
     def image(self, index: np.ndarray) -> torch.Tensor:
@@ -333,6 +356,7 @@ def train_contrastive(
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     init = init_folder(config.init, settings)
+    report_stage(progress, f"loading the towers for {len(images)} training images")
     embedder = build_embedder(config, init)
     from medheb_app.models.device import resolve_device
 
@@ -345,7 +369,8 @@ def train_contrastive(
             "sha256": checkpoint_sha256(init),
         }
     tuned = set(config.lora_towers) if config.tune == "lora" else set()
-    features = _Features(embedder, images, tuned, cache_dir)
+    check_stop(stop, "loading the towers")
+    features = _Features(embedder, images, tuned, cache_dir, progress, stop)
 
     parameters = [p for p in embedder.heads.parameters()]
     for kind in tuned:

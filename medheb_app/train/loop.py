@@ -4,6 +4,10 @@ A trainer hands in its epochs as iterables of batches and a `loss_of(batch)` tha
 batch's loss and its number of items; the loop does zero_grad / backward / step / schedule,
 stops between steps when `stop` is set or `total` steps are done, reports
 progress(step, total, loss) and keeps each finished epoch's item-weighted mean loss.
+
+Work before the first step (drawing a corpus, caching frozen-tower features) is reported as
+named stages through `report_stage` and checked for cancellation per batch through
+`check_stop`, so a job shows what it does within seconds and stops within one batch.
 """
 
 from __future__ import annotations
@@ -14,6 +18,37 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Progress = Callable[[int, int, float], None]
+
+
+class TrainingProgress:
+    """A background job's view of a trainer: steps become the job's progress (a log line per
+    tenth of the run), and `stage(text)` names the work before the first step."""
+
+    def __init__(self, progress: Callable[..., None], log: Callable[[str], None]) -> None:
+        self.progress, self.log, self._decile = progress, log, -1
+
+    def __call__(self, step: int, total: int, loss: float) -> None:
+        self.progress(step / max(total, 1), f"step {step}/{total}, loss {loss:.4f}")
+        decile = int(10 * step / max(total, 1))
+        if decile != self._decile:
+            self._decile = decile
+            self.log(f"step {step}/{total}: loss {loss:.4f}")
+
+    def stage(self, text: str, fraction: float = 0.0) -> None:
+        self.progress(fraction, text)
+
+
+def report_stage(progress: Progress | None, text: str) -> None:
+    """Name the current stage if the caller listens for stages (TrainingProgress does)."""
+    stage = getattr(progress, "stage", None)
+    if callable(stage):
+        stage(text)
+
+
+def check_stop(stop: threading.Event | None, doing: str) -> None:
+    """Raise InterruptedError (whose text says what is kept: nothing) when `stop` is set."""
+    if stop is not None and stop.is_set():
+        raise InterruptedError(f"stopped while {doing}; no checkpoint saved")
 
 
 @dataclass

@@ -50,7 +50,7 @@ from medheb_app.settings import Settings
 from medheb_app.train.batching import TokenBudgetBatcher, padded_cost, static_batches, token_budget
 from medheb_app.train.config import config_to_dict
 from medheb_app.train.contrastive import Progress, TrainResult
-from medheb_app.train.loop import run_steps
+from medheb_app.train.loop import check_stop, report_stage, run_steps
 from medheb_app.train.losses import (
     MEDEMB_MARGIN,
     MEDEMB_TEMPERATURE,
@@ -253,6 +253,7 @@ def train_medemb(
     if pairs is None:
         from medheb_app.tasks.medheb import training_pairs
 
+        report_stage(progress, "building the MedHEB-lite training pairs")
         raw = training_pairs(settings)
         pairs = sample_pairs(raw, config.pairs_per_task, config.seed)
         # stage 1 reads every ID-train image -> report pair, whatever the stage-2 sample
@@ -269,8 +270,12 @@ def train_medemb(
         )
     from medheb_app.models.device import resolve_device
 
+    check_stop(stop, "building the training pairs")
+    report_stage(progress, f"loading the model for {len(pairs)} training pairs")
     model, trainable = build_model(config, resolve_device(settings.device))
+    check_stop(stop, "loading the model")
     if hasattr(model, "precompute_visual"):  # frozen tower: every image once, batched
+        report_stage(progress, "caching the frozen visual features")
         items = [p.query for p in pairs] + [p.target for p in pairs]
         stored = settings.cache_dir / "medemb-lite-visual.pt"
         model.features.load(stored)
@@ -279,6 +284,7 @@ def train_medemb(
         visual_tokens = model.fit_visual_statistics(items) if config.standardise else None
     else:
         visual_tokens = None
+    check_stop(stop, "caching visual features")
     aligned = None
     if bank is not None:
         aligned = align_projection(

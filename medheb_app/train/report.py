@@ -24,6 +24,7 @@ from medheb_app.train.contrastive import (
     data_fingerprint,
     train_contrastive,
 )
+from medheb_app.train.loop import check_stop, report_stage
 from medheb_app.train.losses import clip_loss
 
 VAL_SPLITS = ("val", "valid", "validation")
@@ -75,10 +76,14 @@ def train_report(
     if studies is None:
         from medheb_app.evidence.phantoms import generate_chest_corpus
 
+        report_stage(progress, f"drawing {config.n} phantom studies")
         studies = generate_chest_corpus(config.n, seed=config.corpus_seed)
         source = "phantom"
+    check_stop(stop, "drawing the corpus")
+    report_stage(progress, f"reading the pixels of {len(studies)} studies")
     train, val = split_studies(studies)
     images, pairs = report_pairs(train)
+    check_stop(stop, "reading the pixels")
     val_images, val_pairs = report_pairs(val) if len(val) >= 2 else (None, None)
     run_info = {
         "tag": Path(out).name,

@@ -125,8 +125,9 @@ def estimate_view(
         return empty, ui.notice_html("error", error.args[0] if error.args else str(error))
     skipped = f" {len(estimate.skipped)} task(s) will be skipped." if estimate.skipped else ""
     note = (
-        f"About {estimate.total_seconds:.0f} s of embedding for what the cache lacks "
-        f"(nothing was run).{skipped} {shared_data_line(services)}"
+        f"Embedding what the cache lacks: {estimate.summary_line()}; the range is wide "
+        f"where a model was never measured (nothing was run).{skipped} "
+        f"{shared_data_line(services)}"
     )
     return pd.DataFrame(estimate.rows()), ui.notice_html("info", note)
 

@@ -2,7 +2,11 @@
 
 Renders medheb_app.eval.drilldown's objects: each model's top-k as thumbnails (inlined PNG
 data, never a file path) with finding chips, the gold marked, and on a compositional query the
-constraint each wrong image violates ("VIOLATES: has Pneumonia"). All text is escaped.
+constraint each wrong image violates ("VIOLATES: has Pneumonia"); a miss names its reason in
+the task's terms (wrong region, wrong patient, findings lacked or added). Images and volumes go
+through the project's one evidence renderer (ui/evidence_view.py): regions outlined, volumes
+as a montage of slices, labels as chips, and the SYNTHETIC mark under every generated image,
+never over its pixels. All text is escaped.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ CSS = """
 .dd-violates{color:#fff;background:#b3141f;border-radius:3px;padding:0 4px;font-weight:700}
 .dd-gold{color:#fff;background:#16a34a;border-radius:3px;padding:0 4px;font-weight:700}
 .dd-query{border:1px solid #d1d5db;border-radius:6px;padding:8px;margin-bottom:8px}
+.dd-reason{color:#b3141f;font-weight:600;margin:2px 0 6px}
+.dd-hit .ev-figure img{max-height:150px}
 """
 
 
@@ -45,21 +51,41 @@ def thumbnail_uri(path: str | Path, side: int = THUMB_SIDE) -> str | None:
 
 
 def evidence_html(payload: dict[str, Any], alt: str) -> str:
-    """An image or volume thumbnail, else the text (shortened), else nothing."""
+    """An image or volume thumbnail (SYNTHETIC under it when generated), else the text
+    (shortened), with the item's labels; nothing when the payload holds nothing to show."""
     parts = []
+    synthetic = bool(payload.get("synthetic"))
     path = payload.get("image") or payload.get("volume")
     if path:
         uri = thumbnail_uri(path)
         if uri:
-            parts.append(f'<img src="{uri}" alt="{html.escape(alt)}">')
+            parts.append(_figure(uri, alt, synthetic))
         else:
             parts.append("<div><i>image unavailable</i></div>")
+    elif payload.get("thumbnail"):  # an in-memory image (region crop, slice) kept by the run
+        parts.append(_figure(str(payload["thumbnail"]), alt, synthetic))
     text = payload.get("text")
     if text:
         text = str(text)
         short = text if len(text) <= 160 else text[:159] + "…"
         parts.append(f"<div>{html.escape(short)}</div>")
+    labels = payload.get("labels")
+    if labels:
+        chips = "".join(f"<span>{html.escape(str(label))}</span>" for label in labels)
+        parts.append(f'<div class="ev-labels">{chips}</div>')
     return "".join(parts)
+
+
+def _figure(uri: str, alt: str, synthetic: bool) -> str:
+    """evidence_view's figure layout for an already-encoded thumbnail: the SYNTHETIC mark is
+    a caption under the image, never drawn over the pixels."""
+    if not uri.startswith("data:image/png;base64,"):
+        return "<div><i>image unavailable</i></div>"
+    mark = '<div class="ev-mark">SYNTHETIC</div>' if synthetic else ""
+    return (
+        f'<figure class="ev-figure"><img class="ev-zoomable" alt="{html.escape(alt)}" '
+        f'src="{uri}" title="Click to zoom">{mark}</figure>'
+    )
 
 
 def hit_html(hit: HitView, constraints: tuple[list[str], list[str]]) -> str:
@@ -101,9 +127,15 @@ def drilldown_html(view: QueryView | None, ranked: list[RankedView]) -> str:
     for model in ranked:
         verdict = "✓ hit" if model.hit else "✗ miss"
         hits = "".join(hit_html(h, (positive, negative)) for h in model.hits)
+        reason = (
+            f'<div class="dd-reason">✗ {html.escape(model.reason)}</div>' if model.reason else ""
+        )
         columns.append(
             f'<div class="dd-model"><h4>{html.escape(model.model)} · {verdict}</h4>'
-            f"<div>{html.escape(model.summary)}</div>"
+            f"<div>{html.escape(model.summary)}</div>{reason}"
             f'<div class="dd-grid">{hits}</div></div>'
         )
-    return f'<style>{CSS}</style>{query_html(view)}<div class="dd-models">{"".join(columns)}</div>'
+    return (
+        f"<style>{CSS}{evidence_view.CSS}</style>{query_html(view)}"
+        f'<div class="dd-models">{"".join(columns)}</div>'
+    )

@@ -19,6 +19,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from medheb_app.eval import drilldown, figures, reports
+from medheb_app.eval.colours import recorded_colours
 
 # re-exported: the explorer's tables are eval's functions
 from medheb_app.eval.leaderboard import (  # noqa: F401
@@ -76,9 +77,11 @@ def _empty_figure(message: str) -> go.Figure:
     return figure
 
 
-def grouped_figure(frame: pd.DataFrame, by: str, title: str) -> go.Figure:
+def grouped_figure(
+    frame: pd.DataFrame, by: str, title: str, colours: dict[str, str] | None = None
+) -> go.Figure:
     """Task-macro Hit@1 per model, grouped by `by` (family or split); random and oracle are
-    floor and ceiling marks, each model keeps its colour (eval.figures.model_colour)."""
+    floor and ceiling marks, each model keeps its recorded colour (eval.colours)."""
     single = frame[~frame["graded"]]
     if single.empty:
         return _empty_figure("No single-positive task matches the filters.")
@@ -91,7 +94,7 @@ def grouped_figure(frame: pd.DataFrame, by: str, title: str) -> go.Figure:
         color="model",
         barmode="group",
         title=title,
-        color_discrete_map=figures.model_colours(bars["model"].unique()),
+        color_discrete_map=colours or figures.model_colours(bars["model"].unique()),
     )
     groups = list(dict.fromkeys(data[by]))
     bounds = {
@@ -300,26 +303,27 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         if summary is None:
             blank = _empty_figure("No run selected.")
             return None, *[blank] * 7
+        palette = recorded_colours(services, list(summary.models))
         if summary.kind == "cxr-retrieve":  # MedHEB's family / CV / difficulty charts hide
             hidden = gr.update(value=None, visible=False)
             return (
                 cxr_leaderboard(summary),
-                figures.cxr_regimes(summary),
-                figures.cxr_regimes(summary, metric="HNRR@5", kinds=("negation",)),
+                figures.cxr_regimes(summary, colours=palette),
+                figures.cxr_regimes(summary, metric="HNRR@5", kinds=("negation",), colours=palette),
                 *[hidden] * 5,
             )
         frame = filter_frame(task_frame(summary), fam, frm, spl, mdl)
         return (
             leaderboard_with_ci(summary, frame),
-            grouped_figure(frame, "family", "Hit@1 per family"),
-            grouped_figure(frame, "split", "Hit@1: ID vs held-out source"),
+            grouped_figure(frame, "family", "Hit@1 per family", palette),
+            grouped_figure(frame, "split", "Hit@1: ID vs held-out source", palette),
             *[
                 gr.update(value=figure, visible=True)
                 for figure in (
-                    figures.accuracy_vs_balance(summary),
-                    figures.difficulty_buckets(summary),
-                    figures.relation_gap(summary),
-                    figures.graded_ndcg(summary),
+                    figures.accuracy_vs_balance(summary, colours=palette),
+                    figures.difficulty_buckets(summary, colours=palette),
+                    figures.relation_gap(summary, colours=palette),
+                    figures.graded_ndcg(summary, colours=palette),
                     scatter_figure(frame, mx, my),
                 )
             ],
