@@ -79,7 +79,9 @@ def build_data(root: Path, **overrides: Any) -> Any:
     ensure_demo(settings, models=["oracle"])
     pngs = root / "ward"
     pngs.mkdir()
-    for png in sorted(settings.demo_dir.rglob("*.png"))[:6]:
+    from medheb_app.evidence.phantoms.saved import corpora_root
+
+    for png in sorted(corpora_root(settings).rglob("*.png"))[:6]:
         shutil.copy(png, pngs / png.name)
     build_from_source(f"folder:{pngs}", "random", "ward-cxr", settings)
     return settings

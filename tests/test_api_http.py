@@ -44,7 +44,9 @@ def assert_problem(response, status: int, kind: str, site=None) -> dict:
 
 
 def _png_bytes(site) -> bytes:
-    return sorted(site.settings.demo_dir.rglob("*.png"))[0].read_bytes()
+    from medheb_app.evidence.phantoms.saved import corpora_root
+
+    return sorted(corpora_root(site.settings).rglob("*.png"))[0].read_bytes()
 
 
 # ---------------------------------------------------------------- documents
@@ -252,8 +254,10 @@ ROUTES = [  # method, path, body, who may: anonymous / search / read / admin
     ("post", "/search", {"text": QUERY, "k": 2}, (200, 200, 200, 200)),
     ("get", "/indices", None, (200, 200, 200, 200)),
     ("get", "/models", None, (200, 200, 200, 200)),
-    ("get", "/studies/demo-cxr/phantom-cxr-000001", None, (200, 403, 200, 200)),
-    ("get", "/runs", None, (200, 403, 200, 200)),
+    # a search token reads what anonymous callers read (the adversarial pass found it got 403
+    # where no token got 200); read scope adds the indices no picker offers
+    ("get", "/studies/demo-cxr/phantom-cxr-000001", None, (200, 200, 200, 200)),
+    ("get", "/runs", None, (200, 200, 200, 200)),
     ("get", "/jobs/999", None, (401, 403, 403, 404)),
     ("delete", "/jobs/999", None, (401, 403, 403, 404)),
     ("get", "/audit", None, (401, 403, 403, 200)),

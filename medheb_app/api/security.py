@@ -129,7 +129,8 @@ def _limit(request: Request, caller: Principal, bucket: str) -> None:
 
 def access(needed: str, anonymous: bool, bucket: str = "reads") -> Callable[[Request], Principal]:
     """A route dependency: the caller, refused unless a token of scope `needed` (or, when
-    `anonymous`, no token at all) was sent, and counted against its limit."""
+    `anonymous`, no token at all) was sent, and counted against its limit. On a route open to
+    anonymous callers, a token without the scope is answered as an anonymous caller."""
 
     def dependency(request: Request) -> Principal:
         caller = principal(request)
@@ -140,10 +141,13 @@ def access(needed: str, anonymous: bool, bucket: str = "reads") -> Callable[[Req
                 "'Authorization: Bearer <token>' (an admin issues tokens).",
             )
         if not caller.anonymous and not caller.allows(needed):
-            raise ApiProblem(
-                "forbidden",
-                f"This token's scope '{caller.scope}' does not include '{needed}'.",
-            )
+            if not anonymous:
+                raise ApiProblem(
+                    "forbidden",
+                    f"This token's scope '{caller.scope}' does not include '{needed}'.",
+                )
+            # a token never gets less than no token: answered as an anonymous caller
+            caller = Principal(caller.client)
         _limit(request, caller, bucket)
         return caller
 
