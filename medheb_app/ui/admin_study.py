@@ -38,6 +38,7 @@ def create_study(
     pages only); raters see `public_title`. `gold_percent` of the items are quality-control
     items (one side the oracle's top-3), indistinguishable to raters."""
     from medheb_app.study.items import create_study as create
+    from medheb_app.study.items import item_counts
     from medheb_app.ui.explorer_tab import load_summary
 
     if not is_admin:
@@ -72,7 +73,8 @@ def create_study(
 
     return ui.notice_html(
         "info",
-        f"Created study {created.id} ({created.n_items} items).{withheld} Issue invitations "
+        f"Created study {created.id} ({item_counts(created.n_items, created.n_gold)})."
+        f"{withheld} Issue invitations "
         "under Invitations; raters sign in on the /rate page. "
         + creation_note(created.n_items, int(raters_per_item)),
     )

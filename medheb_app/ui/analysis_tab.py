@@ -23,10 +23,14 @@ OUTCOME_LABELS = {"a": "A preferred", "b": "B preferred", "tie": "Tie", "both_po
 
 
 def study_options(services: Services) -> list[tuple[str, int]]:
-    from medheb_app.study.items import list_studies
+    from medheb_app.study.items import item_counts, list_studies
 
     return [
-        (f"Study {s['id']}: {s['name']} ({s['votes']} votes)", int(s["id"]))
+        (
+            f"Study {s['id']}: {s['name']} ({item_counts(s['n_items'], s['n_gold'])}, "
+            f"{s['votes']} votes)",
+            int(s["id"]),
+        )
         for s in list_studies(services.store)
     ]
 
