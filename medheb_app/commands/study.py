@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--gold-share",
         type=float,
         default=0.0,
-        help="share of quality-control items, e.g. 0.1 (reference vs random list; 0-0.5)",
+        help="share of quality-control items (reference vs random list), a fraction from 0 to "
+        "0.5: 0.1 = 10%% of the items, as in the UI",
     )
     create.add_argument(
         "--claim-timeout",
@@ -162,7 +163,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--min-gold-accuracy",
         type=float,
         default=None,
-        help="exclude raters below this accuracy on gold items (e.g. 0.8)",
+        help="exclude raters below this accuracy on gold items, a fraction from 0 to 1: "
+        "0.8 = 80%%, as in the UI",
     )
     analyse.add_argument(
         "--ties",

@@ -452,6 +452,22 @@ def list_studies(store: Store) -> list[dict[str, Any]]:
     ]
 
 
+GOLD_SHARE_HELP = "a fraction from 0 to 0.5: 0.1 = 10% of the items"
+GOLD_ACCURACY_HELP = "a fraction from 0 to 1: 0.8 = 80%"
+
+
+def fraction(value: float | None, name: str, high: float = 1.0) -> float | None:
+    """`value` checked as a fraction in [0, high] (the one unit of shares and accuracies in the
+    CLI, the UI and the API); a percentage such as 80 gets a message, never 8000%."""
+    if value is None:
+        return None
+    value = float(value)
+    if not 0.0 <= value <= high:
+        example = "0.1 = 10%" if high < 1 else "0.8 = 80%"
+        raise StudyError(f"The {name} is a fraction from 0 to {high:g} ({example}); got {value:g}.")
+    return value
+
+
 def item_counts(n_items: int, n_gold: int) -> str:
     """How the CLI and the UI word a study's size: "24 items + 3 gold (27 in all)"."""
     words = f"{n_items} item{'s' if n_items != 1 else ''}"

@@ -17,6 +17,7 @@ import pandas as pd
 from fastapi import Request, Response
 
 from medheb_app.services import Services
+from medheb_app.study.items import GOLD_ACCURACY_HELP
 from medheb_app.ui import components as ui
 
 OUTCOME_LABELS = {"a": "A preferred", "b": "B preferred", "tie": "Tie", "both_poor": "Both poor"}
@@ -233,16 +234,18 @@ def precision_html(precision: dict[str, Any] | None) -> str:
 def analyse(
     services: Services,
     study_id: Any,
-    min_gold_percent: float | None = None,
+    min_gold_accuracy: float | None = None,
     ties: str = "half",
     margin: float | None = None,
 ):
     """(overview html, rates table, Bradley-Terry table, stratum figure, rater quality table,
-    MRMC html) for one study; with `min_gold_percent` > 0, raters below that gold accuracy
+    MRMC html) for one study; with `min_gold_accuracy` > 0 (a fraction, as in the CLI's
+    --min-gold-accuracy), raters below that gold accuracy
     are excluded from rates, Bradley-Terry, bias and MRMC (agreement is shown with and
     without them). `ties` and `margin`: the MRMC figure of merit and non-inferiority margin."""
     from medheb_app.study.analysis import model_votes, stratum_figure, summarise
     from medheb_app.study.export import votes_frame
+    from medheb_app.study.items import fraction
 
     nothing = (None, None, None, None, "")
     if study_id in (None, ""):
@@ -255,7 +258,10 @@ def analyse(
         return ui.notice_html("info", "No votes in this study yet."), *nothing
     from medheb_app.study.quality import confirmed_exclusions
 
-    threshold = float(min_gold_percent) / 100 if min_gold_percent else None
+    try:
+        threshold = fraction(min_gold_accuracy, "gold accuracy threshold") or None
+    except ValueError as error:
+        return ui.notice_html("error", str(error)), *nothing
     margin = float(margin) if margin else None
     summary = summarise(
         votes, min_gold_accuracy=threshold, ties=ties if ties in ("half", "exclude") else "half",
@@ -410,10 +416,12 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         study = gr.Dropdown(label="Study", choices=[], elem_id="analysis-study")
         refresh = gr.Button("Refresh", size="sm")
     min_gold = gr.Number(
-        label="Exclude raters below this gold accuracy (%; 0 keeps everyone)",
+        label=f"Exclude raters below this gold accuracy ({GOLD_ACCURACY_HELP}; 0 keeps everyone)",
         value=0,
         minimum=0,
-        maximum=100,
+        maximum=1,
+        step=0.05,
+        elem_id="analysis-min-gold",
     )
     overview = gr.HTML(
         ui.notice_html("info", "Study results are for admins: sign in, then pick a study.")
