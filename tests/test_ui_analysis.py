@@ -97,3 +97,37 @@ def test_gold_thresholds_are_fractions_as_in_the_cli(services, study_id, capsys)
     with pytest.raises(SystemExit):
         build_parser("study").parse_args(["study", "analyse", "--help"])
     assert "0.8 = 80%, as in the UI" in " ".join(capsys.readouterr().out.split())
+
+
+def test_study_analysis_says_how_to_reach_it_on_a_server_without_an_admin(services, monkeypatch):
+    """On a Space without ADMIN_PASSWORD nobody could open Study analysis, and the tab only
+    said 'sign in' (issue 22 item 6e): it now names the sign-in this server offers, or what
+    to configure where it has none."""
+    from dataclasses import replace
+
+    from medheb_app.access.auth import Authenticator
+
+    auth = Authenticator(b"k" * 32)
+    assert not services.admin_enabled
+    none = analysis_tab.sign_in_html(services, auth)
+    assert "This server has no admin" in none and "<code>ADMIN_PASSWORD</code>" in none
+    assert "<code>hf_oauth: true</code>" in none and "<code>ADMIN_USERS</code>" in none
+    assert "python -m medheb_app study analyse" in none
+    with_password = replace(services, settings=replace(services.settings, admin_password="pw"))
+    signed = analysis_tab.sign_in_html(with_password, auth)
+    assert '<a href="/auth/admin" id="analysis-sign-in">sign in as admin</a>' in signed
+    assert "no admin" not in signed and "Hugging Face" not in signed
+    monkeypatch.setenv("SPACE_ID", "lab/workbench")
+    monkeypatch.setenv("OAUTH_CLIENT_SECRET", "s")
+    on_space = replace(services, settings=replace(services.settings, admin_users=("alice",)))
+    oauth = Authenticator(b"k" * 32, admin_users=("alice",), oauth=True)
+    assert on_space.admin_enabled
+    hf = analysis_tab.sign_in_html(on_space, oauth)
+    assert "sign in with Hugging Face in the Admin tab" in hf and "/auth/admin" not in hf
+    import gradio as gr
+
+    with gr.Blocks() as blocks:
+        analysis_tab.build_analysis_tab(services, auth)
+    [overview] = [b for b in blocks.blocks.values() if "This server has no admin" in str(
+        getattr(b, "value", ""))]  # fmt: skip
+    assert overview is not None

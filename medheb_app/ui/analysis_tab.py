@@ -409,6 +409,41 @@ def add_export_routes(app: Any, services: Services, auth: Any) -> None:
 
 
 ADMIN_ONLY = "Study analysis is for admins only while studies run: sign in as admin to see it."
+NO_ADMIN = (
+    "This server has no admin, so nobody can open study results here (the demo study's "
+    "included). To read them, give the server an admin and restart it: set the "
+    "<code>ADMIN_PASSWORD</code> secret (on a Space: Settings, Variables and secrets) and sign "
+    'in at <a href="/auth/admin">/auth/admin</a> on the Space\'s own address, or, on a Space, '
+    "add <code>hf_oauth: true</code> to its README header and list Hugging Face user names in "
+    "<code>ADMIN_USERS</code>, then sign in with Hugging Face in the Admin tab. Where you have "
+    "a shell on the data folder, <code>python -m medheb_app study analyse</code> reads the "
+    "same votes (docs/study.md, Reading the results)."
+)
+
+
+def sign_in_html(services: Services, auth: Any = None) -> str:
+    """How to reach Study analysis on this server: the admin sign-ins it offers (password at
+    /auth/admin, Hugging Face in the Admin tab), or, where it has no admin at all (no
+    ADMIN_PASSWORD, no ADMIN_USERS on a Space with OAuth), what to configure."""
+    if auth is None or not services.admin_enabled:
+        return _note(NO_ADMIN)
+    ways = []
+    if services.settings.admin_password:
+        ways.append('<a href="/auth/admin" id="analysis-sign-in">sign in as admin</a>')
+    if getattr(auth, "admin_users", None):
+        ways.append("sign in with Hugging Face in the Admin tab (users in ADMIN_USERS)")
+    return _note(
+        "Study results are for admins while studies run: "
+        + " or ".join(ways)
+        + ", then pick a study."
+    )
+
+
+def _note(markup: str) -> str:
+    """An info box around trusted markup of this module (links; no user text)."""
+    return (
+        f'<div class="medheb-notice info" role="status" id="analysis-sign-in-note">{markup}</div>'
+    )
 
 
 def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
@@ -423,9 +458,8 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         step=0.05,
         elem_id="analysis-min-gold",
     )
-    overview = gr.HTML(
-        ui.notice_html("info", "Study results are for admins: sign in, then pick a study.")
-    )
+    signed_out = sign_in_html(services, auth)
+    overview = gr.HTML(signed_out)
     with gr.Row():
         ties = gr.Dropdown(
             label="MRMC: a tie or 'both poor' counts",
@@ -465,7 +499,7 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
 
     def _show(study_id, threshold, request: gr.Request):
         if not _admin(request):
-            return ui.notice_html("info", ADMIN_ONLY), None, None, None, None, "", None
+            return signed_out, None, None, None, None, "", None
         return (*analyse(services, study_id, threshold), export_links(study_id))
 
     def _show_mrmc(study_id, threshold, tie_rule, ni_margin, request: gr.Request):
