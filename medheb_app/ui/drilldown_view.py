@@ -105,10 +105,66 @@ def hit_html(hit: HitView, constraints: tuple[list[str], list[str]]) -> str:
     )
 
 
-def query_html(view: QueryView) -> str:
+GOLD_COLOUR, WRONG_COLOUR = (22, 163, 74), (179, 20, 31)  # the page's gold and wrong marks
+BOXED_SIDE = 224  # a region query's thumbnail is enlarged to this to draw its boxes
+
+
+def boxed_thumbnail(uri: str, size: Any, boxes: list[tuple[Any, tuple[int, int, int]]]) -> str:
+    """The inline PNG `uri` of a whole image of `size` [width, height] with each (box, colour)
+    drawn as an outline (boxes in the whole image's pixels, scaled to the thumbnail)."""
+    import base64
+    import io
+
+    from PIL import Image, ImageDraw
+
+    prefix = "data:image/png;base64,"
+    if not uri.startswith(prefix) or not (isinstance(size, list | tuple) and len(size) == 2):
+        return uri
+    with Image.open(io.BytesIO(base64.b64decode(uri[len(prefix) :]))) as opened:
+        image = opened.convert("RGB")
+    scale = BOXED_SIDE / max(image.size)
+    image = image.resize((round(image.width * scale), round(image.height * scale)))
+    sx, sy = image.width / float(size[0]), image.height / float(size[1])
+    draw = ImageDraw.Draw(image)
+    for box, colour in boxes:
+        x0, y0, x1, y1 = box
+        draw.rectangle([x0 * sx, y0 * sy, x1 * sx - 1, y1 * sy - 1], outline=colour, width=2)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return prefix + base64.b64encode(buffer.getvalue()).decode()
+
+
+def region_boxes(view: QueryView, ranked: list[RankedView]) -> list[tuple[Any, tuple]]:
+    """The gold box (green) and each model's wrong #1 from the same image (red) of a region
+    query, as the run stored them (eval/medheb_scoring.add_region_boxes); [] otherwise."""
+    gold = view.payload.get("box")
+    if not gold:
+        return []
+    boxes: list[tuple[Any, tuple]] = [(gold, GOLD_COLOUR)]
+    for model in ranked:
+        top = model.hits[0] if model.hits else None
+        source = str(top.payload.get("source") or "") if top is not None else ""
+        if top and not top.gold and top.payload.get("box") and view.id.startswith(source + "#box"):
+            boxes.append((top.payload["box"], WRONG_COLOUR))
+    return boxes
+
+
+def query_html(view: QueryView, boxes: list[tuple[Any, tuple]] | None = None) -> str:
+    """The query with its labels and gold; a region query's image with the gold box (green)
+    and the models' wrong #1 boxes (red) drawn on it."""
+    if boxes and view.payload.get("thumbnail"):
+        drawn = boxed_thumbnail(
+            str(view.payload["thumbnail"]), view.payload.get("source_size"), boxes
+        )
+        view = QueryView(view.id, {**view.payload, "thumbnail": drawn}, view.labels, view.gold)
     labels = "".join(
         f'<span class="medheb-chip">{html.escape(label)}</span>' for label in view.labels
     )
+    if boxes:
+        labels += (
+            '<span class="medheb-chip" style="border-color:#16a34a">green: gold region</span>'
+            '<span class="medheb-chip" style="border-color:#b3141f">red: a model\'s #1</span>'
+        )
     gold = html.escape(", ".join(view.gold[:12]) + (" …" if len(view.gold) > 12 else ""))
     return (
         f'<div class="dd-query"><b>Query {html.escape(view.id)}</b>'
@@ -136,6 +192,6 @@ def drilldown_html(view: QueryView | None, ranked: list[RankedView]) -> str:
             f'<div class="dd-grid">{hits}</div></div>'
         )
     return (
-        f"<style>{CSS}{evidence_view.CSS}</style>{query_html(view)}"
+        f"<style>{CSS}{evidence_view.CSS}</style>{query_html(view, region_boxes(view, ranked))}"
         f'<div class="dd-models">{"".join(columns)}</div>'
     )
