@@ -67,6 +67,9 @@ def test_every_medheb_lite_phantom_task_drills_down_to_content_and_a_reason(
         assert "/tmp" not in page and str(corpora) not in page  # no server path in the page
         if task == "phantom-cxr-vg":
             _region_boxes_drawn(summary, task)
+        if task == "phantom-mr-t1-t2":  # volumes: a slice with a slider over sampled slices
+            assert 'class="ev-slider"' in page and page.count('class="ev-zoomable ev-frame"') > 8
+            assert re.search(r'class="ev-caption ev-slice">slice \d+ of \d+<', page)
         if not missed:
             continue  # random hit every query of this small corpus: nothing to explain
         reason = re.search(r'class="dd-reason">✗ ([^<]+)<', page)

@@ -3,10 +3,11 @@
 Renders medheb_app.eval.drilldown's objects: each model's top-k as thumbnails (inlined PNG
 data, never a file path) with finding chips, the gold marked, and on a compositional query the
 constraint each wrong image violates ("VIOLATES: has Pneumonia"); a miss names its reason in
-the task's terms (wrong region, wrong patient, findings lacked or added). Images and volumes go
-through the project's one evidence renderer (ui/evidence_view.py): regions outlined, volumes
-as a montage of slices, labels as chips, and the SYNTHETIC mark under every generated image,
-never over its pixels. All text is escaped.
+the task's terms (wrong region with its IoU, wrong patient, findings lacked or added). Images
+and volumes go through the project's one evidence renderer (ui/evidence_view.py): regions
+drawn as boxes on their image (gold green, a wrong #1 red), volumes as a slice with a slider,
+labels as chips, and the SYNTHETIC mark under every generated image, never over its pixels.
+All text is escaped.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import html
 import logging
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from medheb_app.eval.drilldown import HitView, QueryView, RankedView
 from medheb_app.ui import components as ui
@@ -50,13 +53,51 @@ def thumbnail_uri(path: str | Path, side: int = THUMB_SIDE) -> str | None:
         return None
 
 
+SLIDER_FRAMES = 8  # slices a drill-down volume keeps for its slider (inlined, so few)
+
+
+def volume_slider_html(path: str | Path, alt: str, synthetic: bool) -> str | None:
+    """A volume as its middle slice with a slice slider over SLIDER_FRAMES evenly sampled
+    slices (the evidence renderer's .ev-volume markup and script, frames inlined as small
+    PNGs), the SYNTHETIC mark under it; None when the file is not a readable volume."""
+    try:
+        volume = evidence_view._read(path)
+    except (evidence_view.Unrenderable, OSError, ValueError) as error:
+        log.warning("volume slider of %s failed: %s", path, error)
+        return None
+    if not evidence_view._is_volume(volume) or len(volume) < 2:
+        return None
+    depth = len(volume)
+    positions = np.unique(np.linspace(0, depth - 1, min(SLIDER_FRAMES, depth)).round().astype(int))
+    middle = len(positions) // 2
+    hidden = ' style="display:none"'
+    images = "".join(
+        f'<img class="ev-zoomable ev-frame" alt="{html.escape(alt)} slice {pos + 1}" '
+        f'src="{evidence_view.png_data_uri(volume[pos], max_side=THUMB_SIDE)}"'
+        f"{'' if k == middle else hidden}>"
+        for k, pos in enumerate(positions.tolist())
+    )
+    labels = ",".join(f"slice {pos + 1} of {depth}" for pos in positions.tolist())
+    mark = '<div class="ev-mark">SYNTHETIC</div>' if synthetic else ""
+    return (
+        f'<div class="ev-volume"><figure class="ev-figure">{images}{mark}'
+        f'<div class="ev-caption ev-slice">slice {positions[middle] + 1} of {depth}</div>'
+        f'</figure><input type="range" class="ev-slider" min="0" max="{len(positions) - 1}" '
+        f'value="{middle}" data-labels="{labels}" aria-label="slice of {html.escape(alt)}">'
+        "</div>"
+    )
+
+
 def evidence_html(payload: dict[str, Any], alt: str) -> str:
     """An image or volume thumbnail (SYNTHETIC under it when generated), else the text
     (shortened), with the item's labels; nothing when the payload holds nothing to show."""
     parts = []
     synthetic = bool(payload.get("synthetic"))
     path = payload.get("image") or payload.get("volume")
-    if path:
+    slider = volume_slider_html(path, alt, synthetic) if payload.get("volume") else None
+    if slider:
+        parts.append(slider)
+    elif path:
         uri = thumbnail_uri(path)
         if uri:
             parts.append(_figure(uri, alt, synthetic))
