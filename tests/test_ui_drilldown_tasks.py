@@ -126,6 +126,10 @@ def test_iou_and_the_region_reason_in_numbers() -> None:
     )
     other = drilldown.miss_reason("img#box0|x", {}, "other#box3:crop", {})
     assert other.startswith("wrong image") and "IoU 0" in other
+    pair = drilldown.miss_reason("p@r:t2:0", {}, "p@r:dwi:5", {}, ["p@r:dwi:0"])
+    assert pair == "wrong case: #1 belongs to case 5, the query's own counterpart is case 0"
+    label = drilldown.miss_reason("nih:1", {}, "label:nih:Cardiomegaly", {}, ["label:nih:Mass"])
+    assert label == "wrong label: #1 names Cardiomegaly, the image's is Mass"
 
 
 def test_cxr_retrieve_drill_down_names_the_violated_finding(
@@ -143,3 +147,36 @@ def test_cxr_retrieve_drill_down_names_the_violated_finding(
             r"#1 (lacks required|has excluded|is not labelled)", reason.group(1)
         )
         _mark_under_every_image(page)
+
+
+REAL_SOURCES = ("nih-cxr14", "prostate-mri", "pubmedqa", "iu-xray")
+
+
+def test_every_real_data_task_of_medheb_lite_drills_down_to_content_and_a_reason(
+    settings: Settings, monkeypatch, tmp_path: Path
+) -> None:
+    """The same on the real-data tasks (NIH ChestX-ray14, prostate MRI, PubMedQA, IU X-ray)
+    where ../shared/data holds them; a task whose data is missing is skipped by the suite."""
+    from tests.conftest import require_shared
+
+    require_shared(settings.shared_data_dir)
+    monkeypatch.setattr(medheb, "MAX_QUERIES", {"test": 12, "train": 12})
+    suite = medheb.get_suite("medheb-lite")
+    names = [n for n, spec in suite.specs.items() if spec.source in REAL_SOURCES]
+    summary = run_suite(suite, MODELS, tmp_path / "run", settings, only=names, record=False)
+    built = [task for task in names if task in drilldown.drill_tasks(summary)]
+    if not built:
+        pytest.skip(f"no real-data task could be built from {settings.shared_data_dir}")
+    for task in built:
+        missed, page = _first_miss(summary, task)
+        images = page.count("data:image/png;base64,")
+        texts = re.findall(r'<div class="dd-hit[^"]*"[^>]*>.*?</div>\s*<div>([^<]{8,})</div>', page)
+        assert images >= 1 or texts, f"{task}: neither pixels nor texts in the drill-down"
+        assert 'class="ev-mark"' not in page, f"{task}: real data marked SYNTHETIC"
+        assert str(settings.shared_data_dir) not in page  # no server path in the page
+        if task.startswith("prostate"):  # slice pairs held in memory: thumbnails, not ids
+            assert images >= 11, (task, images)
+        if missed:
+            reason = re.search(r'class="dd-reason">✗ ([^<]+)<', page)
+            assert reason, f"{task}: a miss without a reason"
+            assert "is not the paired item" not in reason.group(1), (task, reason.group(1))
