@@ -20,6 +20,8 @@ import logging
 
 import uvicorn
 
+from medheb_app.access.auth import StartupRefused, check_oauth_setting
+from medheb_app.access.origin import OriginPolicy
 from medheb_app.services import create_services
 from medheb_app.settings import Settings
 from medheb_app.ui.server import build_server
@@ -33,7 +35,13 @@ def address(environ: dict[str, str] | None = None) -> tuple[str, int]:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    settings = Settings.from_env()
+    try:  # before anything is built or written: a refused setting is one line, not a traceback
+        settings = Settings.from_env()
+        check_oauth_setting(settings.admin_users)
+        OriginPolicy(public_origins=settings.public_origins)  # refuses a malformed PUBLIC_ORIGIN
+    except (StartupRefused, ValueError) as refused:
+        logging.getLogger(__name__).error("not starting: %s", refused)
+        raise SystemExit(2) from None
     services = create_services(settings)
     server = build_server(services)
     host, port = address()

@@ -1,7 +1,9 @@
-"""Peak memory of the running app while N visitors upload large zipped DICOM series at once.
+"""Peak memory of the running app while N visitors upload large zipped DICOM series at once,
+or (--bombs) decompression bombs of every format, one at a time and four at once.
 
     .venv/bin/python bench/bench_upload_rss.py                  # 4 x 480 MB, as the issue asks
     .venv/bin/python bench/bench_upload_rss.py --n 2 --zip-mb 100
+    .venv/bin/python bench/bench_upload_rss.py --bombs          # every format's bomb (issue 19)
 
 Generates N distinct zips of 512x512 CT slices (stored, so a 480 MB zip is 480 MB of slices)
 in a temporary folder, pre-builds a tiny demo (oracle, 20 phantoms) in a temporary DATA_DIR,
@@ -25,6 +27,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import zipfile
@@ -74,7 +77,9 @@ def upload_fn_index(url: str) -> int:
     raise RuntimeError("no upload event in the app's config")
 
 
-def upload_one(url: str, fn_index: int, path: Path) -> dict[str, object]:
+def upload_one(
+    url: str, fn_index: int, path: Path, headers: dict[str, str] | None = None
+) -> dict[str, object]:
     """What a browser does: stream the file to /gradio_api/upload, join the queue for the upload
     event with the returned server path, read the event stream until the answer."""
     import uuid
@@ -84,7 +89,10 @@ def upload_one(url: str, fn_index: int, path: Path) -> dict[str, object]:
     started = time.perf_counter()
     session = uuid.uuid4().hex[:11]
     try:
-        with httpx.Client(base_url=url, timeout=600) as client, open(path, "rb") as handle:
+        with (
+            httpx.Client(base_url=url, timeout=600, headers=headers or {}) as client,
+            open(path, "rb") as handle,
+        ):
             uploaded = client.post("/gradio_api/upload", files={"files": (path.name, handle)})
             uploaded.raise_for_status()
             server_path = uploaded.json()[0]
@@ -134,12 +142,176 @@ def upload_all(url: str, zips: list[Path]) -> list[dict[str, object]]:
         return list(pool.map(lambda path: upload_one(url, fn_index, path), zips))
 
 
+BOMBS = {
+    # kind: (what, how to write it); sizes are what the file declares, not what it weighs
+    "nifti-gz": ("NIfTI-gz of 1024x1024x1024 int16 zeros (2 GB declared)", "nifti"),
+    "nifti-gz-wide": ("NIfTI-gz with one 8192x8192 slice (128 MB declared, refused)", "wide"),
+    "dicom-deflated": ("deflated DICOM of 16384x16384 int16 (512 MB declared)", "deflated"),
+    "dicom-deflated-frames": ("deflated DICOM of 150 frames of 512x512 (75 MB)", "frames"),
+    "png-refused": ("PNG of 20000x20000 zeros (400 M pixels declared)", "png-big"),
+    "png-largest": ("PNG of 4096x4096 zeros (16.8 M pixels, the largest decoded)", "png"),
+    "jpeg-refused": ("JPEG declaring 20000x20000", "jpeg"),
+}
+
+
+def write_bomb(kind: str, folder: Path, variant: int) -> Path:
+    from tests import bombs
+
+    how = BOMBS[kind][1]
+    if how == "nifti":
+        return bombs.nifti_gz(folder / f"b{variant}.nii.gz", (1024, 1024, 1024))
+    if how == "wide":
+        return bombs.nifti_gz(folder / f"w{variant}.nii.gz", (8192, 8192, 1))
+    if how == "deflated":
+        return bombs.deflated_dicom(folder / f"d{variant}.dcm", 16384, 16384)
+    if how == "frames":
+        return bombs.deflated_dicom(folder / f"f{variant}.dcm", 512, 512, frames=150)
+    if how == "png-big":
+        return bombs.png(folder / f"p{variant}.png", 20000, 20000)
+    if how == "png":
+        return bombs.png(folder / f"q{variant}.png", 4096, 4096)
+    return bombs.jpeg(folder / f"j{variant}.jpg", 20000, 20000)
+
+
+def _phase_peak(app, run) -> tuple[int, int, object]:
+    """(RSS before, peak RSS while `run()` runs and 1 s after, what it returned)."""
+    from bench.rss import tree_rss
+
+    before = tree_rss(app)
+    peak = [before]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], tree_rss(app))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        outcome = run()
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        sampler.join()
+    return before, peak[0], outcome
+
+
+def bomb_phases(url: str, files: dict[str, list[Path]]) -> list[dict[str, object]]:
+    """Each kind once, then four at once (from four client addresses), sampling the app's RSS
+    per phase: the RSS before the phase, its peak, and what the page said."""
+    import psutil
+
+    deadline = time.monotonic() + 120
+    while True:  # the server logs its address just before it binds
+        try:
+            fn_index = upload_fn_index(url)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    (app,) = psutil.Process().children()
+    rows: list[dict[str, object]] = []
+    for kind, paths in files.items():
+        for count in (1, 4):
+            time.sleep(2.0)
+            first = len(rows) * 4
+            jobs = [
+                (path, {"x-forwarded-for": f"198.51.100.{first + i}"})
+                for i, path in enumerate(paths[:count])
+            ]
+            started = time.perf_counter()
+
+            def run(jobs=jobs, count=count) -> list[dict[str, object]]:
+                with concurrent.futures.ThreadPoolExecutor(count) as pool:
+                    return list(pool.map(lambda job: upload_one(url, fn_index, *job), jobs))
+
+            before, peak, outcomes = _phase_peak(app, run)
+            rows.append(
+                {
+                    "kind": kind,
+                    "count": count,
+                    "before_mb": before / 2**20,
+                    "peak_mb": peak / 2**20,
+                    "seconds": time.perf_counter() - started,
+                    "message": outcomes[0]["message"],
+                }
+            )
+    return rows
+
+
+def run_bombs(work: Path) -> None:
+    folder = work / "bombs"
+    folder.mkdir()
+    files = {kind: [write_bomb(kind, folder, i) for i in range(4)] for kind in BOMBS}
+    data_dir = work / "data"
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATA_DIR": str(data_dir),
+        "MEDHEB_DEMO_SIZE": "20",
+        "MEDHEB_DEMO_MODELS": "oracle",
+        "MEDHEB_DEFAULT_MODEL": "oracle",
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "HF_HUB_OFFLINE": "1",
+        "GRADIO_TEMP_DIR": str(work / "gradio"),
+        "HOST": "127.0.0.1",
+        "PORT": str(port),
+        "TRUST_PROXY_HEADERS": "1",  # four client addresses, so no per-client limit interferes
+    }
+    url = f"http://127.0.0.1:{port}"
+    result = peak_rss_of_server(
+        [sys.executable, str(ROOT / "app.py")],
+        ready_text="serving on http://",
+        cwd=ROOT,
+        env=env,
+        after_ready=lambda: bomb_phases(url, files),
+        settle_s=1.0,
+    )
+    machine = platform.processor() or platform.machine()
+    print("## Decompression bombs per format (bench/bench_upload_rss.py --bombs)\n")
+    print(
+        f"- Date: {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M}+00:00; {machine}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, load average "
+        f"{os.getloadavg()[0]:.1f} at the end."
+    )
+    print("- Command: `.venv/bin/python bench/bench_upload_rss.py --bombs`")
+    print(
+        "- `python app.py` (tiny oracle demo); each bomb uploaded over HTTP and read by the "
+        "search tab's upload event, once, then four at once from four client addresses. "
+        f"RSS of the app once ready: {result['ready_rss_mb']:.0f} MB.\n"
+    )
+    print("| bomb | file | uploads | RSS before | peak RSS | added | s | the page said |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = result["after_ready"]
+    if not isinstance(rows, list):
+        print(f"- failed: {rows}")
+        return
+    for row in rows:
+        kind = str(row["kind"])
+        size = files[kind][0].stat().st_size
+        print(
+            f"| {BOMBS[kind][0]} | {size / 2**20:.1f} MB | {row['count']} | "
+            f"{row['before_mb']:.0f} MB | {row['peak_mb']:.0f} MB | "
+            f"{row['peak_mb'] - row['before_mb']:.0f} MB | {row['seconds']:.1f} | "
+            f"{str(row['message'])[:90]} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4, help="parallel uploads (default 4)")
     parser.add_argument("--zip-mb", type=int, default=480, help="size of each zip (default 480)")
+    parser.add_argument("--bombs", action="store_true", help="every format's bomb instead")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-upload-"))
+    if args.bombs:
+        try:
+            run_bombs(work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         zips, slices = [], 0
         for variant in range(args.n):

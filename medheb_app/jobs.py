@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
 import threading
 import time
 import traceback
@@ -27,12 +25,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import psutil
 from sqlalchemy import select, update
 
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 from medheb_app.store.jobs_table import FINISHED_STATUSES, Job, JobLogLine, utcnow
+from medheb_app.store.owners import owner_alive, process_owner
+from medheb_app.store.runs import mark_interrupted_runs
 
 Progress = Callable[..., None]
 Log = Callable[[str], None]
@@ -98,28 +97,11 @@ def _jsonable(value: Mapping[str, Any] | None) -> dict[str, Any]:
     return json.loads(json.dumps(dict(value or {}), default=str))
 
 
-def process_owner(pid: int | None = None) -> str:
-    """host:pid:start-time of a process, unique even when the OS reuses the pid."""
-    process = psutil.Process(pid or os.getpid())
-    return f"{socket.gethostname()}:{process.pid}:{process.create_time():.3f}"
-
-
-def _owner_alive(owner: str) -> bool:
-    """Whether the process that ran a job still runs. A job from another host counts as dead:
-    a restarted container (a Space) gets a new host name, and the app assumes one instance
-    per database."""
-    try:
-        _host, pid, _started = owner.rsplit(":", 2)
-        return process_owner(int(pid)) == owner
-    except (ValueError, psutil.Error):
-        return False
-
-
 def mark_interrupted(store: Store) -> int:
     """Jobs left queued or running by a process that is gone become "interrupted"."""
     with store.session() as session:
         jobs = session.scalars(select(Job).where(Job.status.in_(("queued", "running")))).all()
-        orphans = [job for job in jobs if not _owner_alive(job.owner)]
+        orphans = [job for job in jobs if not owner_alive(job.owner)]
         now = utcnow()
         for job in orphans:
             job.error = f"The app stopped while this job was {job.status}; submit it again."
@@ -139,7 +121,9 @@ class JobRunner:
         self._stops: dict[int, threading.Event] = {}
         self._futures: dict[int, Future] = {}
         self._lock = threading.Lock()
+        # rows a dead process left "running": its jobs, and benchmark runs (a killed `bench run`)
         self.interrupted_at_start = mark_interrupted(store)
+        self.runs_interrupted_at_start = mark_interrupted_runs(store)
 
     def submit(self, kind: str, params: Mapping[str, Any], fn: JobFunction) -> int:
         """Queue `fn(params, progress, log, stop)`; returns the job id at once."""

@@ -17,7 +17,7 @@ from medheb_app.access.auth import (
     RATER_COOKIE,
     Authenticator,
     RaterClaim,
-    Signer,
+    Sealer,
     load_secret,
     oauth_available,
 )
@@ -42,16 +42,32 @@ def _profile(name: str, expires_in: float = 3600) -> dict:
     }
 
 
-def test_signatures_refuse_tampering_and_expiry():
+def test_sealed_claims_refuse_tampering_expiry_and_the_wrong_purpose():
     clock = [1000.0]
-    signer = Signer(SECRET, clock=lambda: clock[0])
-    value = signer.sign({"role": "admin"})
-    assert signer.unsign(value, 60) == {"role": "admin"}
-    body, mac = value.split(".")
-    assert signer.unsign(body + "." + mac[:-2] + "AA", 60) is None
-    assert Signer(b"y" * 32).unsign(value, 60) is None  # another server's key
+    sealer = Sealer(SECRET, clock=lambda: clock[0])
+    value = sealer.seal({"sid": "abc"}, "admin")
+    assert sealer.unseal(value, "admin", 60) == {"sid": "abc"}
+    flipped = value[:10] + ("A" if value[10] != "A" else "B") + value[11:]
+    assert sealer.unseal(flipped, "admin", 60) is None
+    assert sealer.unseal(value, "rater", 60) is None  # an admin cookie is no rater cookie
+    assert Sealer(b"y" * 32).unseal(value, "admin", 60) is None  # another server's key
+    assert sealer.unseal("not base64 !", "admin", 60) is None
     clock[0] += 61
-    assert signer.unsign(value, 60) is None
+    assert sealer.unseal(value, "admin", 60) is None
+
+
+def test_the_rater_cookie_is_opaque():
+    """Issue 18: the cookie was readable base64 JSON holding the rater id (which, with the
+    public code and a default seed, predicted which side each model was on)."""
+    import base64
+
+    auth = Authenticator(SECRET)
+    claim = RaterClaim(3, 741, "resume-secret-value")
+    cookie = auth.rater_cookie(claim)
+    raw = base64.urlsafe_b64decode(cookie + "=" * (-len(cookie) % 4))
+    for readable in (b"741", b"rater", b"resume-secret-value", b"study", b'{"c"'):
+        assert readable not in raw
+    assert cookie != auth.rater_cookie(claim)  # a fresh nonce and session each time
 
 
 def test_admin_cookie_is_revoked_by_sign_out():
@@ -59,16 +75,25 @@ def test_admin_cookie_is_revoked_by_sign_out():
     cookie = auth.admin_cookie()
     request = _request({ADMIN_COOKIE: cookie})
     assert auth.is_admin(request) and not auth.is_admin(_request())
-    auth.revoke_admin(request)
+    auth.sign_out(request)
     assert not auth.is_admin(request)
+    assert not auth.is_admin(_request({ADMIN_COOKIE: auth.admin_cookie()[:-3]}))
 
 
-def test_rater_claim_round_trip_and_forgery():
+def test_rater_claim_round_trip_forgery_and_sign_out():
     auth = Authenticator(SECRET)
     claim = RaterClaim(3, 7, "resume-secret")
-    assert auth.rater(_request({RATER_COOKIE: auth.rater_cookie(claim)})) == claim
+    request = _request({RATER_COOKIE: auth.rater_cookie(claim)})
+    assert auth.rater(request) == claim and auth.rater_state(request) == "active"
     forged = Authenticator(b"z" * 32).rater_cookie(RaterClaim(3, 8, "guess"))
     assert auth.rater(_request({RATER_COOKIE: forged})) is None
+    assert auth.rater_state(_request({RATER_COOKIE: forged})) == "unknown"
+    assert auth.rater_state(_request()) == "none"
+    auth.sign_out(request)
+    assert auth.rater(request) is None and auth.rater_state(request) == "signed out"
+    # the admin cookie's sealed session cannot stand in for a rater's
+    admin_as_rater = _request({RATER_COOKIE: auth.admin_cookie()})
+    assert auth.rater(admin_as_rater) is None
 
 
 def test_admin_users_are_admins_through_hugging_face_on_a_space_only():
@@ -79,9 +104,18 @@ def test_admin_users_are_admins_through_hugging_face_on_a_space_only():
     assert not on_space.is_admin(_request(session={}))
     off_space = Authenticator(SECRET, admin_users=("alice",), oauth=False)
     assert not off_space.is_admin(_request(session=_profile("alice")))  # forgeable off a Space
-    assert oauth_available({"SPACE_ID": "u/app", "OAUTH_CLIENT_SECRET": "s"})
-    assert not oauth_available({"OAUTH_CLIENT_SECRET": "s"})
-    assert not oauth_available({"SPACE_ID": "u/app"})
+    space = {
+        "SYSTEM": "spaces",
+        "SPACE_ID": "u/app",
+        "OAUTH_CLIENT_ID": "i",
+        "OAUTH_CLIENT_SECRET": "s",
+        "OAUTH_SCOPES": "openid",
+        "OPENID_PROVIDER_URL": "https://huggingface.co",
+    }
+    assert oauth_available(space)
+    # SPACE_ID + a secret without the Space runtime is Gradio's mock login (issue 19)
+    assert not oauth_available({"SPACE_ID": "u/app", "OAUTH_CLIENT_SECRET": "s"})
+    assert not oauth_available({**space, "SYSTEM": "local"})
 
 
 def test_the_session_secret_is_kept_private(tmp_path):

@@ -72,12 +72,50 @@ def test_wait_words_round_up():
     assert wait_words(60) == "1 minute"
 
 
-def test_client_key_ignores_forwarded_headers_unless_trusted(monkeypatch):
-    request = SimpleNamespace(
-        headers={"x-forwarded-for": "9.9.9.9, 10.0.0.1"}, client=SimpleNamespace(host="127.0.0.1")
+def _forwarded(*entries: str, peer: str = "10.9.9.9") -> SimpleNamespace:
+    headers = {"x-forwarded-for": ", ".join(entries)} if entries else {}
+    return SimpleNamespace(headers=headers, client=SimpleNamespace(host=peer))
+
+
+def test_client_key_trusts_exactly_the_n_right_most_hops():
+    """Issue 19 item 4: a forged entry at every position of X-Forwarded-For, for 0-3 trusted
+    proxies. Behind N proxies the N-th entry from the right is the client; every entry to its
+    left is the client's own writing and never counts."""
+    real = ["203.0.113.7", "10.0.0.2", "10.0.0.3"]  # client, then what proxies 1..2 saw
+    for hops in range(4):
+        # what reaches the app behind `hops` proxies: the client's address written by the
+        # outermost proxy, then one entry per inner proxy
+        honest = real[: max(hops, 0)]
+        expected = honest[0] if hops else "10.9.9.9"
+        for n_forged in range(4):
+            forged = [f"198.51.100.{i}" for i in range(n_forged)]
+            assert client_key(_forwarded(*forged, *honest), hops) == expected, (hops, forged)
+        # fewer entries than proxies: the request bypassed one, the peer address counts
+        if hops:
+            assert client_key(_forwarded(*honest[1:]), hops) == "10.9.9.9"
+    assert client_key(_forwarded("1.1.1.1"), 0) == "10.9.9.9"  # no proxy: never believed
+    assert client_key(None, 1) == "local"
+
+
+def test_client_key_reads_repeated_headers_and_strips_ports():
+    from starlette.datastructures import Headers
+
+    headers = Headers(
+        raw=[(b"x-forwarded-for", b"6.6.6.6, 7.7.7.7"), (b"x-forwarded-for", b"[2001:db8::1]:443")]
     )
-    monkeypatch.delenv("TRUST_PROXY_HEADERS", raising=False)
-    assert client_key(request) == "127.0.0.1"
-    monkeypatch.setenv("TRUST_PROXY_HEADERS", "1")
-    assert client_key(request) == "9.9.9.9"
-    assert client_key(None) == "local"
+    request = SimpleNamespace(headers=headers, client=SimpleNamespace(host="10.0.0.1"))
+    assert client_key(request, 1) == "2001:db8::1"  # the appended line, not the forged first one
+    assert client_key(request, 2) == "7.7.7.7"
+    assert client_key(_forwarded("203.0.113.7:5123"), 1) == "203.0.113.7"
+
+
+def test_trust_proxy_headers_is_a_count_read_once_in_settings():
+    from medheb_app.settings import Settings, parse_proxy_hops
+
+    assert [parse_proxy_hops(v) for v in ("", "0", "false", "1", "true", "yes", "2")] == [
+        0, 0, 0, 1, 1, 1, 2,
+    ]  # fmt: skip
+    for bad in ("-1", "17", "all", "1.5"):
+        with pytest.raises(ValueError, match="TRUST_PROXY_HEADERS"):
+            parse_proxy_hops(bad)
+    assert Settings().trusted_proxy_hops == 0

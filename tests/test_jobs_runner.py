@@ -133,3 +133,37 @@ def test_restart_marks_jobs_of_a_dead_process_interrupted(store: Store, settings
     assert statuses == {"bench-run": "interrupted", "train": "interrupted", "index": "running"}
     assert "stopped" in runner.history(kind="train")[0].error
     runner.shutdown()
+
+
+def test_a_killed_bench_run_is_marked_interrupted_at_the_next_start(store: Store, settings):
+    """Issue 19 item 7: a run row written by a process killed with SIGKILL said "running" for
+    good. A real second process opens the same database, starts a run and is killed."""
+    import signal
+
+    from medheb_app.store.runs import list_runs, start_run
+
+    script = (
+        "import sys, time\n"
+        "from medheb_app.store.db import Store\n"
+        "from medheb_app.store.runs import start_run\n"
+        "store = Store.open(sys.argv[1])\n"
+        "print(start_run(store, 'medheb-lite', ['random'], '/tmp/out', {}), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, store.engine.url.render_as_string(hide_password=False)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    killed_run = int(child.stdout.readline())
+    live_run = start_run(store, "medheb-lite", ["oracle"], "/tmp/live", {})  # this process
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    assert {run.id: run.status for run in list_runs(store)}[killed_run] == "running"
+    runner = JobRunner(store, settings)
+    assert runner.runs_interrupted_at_start == 1
+    runs = {run.id: run for run in list_runs(store)}
+    assert runs[killed_run].status == "interrupted" and runs[killed_run].finished is not None
+    assert "stopped before it finished" in runs[killed_run].error
+    assert runs[live_run].status == "running"  # its process (this one) still runs
+    runner.shutdown()

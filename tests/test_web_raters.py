@@ -54,6 +54,7 @@ def site(tmp_path_factory):
             "open": open_study,
             "invitations": invitations,
             "rate": app.state.blocks["rate"],
+            "auth": app.state.guards.auth,
         }
     services.jobs.shutdown(wait=False)
 
@@ -107,10 +108,9 @@ def test_a_second_client_with_the_raters_session_hash_is_not_signed_in(site):
 
 def test_a_display_name_never_resumes_another_rater(site):
     """Attack D: sign in with a name that exists (open enrolment) -> a fresh rater."""
-    from medheb_app.access.auth import Authenticator, load_secret
     from medheb_app.study import resume
 
-    auth = Authenticator(load_secret(site["services"].settings.data_dir))
+    auth = site["auth"]  # the server's: the cookie is sealed and its session is server-side
     raters = set()
     for _ in range(2):
         client = QueueClient(site["base"])

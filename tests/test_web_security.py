@@ -295,3 +295,101 @@ def test_invitations_are_issued_only_to_admins(site):
     assert issued.count("/rate?invite=") == 2 and NOT_ADMIN not in issued
     thief = QueueClient(site["base"], session_hash=admin.session_hash)
     assert NOT_ADMIN in _text(thief.call(invite, [site["study_id"], 1, "stolen"]))
+
+
+# ---------------------------------------------------------------- issue 19: same-origin
+
+
+def _join(client: QueueClient, index: int, data: list, headers: dict, prefix: str = ""):
+    body = {"data": data, "fn_index": index, "session_hash": client.session_hash}
+    return client.http.post(f"{prefix}/gradio_api/queue/join", json=body, headers=headers)
+
+
+def test_state_changing_requests_from_another_origin_are_refused(site):
+    """Another port, another host name of the same server, `null`, a same-site fetch, an http
+    origin: every queue join, upload and sign-in form from them is 403, with the cookie."""
+    from medheb_app.study import list_invitations
+
+    base = site["base"]
+    port = base.rsplit(":", 1)[1]
+    invite = fn_index(site["main"], "build_study_admin.<locals>._invite")
+    admin = _admin(base)
+    admin.call(fn_index(site["main"], "build_study_admin.<locals>._studies"), [])
+    before = len(list_invitations(site["services"].store, site["study_id"]))
+    foreign = [
+        {"origin": "http://127.0.0.1:1"},  # another port, same host
+        {"origin": f"http://localhost:{port}"},  # another host name for the same server
+        {"origin": "http://evil.example"},
+        {"origin": "null"},
+        {"sec-fetch-site": "same-site"},  # a browser's fetch from a sibling subdomain
+        {"origin": base, "sec-fetch-site": "cross-site"},
+    ]
+    for headers in foreign:
+        reply = _join(admin, invite, [site["study_id"], 1, "x"], headers)
+        assert reply.status_code == 403, (headers, reply.text)
+        assert "this site's own page" in reply.text
+        files = {"files": ("scan.png", b"\x89PNG\r\n", "image/png")}
+        for prefix in ("", "/rate"):
+            upload = admin.http.post(f"{prefix}/gradio_api/upload", files=files, headers=headers)
+            assert upload.status_code == 403, (prefix, headers)
+        signin = admin.http.post("/auth/admin", data={"password": PASSWORD}, headers=headers)
+        assert signin.status_code == 403 and "set-cookie" not in signin.headers
+    assert len(list_invitations(site["services"].store, site["study_id"])) == before
+    own = _join(admin, invite, [site["study_id"], 1, "x"], {"origin": base})
+    assert own.status_code == 200, own.text  # the page's own origin is served
+
+
+def test_no_other_origin_may_read_answers(site):
+    """Gradio's CORS let any localhost origin read a localhost app's answers with cookies."""
+    admin = _admin(site["base"])
+    for origin in ("http://127.0.0.1:1", "http://localhost:1", "http://evil.example"):
+        for path in ("/config", "/rate/config", "/gradio_api/info", "/auth/rater"):
+            reply = admin.http.get(path, headers={"origin": origin})
+            assert "access-control-allow-origin" not in reply.headers, (origin, path)
+            assert "access-control-allow-credentials" not in reply.headers
+        preflight = admin.http.options(
+            "/gradio_api/queue/join",
+            headers={
+                "origin": origin,
+                "access-control-request-method": "POST",
+                "access-control-request-headers": "content-type",
+            },
+        )
+        assert preflight.headers.get("access-control-allow-origin") != origin
+
+
+def test_cookies_are_host_prefixed_and_secure_behind_https(tmp_path):
+    from medheb_app.settings import Settings
+
+    settings = Settings.from_env(
+        data_dir=tmp_path / "data", admin_password=PASSWORD, secure_cookies=True
+    )
+    services = create_services(settings, start_bootstrap=False)
+    with serve(build_server(services)) as base:
+        client = QueueClient(base)
+        refused = client.http.post(  # behind HTTPS an http origin is another origin
+            "/auth/admin", data={"password": PASSWORD}, headers={"origin": base}
+        )
+        assert refused.status_code == 403
+        https = base.replace("http://", "https://")
+        reply = client.http.post(
+            "/auth/admin", data={"password": PASSWORD}, headers={"origin": https}
+        )
+        cookie = reply.headers["set-cookie"]
+        assert cookie.startswith("__Host-medheb_admin="), cookie
+        lowered = cookie.lower()
+        assert "secure" in lowered and "path=/" in lowered and "domain=" not in lowered
+        signed_out = client.http.get("/auth/signout").headers.get_list("set-cookie")
+        assert any(c.startswith("__Host-medheb_admin=") for c in signed_out), signed_out
+    services.jobs.shutdown(wait=False)
+
+
+def test_monitoring_routes_are_closed_on_both_apps(site):
+    """Issue 18: /monitoring/summary was public and counted calls per vote choice."""
+    client = QueueClient(site["base"])
+    client.call(fn_index(site["main"], "build_app.<locals>.on_load"), [])  # something to count
+    for prefix in ("", "/rate"):
+        for path in ("/monitoring", "/monitoring/summary", "/monitoring/guess-a-key"):
+            reply = client.http.get(f"{prefix}{path}")
+            assert reply.status_code in (403, 404), (prefix, path, reply.status_code)
+            assert "on_load" not in reply.text and "fn_index" not in reply.text

@@ -1,36 +1,44 @@
-"""Signed, HTTP-only cookies: the only credentials the web app accepts.
+"""Sealed, HTTP-only cookies backed by server-side sessions: the only credentials the web app
+accepts.
 
 A Gradio session hash is chosen by the client and travels in URLs, so nothing may hang on it.
-Admin and rater status live in cookies that only the server can mint (HMAC-SHA256 over the
-claims with a server-side secret), that JavaScript cannot read (HttpOnly) and that the browser
-sends only to this site (SameSite=Strict). Each Gradio handler re-reads them from `gr.Request`
-on every call, so a second client reusing someone's session hash has no cookie and no rights.
-
-Admin sign-ins are also recorded server-side (a random session id per sign-in), so signing out
-revokes the cookie even if a copy of it was kept.
+Admin and rater status live in cookies that only the server can mint and read (AES-256-GCM
+under a key derived from the session secret: the rater id inside is not readable, a changed
+byte is refused), that JavaScript cannot read (HttpOnly) and that the browser sends only to
+this site (SameSite=Strict; medheb_app.access.origin closes the same-site gap). Each cookie
+names a random session recorded in the database (medheb_app.access.sessions), and each Gradio
+handler re-reads the cookie from `gr.Request` and looks its session up on every call: a second
+client reusing someone's session hash has no cookie and no rights, and a signed-out cookie,
+replayed on any replica, has none either.
 
 On a Hugging Face Space with OAuth (`hf_oauth: true`), users listed in ADMIN_USERS are admins
 too once signed in with their Hugging Face account (Gradio's gr.LoginButton keeps the profile in
-its signed session). Off a Space, Gradio signs that session with a fixed, public key and mocks
-the login, so `oauth_available()` is False there and ADMIN_USERS is ignored.
+its signed session). Gradio runs the real OAuth flow only when `SYSTEM=spaces` (the Space
+runtime) and the Space's OAuth variables are all set; anywhere else `/login/huggingface` is a
+local mock that signs any visitor in as the owner of HF_TOKEN, with a session key derived from
+a public constant. So ADMIN_USERS without the complete Space runtime is refused at start
+(`check_oauth_setting`), never silently ignored and never served through the mock.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import json
 import os
 import secrets
-import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ADMIN_COOKIE = "medheb_admin"
 RATER_COOKIE = "medheb_rater"
+# Behind HTTPS the cookies are named with the __Host- prefix: browsers then accept them only
+# with Secure, Path=/ and no Domain, so no sibling subdomain or plain-http page can set or
+# shadow them (RFC 6265bis, "cookie prefixes").
+HOST_PREFIX = "__Host-"
 ADMIN_MAX_AGE_S = 12 * 3600
 RATER_MAX_AGE_S = 30 * 24 * 3600
 SECRET_FILE = ".session-secret"
@@ -38,7 +46,9 @@ SECRET_FILE = ".session-secret"
 
 def load_secret(data_dir: Path, configured: str = "") -> bytes:
     """SESSION_SECRET when set, else a random secret kept in DATA_DIR (owner-only) so that
-    cookies survive a restart."""
+    cookies survive a restart. Two processes starting at once on one DATA_DIR agree on one
+    secret: the file appears whole or not at all (written aside, then hard-linked into place),
+    and the one that loses the race reads the winner's."""
     if configured:
         return configured.encode()
     path = Path(data_dir) / SECRET_FILE
@@ -46,9 +56,18 @@ def load_secret(data_dir: Path, configured: str = "") -> bytes:
         return path.read_bytes().strip()
     path.parent.mkdir(parents=True, exist_ok=True)
     value = secrets.token_urlsafe(48).encode()
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(value)
+    aside = path.with_name(f"{SECRET_FILE}.{secrets.token_hex(8)}")
+    descriptor = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(value)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(aside, path)
+    except FileExistsError:
+        return path.read_bytes().strip()
+    finally:
+        aside.unlink(missing_ok=True)
     return value
 
 
@@ -58,38 +77,6 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-class Signer:
-    """Signs small JSON claims with a timestamp; `unsign` refuses tampered or expired values."""
-
-    def __init__(self, secret: bytes, clock=time.time) -> None:
-        if len(secret) < 16:
-            raise ValueError("the session secret must be at least 16 bytes")
-        self._key = hashlib.sha256(b"medheb-cookie:" + secret).digest()
-        self._clock = clock
-
-    def _mac(self, body: str) -> str:
-        return _b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest())
-
-    def sign(self, claims: dict[str, Any]) -> str:
-        body = _b64(json.dumps({"c": claims, "t": int(self._clock())}).encode())
-        return f"{body}.{self._mac(body)}"
-
-    def unsign(self, value: str | None, max_age_s: float) -> dict[str, Any] | None:
-        if not value or value.count(".") != 1:
-            return None
-        body, mac = value.split(".")
-        if not hmac.compare_digest(mac, self._mac(body)):
-            return None
-        try:
-            decoded = json.loads(_unb64(body))
-        except ValueError:
-            return None
-        if not isinstance(decoded, dict) or self._clock() - decoded.get("t", 0) > max_age_s:
-            return None
-        claims = decoded.get("c")
-        return claims if isinstance(claims, dict) else None
 
 
 def request_cookies(request: Any) -> dict[str, str]:
@@ -110,11 +97,52 @@ class RaterClaim:
     secret: str
 
 
-def oauth_available(environ: dict[str, str] | None = None) -> bool:
-    """True only on a Space with OAuth configured: the one place Gradio's session is signed
-    with a real secret and the login is real."""
+# What Gradio 6 needs for its real Hugging Face OAuth routes (gradio.oauth.attach_oauth and
+# _add_oauth_routes; gradio.utils.get_space() is SPACE_ID only when SYSTEM == "spaces").
+OAUTH_VARIABLES = (
+    "SPACE_ID",
+    "OAUTH_CLIENT_ID",
+    "OAUTH_CLIENT_SECRET",
+    "OAUTH_SCOPES",
+    "OPENID_PROVIDER_URL",
+)
+
+
+class StartupRefused(RuntimeError):
+    """A configuration the server will not start with; the message tells the operator why
+    and what to change (app.py prints it as one line and exits with status 2)."""
+
+
+def oauth_missing(environ: Mapping[str, str] | None = None) -> list[str]:
+    """What stands between this process and Gradio's real OAuth, as 'SYSTEM=spaces' and the
+    names of unset variables; empty when the login would be real."""
     env = os.environ if environ is None else environ
-    return bool(env.get("SPACE_ID") and env.get("OAUTH_CLIENT_SECRET"))
+    missing = [] if env.get("SYSTEM") == "spaces" else ["SYSTEM=spaces"]
+    return missing + [name for name in OAUTH_VARIABLES if not env.get(name)]
+
+
+def oauth_available(environ: Mapping[str, str] | None = None) -> bool:
+    """True only in the Space runtime with its OAuth variables: the one place Gradio's
+    session is signed with a real secret and `/login/huggingface` is the real login."""
+    return not oauth_missing(environ)
+
+
+def check_oauth_setting(
+    admin_users: tuple[str, ...], environ: Mapping[str, str] | None = None
+) -> bool:
+    """Whether Hugging Face sign-in for ADMIN_USERS is on; raises StartupRefused when
+    ADMIN_USERS is set where Gradio would mock the login (any visitor would become admin)."""
+    if not admin_users:
+        return False
+    missing = oauth_missing(environ)
+    if missing:
+        raise StartupRefused(
+            "ADMIN_USERS is set, but Hugging Face sign-in is real only on a Hugging Face Space "
+            "with `hf_oauth: true` (elsewhere Gradio mocks the login and anyone would be "
+            f"admin); missing here: {', '.join(missing)}. Unset ADMIN_USERS and use "
+            "ADMIN_PASSWORD, or run on a Space with OAuth enabled."
+        )
+    return True
 
 
 def oauth_username(request: Any) -> str | None:
@@ -132,8 +160,48 @@ def oauth_username(request: Any) -> str | None:
     return str(name) if name else None
 
 
+class Sealer:
+    """Seals small JSON claims with AES-256-GCM under a key derived from the session secret:
+    the cookie is opaque (nobody without the key reads the rater id in it) and tamper-proof
+    (a changed byte fails authentication). `purpose` is bound as associated data, so an admin
+    cookie can never be unsealed as a rater cookie or the other way round."""
+
+    def __init__(self, secret: bytes, clock=time.time) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        if len(secret) < 16:
+            raise ValueError("the session secret must be at least 16 bytes")
+        self._aead = AESGCM(hashlib.sha256(b"medheb-cookie-aead:" + secret).digest())
+        self._clock = clock
+
+    def seal(self, claims: dict[str, Any], purpose: str) -> str:
+        nonce = secrets.token_bytes(12)
+        body = json.dumps({"c": claims, "t": int(self._clock())}).encode()
+        return _b64(nonce + self._aead.encrypt(nonce, body, purpose.encode()))
+
+    def unseal(self, value: str | None, purpose: str, max_age_s: float) -> dict[str, Any] | None:
+        from cryptography.exceptions import InvalidTag
+
+        if not value or len(value) > 4096:
+            return None
+        try:
+            raw = _unb64(value)
+            decoded = json.loads(self._aead.decrypt(raw[:12], raw[12:], purpose.encode()))
+        except (InvalidTag, ValueError, TypeError):
+            return None
+        if not isinstance(decoded, dict) or self._clock() - decoded.get("t", 0) > max_age_s:
+            return None
+        claims = decoded.get("c")
+        return claims if isinstance(claims, dict) else None
+
+
 class Authenticator:
-    """Mints and checks the admin and rater cookies (and, on a Space, the ADMIN_USERS list)."""
+    """Mints and checks the admin and rater cookies (and, on a Space, the ADMIN_USERS list).
+
+    A cookie is a sealed (encrypted and authenticated) session id plus, for raters, the claim
+    the study layer checks; every use also looks the session id up in `sessions` (the database
+    when served: medheb_app.access.sessions.StoreSessions), so sign-out ends a kept copy of the
+    cookie on every replica, and sign-ins survive a restart."""
 
     def __init__(
         self,
@@ -141,52 +209,95 @@ class Authenticator:
         secure: bool = False,
         admin_users: tuple[str, ...] = (),
         oauth: bool = False,
+        sessions: Any = None,
     ) -> None:
-        self.signer = Signer(secret)
+        from medheb_app.access.sessions import MemorySessions
+
+        self.sealer = Sealer(secret)
+        self.sessions = sessions if sessions is not None else MemorySessions()
         self.secure = secure
+        prefix = HOST_PREFIX if secure else ""
+        self.admin_cookie_name = prefix + ADMIN_COOKIE
+        self.rater_cookie_name = prefix + RATER_COOKIE
         self.admin_users = frozenset(admin_users) if oauth else frozenset()
-        self._admin_sessions: dict[str, float] = {}
-        self._lock = threading.Lock()
+
+    def _claims(self, request: Any, kind: str) -> dict[str, Any] | None:
+        name, max_age = (
+            (self.admin_cookie_name, ADMIN_MAX_AGE_S)
+            if kind == "admin"
+            else (self.rater_cookie_name, RATER_MAX_AGE_S)
+        )
+        claims = self.sealer.unseal(request_cookies(request).get(name), kind, max_age)
+        return claims if claims and isinstance(claims.get("sid"), str) else None
 
     # ------------------------------------------------------------ admin
     def admin_cookie(self, who: str = "password") -> str:
-        sid = secrets.token_urlsafe(24)
-        with self._lock:
-            self._admin_sessions[sid] = time.time() + ADMIN_MAX_AGE_S
-        return self.signer.sign({"role": "admin", "sid": sid, "who": who})
+        from medheb_app.access.sessions import SessionRecord
+
+        sid = secrets.token_urlsafe(32)
+        self.sessions.create(sid, SessionRecord("admin", who=who), ADMIN_MAX_AGE_S)
+        return self.sealer.seal({"sid": sid}, "admin")
 
     def is_admin(self, request: Any) -> bool:
         """True when the request carries a valid, not signed-out admin cookie, or (on a Space
         with OAuth) a Hugging Face session of a user in ADMIN_USERS."""
+        from medheb_app.access.sessions import ACTIVE
+
         if self.admin_users and oauth_username(request) in self.admin_users:
             return True
-        claims = self.signer.unsign(request_cookies(request).get(ADMIN_COOKIE), ADMIN_MAX_AGE_S)
-        if not claims or claims.get("role") != "admin":
-            return False
-        with self._lock:
-            return self._admin_sessions.get(str(claims.get("sid")), 0.0) > time.time()
+        claims = self._claims(request, "admin")
+        return bool(claims) and self.sessions.lookup(claims["sid"], "admin").state == ACTIVE
 
-    def revoke_admin(self, request: Any) -> None:
-        claims = self.signer.unsign(request_cookies(request).get(ADMIN_COOKIE), ADMIN_MAX_AGE_S)
-        if claims:
-            with self._lock:
-                self._admin_sessions.pop(str(claims.get("sid")), None)
+    def sign_out(self, request: Any, reason: str = "signed out") -> None:
+        """End the request's admin and rater sessions on the server (every replica)."""
+        for kind in ("admin", "rater"):
+            claims = self._claims(request, kind)
+            if claims:
+                self.sessions.end(claims["sid"], reason)
 
     # ------------------------------------------------------------ rater
     def rater_cookie(self, claim: RaterClaim) -> str:
-        return self.signer.sign(
-            {"study": claim.study_id, "rater": claim.rater_id, "secret": claim.secret}
-        )
+        from medheb_app.access.sessions import SessionRecord
+
+        sid = secrets.token_urlsafe(32)
+        record = SessionRecord("rater", study_id=claim.study_id, rater_id=claim.rater_id)
+        self.sessions.create(sid, record, RATER_MAX_AGE_S)
+        sealed = {
+            "sid": sid,
+            "study": claim.study_id,
+            "rater": claim.rater_id,
+            "secret": claim.secret,
+        }
+        return self.sealer.seal(sealed, "rater")
 
     def rater(self, request: Any) -> RaterClaim | None:
-        """The rater claim of a request's cookie, or None (not checked against the store)."""
-        claims = self.signer.unsign(request_cookies(request).get(RATER_COOKIE), RATER_MAX_AGE_S)
+        """The rater claim of a request's cookie while its session is active (not signed out,
+        not expired), else None; the study layer then checks the claim against the study."""
+        claims = self._claims(request, "rater")
         if not claims:
             return None
+        record = self.sessions.lookup(claims["sid"], "rater")
         try:
-            return RaterClaim(int(claims["study"]), int(claims["rater"]), str(claims["secret"]))
+            claim = RaterClaim(int(claims["study"]), int(claims["rater"]), str(claims["secret"]))
         except (KeyError, TypeError, ValueError):
             return None
+        if record.state != "active" or (record.study_id, record.rater_id) != (
+            claim.study_id,
+            claim.rater_id,
+        ):
+            return None
+        return claim
+
+    def rater_state(self, request: Any) -> str:
+        """Why a request is or is not a signed-in rater, for the rater page's wording:
+        "active", "signed out" (or another recorded end), "expired", "unknown" (a cookie this
+        server never issued or cannot read) or "none" (no rater cookie at all)."""
+        if not request_cookies(request).get(self.rater_cookie_name):
+            return "none"
+        claims = self._claims(request, "rater")
+        if not claims:
+            return "unknown"
+        return self.sessions.lookup(claims["sid"], "rater").state
 
     # ------------------------------------------------------------ responses
     def set_cookie(self, response: Any, name: str, value: str, max_age: int) -> None:
@@ -201,5 +312,7 @@ class Authenticator:
         )
 
     def clear_cookies(self, response: Any) -> None:
-        for name in (ADMIN_COOKIE, RATER_COOKIE):
-            response.delete_cookie(name, path="/", httponly=True, samesite="strict")
+        for name in (self.admin_cookie_name, self.rater_cookie_name):
+            response.delete_cookie(
+                name, path="/", httponly=True, samesite="strict", secure=self.secure
+            )

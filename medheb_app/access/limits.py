@@ -8,6 +8,7 @@ told, in words, how long to wait.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import threading
 import time
@@ -102,27 +103,45 @@ class RateLimiter:
             self._events.pop(next(iter(self._events)))
 
 
-def trust_proxy_headers() -> bool:
-    """Whether X-Forwarded-* headers are believed: only when TRUST_PROXY_HEADERS says a proxy
-    we control (a Space, a reverse proxy) sets them; otherwise any client could forge them."""
-    import os
+def _forwarded_for(headers: Any) -> list[str]:
+    """Every X-Forwarded-For entry in order, across repeated headers (a proxy may append a
+    second header line rather than extend the first)."""
+    getlist = getattr(headers, "getlist", None)
+    values = getlist("x-forwarded-for") if callable(getlist) else [headers.get("x-forwarded-for")]
+    return [part.strip() for value in values if value for part in str(value).split(",")]
 
-    return os.environ.get("TRUST_PROXY_HEADERS", "").lower() in {"1", "true", "yes"}
+
+def _address(entry: str) -> str:
+    """An X-Forwarded-For entry as a bare address: '[::1]:80' and '1.2.3.4:5' lose the port."""
+    text = entry.strip()
+    if text.startswith("[") and "]" in text:
+        text = text[1 : text.index("]")]
+    elif text.count(":") == 1:
+        text = text.split(":")[0]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return text[:64]
 
 
-def client_key(request: Any) -> str:
-    """Who a Gradio request comes from: the peer address, or the first X-Forwarded-For hop when
-    TRUST_PROXY_HEADERS is set (a Space or a reverse proxy in front of the app).
+def client_key(request: Any, proxy_hops: int) -> str:
+    """Who a Gradio or Starlette request comes from, for rate limits and lockouts.
+
+    With `proxy_hops` = 0 (TRUST_PROXY_HEADERS unset) the peer address, and X-Forwarded-For is
+    ignored: any client can write it. Behind N proxies we control, each appends the address it
+    received the request from, so the last N entries are theirs and the N-th from the right is
+    the client as the outermost proxy saw it; everything to its left was written by the client
+    and is never believed. A request with fewer than N entries did not pass through every proxy
+    (or a proxy is misconfigured): its peer address counts.
 
     Never the session hash: that is chosen by the client and travels in URLs.
     """
     if request is None:
         return "local"
-    headers = getattr(request, "headers", None) or {}
-    if trust_proxy_headers():
-        forwarded = headers.get("x-forwarded-for", "")
-        if forwarded:
-            return forwarded.split(",")[0].strip()
+    if proxy_hops > 0:
+        entries = _forwarded_for(getattr(request, "headers", None) or {})
+        if len(entries) >= proxy_hops and entries[-proxy_hops]:
+            return _address(entries[-proxy_hops])
     client = getattr(request, "client", None)
     host = getattr(client, "host", None)
     return str(host) if host else "unknown"

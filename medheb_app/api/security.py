@@ -100,7 +100,7 @@ def principal(request: Request) -> Principal:
     if cached is not None:
         return cached
     secret = bearer(request)
-    client = client_key(request)
+    client = client_key(request, services_of(request).settings.trusted_proxy_hops)
     if secret is None:
         found = Principal(client)
     else:

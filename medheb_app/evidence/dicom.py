@@ -17,6 +17,13 @@ from typing import IO
 
 import numpy as np
 
+from medheb_app.evidence.budget import (
+    MAX_DECODE_VOXELS,
+    check_declared,
+    decoding,
+    inflate_capped,
+    kept_positions,
+)
 from medheb_app.evidence.readers import (
     LoadedImage,
     check_size,
@@ -113,6 +120,38 @@ def _window_of(ds: object) -> tuple[float, float] | None:
     return center, width
 
 
+def _read_deflated(data: bytes, name: str) -> object | None:
+    """A Deflated Explicit VR Little Endian file (PS3.5 A.5) read with its inflation capped,
+    or None for any other file. pydicom would inflate the whole dataset at once, before any
+    size is known (a 196 KB file reached 5.27 GB): here the dataset is inflated only up to the
+    decode budget's bytes, then parsed as the explicit VR little endian data it is."""
+    import pydicom
+    from pydicom import uid
+    from pydicom.filereader import read_preamble
+
+    if data[128:132] != b"DICM":
+        return None
+    stream = io.BytesIO(data)
+    read_preamble(stream, False)
+    meta = pydicom.filereader._read_file_meta_info(stream)
+    if meta.get("TransferSyntaxUID") != uid.DeflatedExplicitVRLittleEndian:
+        return None
+    cap = MAX_DECODE_VOXELS * 4 + 16 * 2**20  # the largest budgeted pixels, plus headers
+    body = inflate_capped(stream.read(), cap, name)
+    ds = pydicom.dcmread(io.BytesIO(body), force=True)
+    meta.TransferSyntaxUID = uid.ExplicitVRLittleEndian
+    ds.file_meta = meta
+    return ds
+
+
+def declared_values(ds: object) -> tuple[int, int, int]:
+    """(values per frame, frames, rows x columns) a dataset's header declares."""
+    rows, columns = int(getattr(ds, "Rows", 0) or 0), int(getattr(ds, "Columns", 0) or 0)
+    samples = int(getattr(ds, "SamplesPerPixel", 1) or 1)
+    frames = int(getattr(ds, "NumberOfFrames", 1) or 1)
+    return rows * columns * samples, max(frames, 1), rows * columns
+
+
 def _parse_dicom(data: bytes, name: str, force: bool = False) -> object:
     """Parse a DICOM byte string; any parser failure becomes one readable EvidenceError."""
     import pydicom
@@ -122,7 +161,9 @@ def _parse_dicom(data: bytes, name: str, force: bool = False) -> object:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # pydicom warns about every tolerated deviation
-            ds = pydicom.dcmread(io.BytesIO(data), force=force)
+            ds = _read_deflated(data, name) or pydicom.dcmread(io.BytesIO(data), force=force)
+    except EvidenceError:
+        raise
     except InvalidDicomError:
         raise not_an_image(name) from None
     except Exception as error:  # pydicom raises many types on damaged files
@@ -143,8 +184,10 @@ def _parse_dicom(data: bytes, name: str, force: bool = False) -> object:
     return ds
 
 
-def _pixels_of(ds: object, name: str) -> np.ndarray:
-    """Decoded stored values, with one clear error for no pixels, no decoder or damage."""
+def _pixels_of(ds: object, name: str, frames: list[int] | None = None) -> np.ndarray:
+    """Decoded stored values (of the `frames` listed, else all), with one clear error for no
+    pixels, no decoder, damage, or a frame over the decode budget (checked on the header,
+    before anything is decoded)."""
     from pydicom.pixels import get_decoder
 
     if not any(k in ds for k in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
@@ -162,15 +205,23 @@ def _pixels_of(ds: object, name: str) -> np.ndarray:
                 f"{name} is compressed as {syntax.name} and no decoder for it is installed "
                 f"({needs}). Export it uncompressed or install a decoder."
             )
+    per_frame, n_frames, _ = declared_values(ds)
+    check_declared(name, "one frame this large", per_frame)
     try:
-        return np.asarray(ds.pixel_array)
+        if frames is None or len(frames) == n_frames:
+            return np.asarray(ds.pixel_array)
+        from pydicom.pixels import pixel_array
+
+        return np.stack([np.asarray(pixel_array(ds, index=i)) for i in frames])
     except Exception as error:
         raise EvidenceError(
             f"{name} has damaged or truncated pixel data and cannot be shown ({error})."
         ) from None
 
 
-def _rescale(stored: np.ndarray, ds: object, n_frames: int) -> np.ndarray:
+def _rescale(
+    stored: np.ndarray, ds: object, n_frames: int, frames: list[int] | None = None
+) -> np.ndarray:
     """Modality LUT: stored values -> calibrated values (HU for CT), per frame when enhanced."""
     from pydicom.pixels import apply_modality_lut
 
@@ -179,7 +230,8 @@ def _rescale(stored: np.ndarray, ds: object, n_frames: int) -> np.ndarray:
     values = stored.astype(np.float32)
     per_frame = getattr(ds, "PerFrameFunctionalGroupsSequence", None)
     if per_frame and n_frames > 1 and len(per_frame) == n_frames:
-        for index, item in enumerate(per_frame):
+        chosen = frames if frames is not None else range(n_frames)
+        for index, item in enumerate(per_frame[i] for i in chosen):
             slope, intercept = _find(item, "RescaleSlope"), _find(item, "RescaleIntercept")
             if slope is None and intercept is None:
                 slope, intercept = _find(ds, "RescaleSlope"), _find(ds, "RescaleIntercept")
@@ -206,12 +258,22 @@ def read_dicom_bytes(data: bytes, name: str, force: bool = False) -> LoadedImage
 
 
 def image_from_dataset(ds: object, name: str) -> LoadedImage:
-    """One parsed DICOM dataset (single or multi-frame) -> LoadedImage."""
-    stored = _pixels_of(ds, name)
+    """One parsed DICOM dataset (single or multi-frame) -> LoadedImage. Frames beyond the
+    decode budget are sampled uniformly (only those are decoded) and the meta says so."""
+    per_frame, declared_frames, _ = declared_values(ds)
+    kept = kept_positions(declared_frames, per_frame)
+    with decoding(per_frame * len(kept)):
+        return _image_from_dataset(ds, name, kept if len(kept) < declared_frames else None)
+
+
+def _image_from_dataset(ds: object, name: str, frames: list[int] | None) -> LoadedImage:
+    stored = _pixels_of(ds, name, frames)
     modality = str(getattr(ds, "Modality", "") or "OT")
     photometric = str(getattr(ds, "PhotometricInterpretation", "MONOCHROME2"))
     n_frames = int(getattr(ds, "NumberOfFrames", 1) or 1)
     meta = safe_meta_of(ds)
+    if frames is not None:
+        meta["NumberOfFrames"], meta["FramesKept"] = n_frames, len(frames)
     if photometric == "PALETTE COLOR":
         from pydicom.pixels import apply_color_lut
 
@@ -228,7 +290,7 @@ def image_from_dataset(ds: object, name: str) -> LoadedImage:
             )
             pixels = pixels[..., 0] if same else pixels
     else:
-        values = _rescale(stored, ds, n_frames)
+        values = _rescale(stored, ds, n_frames, frames)
         pixels = to_unit_range(values, modality, photometric, _window_of(ds))
     if pixels.size == 0:
         raise EvidenceError(f"{name} contains an empty image (shape {pixels.shape}).")
@@ -400,10 +462,18 @@ def _budgeted_volume(entries: list[tuple[_Member, object]], name: str) -> Loaded
         ds = _parse_dicom(_read_member(ordered[0][0]), name)
         return image_from_dataset(ds, name)
     positions = _kept_positions(len(ordered), rows * columns * 4)
+    with decoding(len(positions) * rows * columns):
+        return _stack_series(ordered, positions, rows, columns, name)
+
+
+def _stack_series(ordered, positions: list[int], rows: int, columns: int, name: str):
+    first = ordered[0][1]
     volume = np.empty((len(positions), rows, columns), dtype=np.float32)
     kept_headers = []
     for slot, position in enumerate(positions):
-        member, _ = ordered[position]
+        member, header = ordered[position]
+        if (int(header.Rows), int(header.Columns)) != (rows, columns):  # before decoding it
+            raise EvidenceError(f"{name} has slices of different sizes.")
         ds = _parse_dicom(_read_member(member), name)
         stored = _pixels_of(ds, name)
         if stored.ndim != 2:

@@ -11,6 +11,7 @@ import gzip
 import hashlib
 import io
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -130,16 +131,41 @@ def to_unit_range(
 
 # ----------------------------------------------------------------------------- raster images
 def _read_raster(data: bytes, name: str, fmt: SourceFormat) -> LoadedImage:
+    """A PNG or JPEG: its declared size is checked against the decode budget before a pixel
+    is inflated (Image.open reads only the header), then decoded under the global budget."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
+    from medheb_app.evidence.budget import MAX_DECODE_VOXELS, check_declared, decoding, millions
+
+    # PIL's own bomb check at the same budget (it warns above it and refuses at twice it)
+    Image.MAX_IMAGE_PIXELS = MAX_DECODE_VOXELS
     try:
-        with Image.open(io.BytesIO(data)) as opened:
-            image = ImageOps.exif_transpose(opened)
-            image.load()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # checked below
+            with Image.open(io.BytesIO(data)) as opened:
+                width, height = opened.size
+                bands = len(opened.getbands())
+                check_declared(
+                    name, f"{width}x{height} pixels of {bands} channels", width * height * bands
+                )
+                with decoding(width * height * max(bands, 3)):
+                    image = ImageOps.exif_transpose(opened)
+                    image.load()
+                    return _raster_image(image, name, fmt)
+    except EvidenceError:
+        raise
+    except Image.DecompressionBombError:  # over twice the budget: PIL refuses on the header
+        raise EvidenceError(
+            f"{name} declares an image of more than {millions(2 * MAX_DECODE_VOXELS)} pixels, "
+            "more than this app decodes; upload a smaller image."
+        ) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
         raise EvidenceError(
             f"{name} looks like a {fmt.upper()} file but cannot be read ({error})."
         ) from None
+
+
+def _raster_image(image, name: str, fmt: SourceFormat) -> LoadedImage:
     if image.mode in ("P", "PA", "CMYK", "YCbCr", "LAB", "HSV", "RGBA", "LA"):
         image = image.convert("RGBA" if "A" in image.mode else "RGB")
     array = np.asarray(image)
@@ -167,39 +193,140 @@ def _guess_volume_modality(values: np.ndarray) -> str:
     return "CT" if float(np.percentile(values, 1)) < -500 else "MR"
 
 
+def _nifti_header(head: bytes, name: str):
+    """(header, header size) of the NIfTI-1 or NIfTI-2 header at the start of `head`."""
+    import nibabel as nib
+
+    for kind, size in ((nib.Nifti1Header, 348), (nib.Nifti2Header, 540)):
+        for order in ("<", ">"):
+            if len(head) >= size and int(np.frombuffer(head[:4], f"{order}i4")[0]) == size:
+                try:
+                    return kind.from_fileobj(io.BytesIO(head[:size])), size
+                except Exception as error:
+                    raise EvidenceError(f"{name} has a damaged NIfTI header ({error}).") from None
+    raise EvidenceError(f"{name} is not a readable NIfTI file (no NIfTI header).")
+
+
+class _Stream:
+    """Sequential reads from bytes already read, then from an open (gzip) file; `skip` reads
+    past data in bounded chunks, since a gzip stream cannot jump."""
+
+    def __init__(self, buffered: bytes, handle, name: str) -> None:
+        self.buffered, self.handle, self.name = buffered, handle, name
+
+    def read(self, n: int) -> bytes:
+        out = self.buffered[:n]
+        self.buffered = self.buffered[n:]
+        if len(out) < n:
+            out += self.handle.read(n - len(out))
+        if len(out) < n:
+            raise EvidenceError(f"{self.name} is truncated (its data ends early).")
+        return out
+
+    def skip(self, n: int) -> None:
+        while n > 0:
+            step = min(n, 1 << 22)
+            self.read(step)
+            n -= step
+
+
+def _read_nifti_slices(path: Path) -> tuple[np.ndarray, object, int, int]:
+    """The first volume's slices kept under the decode budget, read in one pass from the
+    (possibly gzip) stream and never past the last kept slice: (data (X, Y, kept), header,
+    slices in the file, volumes in the file). The declared dimensions are checked before a
+    voxel is inflated, so a small .nii.gz declaring gigabytes inflates only what is kept."""
+    from medheb_app.evidence.budget import check_declared, decoding, kept_positions
+
+    with open(path, "rb") as probe:
+        gzipped = probe.read(2) == b"\x1f\x8b"
+    try:
+        with (gzip.open if gzipped else open)(path, "rb") as handle:
+            head = handle.read(540)
+            header, size = _nifti_header(head, path.name)
+            shape = tuple(int(d) for d in header.get_data_shape())
+            if not shape or min(shape) < 1:
+                raise EvidenceError(f"{path.name} contains an empty volume (shape {shape}).")
+            dtype = header.get_data_dtype()
+            x, y = shape[0], shape[1] if len(shape) > 1 else 1
+            z = shape[2] if len(shape) > 2 else 1
+            volumes = int(np.prod(shape[3:])) if len(shape) > 3 else 1
+            check_declared(path.name, f"slices of {x}x{y}", x * y)
+            kept = kept_positions(z, x * y)
+            slab = x * y * dtype.itemsize
+            offset = max(int(header.get_data_offset()), size)
+            stream = _Stream(head[offset:], handle, path.name)
+            stream.skip(max(0, offset - len(head)))
+            with decoding(x * y * len(kept)):
+                data = np.empty((x, y, len(kept)), dtype=np.float32)
+                cursor = 0
+                for slot, index in enumerate(kept):
+                    stream.skip((index - cursor) * slab)
+                    raw = stream.read(slab)
+                    data[..., slot] = np.frombuffer(raw, dtype=dtype).reshape((x, y), order="F")
+                    cursor = index + 1
+    except EvidenceError:
+        raise
+    except (OSError, EOFError, ValueError, TypeError) as error:
+        raise EvidenceError(f"{path.name} is not a readable NIfTI file ({error}).") from None
+    slope, inter = header.get_slope_inter()
+    if slope is not None and np.isfinite(slope) and slope != 0:
+        data = data * np.float32(slope) + np.float32(inter or 0.0)
+    return data, header, z, volumes
+
+
 def _read_nifti(path: Path) -> LoadedImage:
     import nibabel as nib
 
-    try:
-        image = nib.as_closest_canonical(nib.load(str(path)))
-        data = np.asarray(image.dataobj, dtype=np.float32)
-    except Exception as error:
-        raise EvidenceError(f"{path.name} is not a readable NIfTI file ({error}).") from None
-    zooms = tuple(float(z) for z in image.header.get_zooms()[:3])
-    extra = data.shape[3:]
-    if data.ndim > 3:
-        data = data.reshape(*data.shape[:3], -1)[..., 0]  # first volume of a time series
-    if data.size == 0 or data.ndim < 2:
-        raise EvidenceError(f"{path.name} contains an empty volume (shape {data.shape}).")
-    while data.ndim < 3:
-        data = data[..., None]
+    data, header, n_slices, volumes = _read_nifti_slices(path)
+    kept = data.shape[2]
+    zooms = [float(z) for z in header.get_zooms()[:3]]
+    while len(zooms) < 3:
+        zooms.append(1.0)
+    if kept < n_slices and kept > 1:
+        zooms[2] *= (n_slices - 1) / (kept - 1)  # the kept slices are this far apart
+    # to the closest canonical (RAS+) orientation, as nibabel's as_closest_canonical does
+    orientation = nib.orientations.io_orientation(header.get_best_affine())
+    data = nib.orientations.apply_orientation(data, orientation)
+    canonical_zooms = [0.0, 0.0, 0.0]
+    for axis, (target, _flip) in enumerate(orientation):
+        canonical_zooms[int(target)] = zooms[axis]
     # RAS+ (x to the right, y to anterior, z up) -> axial slices in radiological display:
     # depth = inferior->superior, rows = anterior->posterior, columns = patient right->left.
     volume = np.ascontiguousarray(data.transpose(2, 1, 0)[:, ::-1, ::-1])
+    del data
     modality = _guess_volume_modality(volume)
     pixels = to_unit_range(volume, modality, "MONOCHROME2", None)
-    meta: dict[str, object] = {"Shape": list(data.shape), "Orientation": "RAS+ axial"}
-    if extra:
-        meta["VolumesInFile"] = int(np.prod(extra))
-    spacing = (zooms[2], zooms[1], zooms[0]) if len(zooms) == 3 else None
+    shape = [int(d) for d in header.get_data_shape()]
+    meta: dict[str, object] = {"Shape": shape[:3], "Orientation": "RAS+ axial"}
+    if volumes > 1 or len(shape) > 3:
+        meta["VolumesInFile"] = volumes
+    if kept < n_slices:
+        meta["NumberOfSlices"], meta["SlicesKept"] = n_slices, kept
+    zx, zy, zz = canonical_zooms
+    spacing = (zz, zy, zx)
     if pixels.shape[0] == 1:
-        return LoadedImage(pixels[0], "2d", modality, spacing and spacing[1:], meta, "nifti")
+        return LoadedImage(pixels[0], "2d", modality, spacing[1:], meta, "nifti")
     return LoadedImage(pixels, "3d", modality, spacing, meta, "nifti")
 
 
 def _read_npy(data: bytes, name: str) -> LoadedImage:
+    """A .npy array; its header's declared shape is checked against the decode budget first."""
+    from medheb_app.evidence.budget import check_declared, decoding
+
     try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
+        stream = io.BytesIO(data)
+        version = np.lib.format.read_magic(stream)
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, _, _ = read_header(stream)
+        check_declared(name, f"an array of shape {tuple(shape)}", int(np.prod(shape)))
+        with decoding(int(np.prod(shape))):
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+    except EvidenceError:
+        raise
     except Exception as error:
         raise EvidenceError(f"{name} is not a readable .npy array ({error}).") from None
     if array.size == 0:
@@ -276,17 +403,27 @@ def content_id(path: Path | str, prefix: str = "upload") -> str:
 
 
 def study_from_file(path: Path | str, max_bytes: int | None = None) -> Study:
-    """A Study for an uploaded file (UI upload, CLI --file); no file name or patient tag is kept."""
+    """A Study for an uploaded file (UI upload, CLI --file); no file name or patient tag is kept.
+
+    Only what the page shows and the embedders read is kept of the decoded pixels (at most 64
+    frames, a bounded size a side: evidence.budget.kept_for_session), so an upload held for
+    its session does not keep a full-resolution decode resident."""
+    from medheb_app.evidence.budget import kept_for_session
+
     loaded = read_any(path, max_bytes=max_bytes)
+    pixels, reduced = kept_for_session(loaded.pixels, loaded.form)
     meta: dict[str, object] = dict(loaded.safe_meta)
+    if reduced:
+        meta["DecodedShape"], meta["KeptShape"] = list(loaded.pixels.shape), list(pixels.shape)
     meta["source_format"] = loaded.source_format
-    if loaded.spacing is not None:
-        meta["spacing"] = list(loaded.spacing)
+    if loaded.spacing is not None:  # per kept axis: coarser where pixels were reduced
+        ratios = [a / b for a, b in zip(loaded.pixels.shape, pixels.shape, strict=False)]
+        meta["spacing"] = [float(v) * r for v, r in zip(loaded.spacing, ratios, strict=False)]
     return Study(
         id=content_id(path),
         form=loaded.form,
         modality=loaded.modality,
-        pixels=loaded.pixels,
+        pixels=pixels,
         source="upload",
         meta=meta,
     )

@@ -13,8 +13,9 @@ from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from medheb_app.store.db import Base, Store, utcnow
+from medheb_app.store.owners import owner_alive, process_owner
 
-RUN_STATUSES = ("running", "finished", "failed", "cancelled")
+RUN_STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
 
 
 class Run(Base):
@@ -31,6 +32,8 @@ class Run(Base):
     out_dir: Mapped[str] = mapped_column(Text)
     settings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     error: Mapped[str] = mapped_column(Text, default="")
+    # host:pid:start time of the process running it (medheb_app.store.owners); "" before
+    owner: Mapped[str] = mapped_column(String(200), default="", server_default="")
 
 
 class TaskResult(Base):
@@ -51,10 +54,31 @@ class TaskResult(Base):
 def start_run(store: Store, suite: str, models: list[str], out_dir: str, settings: dict) -> int:
     """Insert a running Run and return its id."""
     with store.session() as session:
-        run = Run(suite=suite, models=models, out_dir=out_dir, settings=settings)
+        run = Run(
+            suite=suite, models=models, out_dir=out_dir, settings=settings, owner=process_owner()
+        )
         session.add(run)
         session.flush()
         return run.id
+
+
+def mark_interrupted_runs(store: Store) -> int:
+    """Runs left "running" by a process that is gone become "interrupted", with the reason:
+    a killed `bench run` (or an app killed under a benchmark job) otherwise shows as running
+    for good. Returns how many."""
+    with store.session() as session:
+        runs = session.scalars(select(Run).where(Run.status == "running")).all()
+        orphans = [run for run in runs if not owner_alive(run.owner)]
+        now = utcnow()
+        for run in orphans:
+            who = f"process {run.owner.rsplit(':', 1)[0]}" if run.owner else "an older version"
+            run.status = "interrupted"
+            run.error = (
+                f"Interrupted: the {who} running it stopped before it finished (found at "
+                f"the next start, {now:%Y-%m-%d %H:%M} UTC); run it again."
+            )
+            run.finished = now
+        return len(orphans)
 
 
 def add_task_result(store: Store, run_id: int, **values: Any) -> None:

@@ -58,6 +58,10 @@ NEXT_WITHOUT_VOTE = (
     "Next moves on after a vote."
 )
 REVEAL_PAUSE_MS = 1500  # the reveal stays over each side this long
+SIGNED_OUT_HERE = (
+    "You signed out. To rate again, open the link from your invitation, or "
+    '<a href="/auth/rater">sign in with its code</a>.'
+)
 NOT_SIGNED_IN = (
     "You are not signed in. Open the link from your invitation, or "
     '<a href="/auth/rater">sign in with its code</a>.'
@@ -250,6 +254,8 @@ def signed_out_html(services: Services, auth: Authenticator, request: Any) -> st
     reason = rater_access.signed_out_reason(services, auth.rater(request))
     if reason:
         return ui.notice_html("warning", reason)
+    if auth.rater_state(request) == "signed out":  # the server ended this cookie's session
+        return ui.notice_html("info", SIGNED_OUT_HERE)
     return _signed_out()
 
 

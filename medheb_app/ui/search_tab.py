@@ -688,9 +688,22 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
     upload_state = gr.State(None, time_to_live=UPLOAD_TTL_S)
     hits_state = gr.State([])
 
+    hops = services.settings.trusted_proxy_hops  # TRUST_PROXY_HEADERS (access.limits)
+
     def _search(q, up, m, ix, kk, rk, cmp, mode, position, request: gr.Request):
         outcome = run_search(
-            services, q, up, m, ix, kk, rk, bool(cmp), mode, position, client_key(request), limits
+            services,
+            q,
+            up,
+            m,
+            ix,
+            kk,
+            rk,
+            bool(cmp),
+            mode,
+            position,
+            client_key(request, hops),
+            limits,
         )
         return (
             outcome.parsed_html,
@@ -703,7 +716,9 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
         )
 
     def _upload(f, request: gr.Request):
-        state, shown, slider, mode, message = on_upload(services, f, client_key(request), limits)
+        state, shown, slider, mode, message = on_upload(
+            services, f, client_key(request, hops), limits
+        )
         return state, shown, slider, mode, message, gr.update(visible=state is not None)
 
     def _clear():

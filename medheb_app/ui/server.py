@@ -12,24 +12,25 @@ from __future__ import annotations
 
 import html
 import logging
-import urllib.parse
 from dataclasses import dataclass
-from typing import Any
 
 import gradio as gr
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
 from medheb_app.access.auth import (
-    ADMIN_COOKIE,
     ADMIN_MAX_AGE_S,
-    RATER_COOKIE,
     RATER_MAX_AGE_S,
     Authenticator,
+    check_oauth_setting,
     load_secret,
-    oauth_available,
 )
-from medheb_app.access.limits import RateLimiter, client_key, trust_proxy_headers
+from medheb_app.access.limits import RateLimiter, client_key
+from medheb_app.access.origin import OriginPolicy, SameOriginMiddleware
+from medheb_app.access.queue_guard import QueueCallGuard, fair_queue, quiet_gradio_tracebacks
+from medheb_app.access.sessions import StoreSessions
+from medheb_app.access.uploads import NoUploadedFilesServed, UploadIntake
 from medheb_app.services import Services
 from medheb_app.ui import rater_access
 
@@ -51,12 +52,14 @@ class Guards:
 def make_guards(services: Services) -> Guards:
     settings = services.settings
     secret = load_secret(settings.data_dir, settings.session_secret)
-    oauth = oauth_available()
-    if settings.admin_users and not oauth:
-        log.warning("ADMIN_USERS is ignored: Hugging Face sign-in works only on a Space with OAuth")
+    oauth = check_oauth_setting(settings.admin_users)  # refuses ADMIN_USERS off a real Space
     return Guards(
         auth=Authenticator(
-            secret, secure=settings.secure_cookies, admin_users=settings.admin_users, oauth=oauth
+            secret,
+            secure=settings.secure_cookies,
+            admin_users=settings.admin_users,
+            oauth=oauth,
+            sessions=StoreSessions(services.store),  # survive restarts, shared by replicas
         ),
         # 5 password tries a minute per client, then 15 minutes locked out
         admin_limit=RateLimiter(max_events=5, window_s=60, lockout_s=900),
@@ -126,17 +129,6 @@ def rater_form(services: Services, message: str = "", kind: str = "error") -> st
     )
 
 
-def _same_origin(request: Request) -> bool:
-    """A form post must come from this site (the cookie is SameSite, the form is not)."""
-    origin = request.headers.get("origin")
-    if not origin or origin == "null":
-        return origin is None
-    hosts = {request.headers.get("host", "")}
-    if trust_proxy_headers():
-        hosts.add(request.headers.get("x-forwarded-host", "").split(",")[0].strip())
-    return urllib.parse.urlsplit(origin).netloc in hosts - {""}
-
-
 async def _form(request: Request) -> dict[str, str]:
     form = await request.form()
     return {key: str(value)[:MAX_FIELD_CHARS] for key, value in form.items()}
@@ -148,6 +140,7 @@ async def _form(request: Request) -> dict[str, str]:
 def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
     """Sign-in and sign-out for admins and raters; invitation links redeemed by redirect."""
     auth = guards.auth
+    hops = services.settings.trusted_proxy_hops
 
     @app.get("/auth/admin", include_in_schema=False)
     def admin_page(request: Request) -> Response:
@@ -161,9 +154,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
     async def admin_sign_in(request: Request) -> Response:
         if not services.admin_enabled:
             return page("Admin", _notice("error", "This server has no admin."), 404)
-        if not _same_origin(request):
-            return page("Admin sign-in", admin_form("Sign in from this site's own page."), 403)
-        key = client_key(request)
+        key = client_key(request, hops)
         decision = guards.admin_limit.hit(key)
         if not decision.allowed:
             response = page(
@@ -177,7 +168,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             return page("Admin sign-in", admin_form("Wrong admin password."), 401)
         guards.admin_limit.reset(key)
         response = RedirectResponse("/", status_code=303)
-        auth.set_cookie(response, ADMIN_COOKIE, auth.admin_cookie(), ADMIN_MAX_AGE_S)
+        auth.set_cookie(response, auth.admin_cookie_name, auth.admin_cookie(), ADMIN_MAX_AGE_S)
         return response
 
     @app.get("/auth/rater", include_in_schema=False)
@@ -186,7 +177,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
 
     def _rater_signed_in(claim) -> Response:
         response = RedirectResponse(f"{RATER_PATH}/", status_code=303)
-        auth.set_cookie(response, RATER_COOKIE, auth.rater_cookie(claim), RATER_MAX_AGE_S)
+        auth.set_cookie(response, auth.rater_cookie_name, auth.rater_cookie(claim), RATER_MAX_AGE_S)
         return response
 
     def _rater_refused(request: Request, message: str, status: int) -> Response:
@@ -194,9 +185,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
 
     @app.post("/auth/rater", include_in_schema=False)
     async def rater_sign_in(request: Request) -> Response:
-        if not _same_origin(request):
-            return _rater_refused(request, "Sign in from this site's own page.", 403)
-        decision = guards.rater_limit.hit(client_key(request))
+        decision = guards.rater_limit.hit(client_key(request, hops))
         if not decision.allowed:
             return _rater_refused(request, decision.message("sign-in attempts"), 429)
         form = await _form(request)
@@ -205,7 +194,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
                 claim = rater_access.redeem(services, form["code"], form.get("label", ""))
             elif form.get("study"):
                 claim = rater_access.enrol(
-                    services, int(form["study"]), form.get("label", ""), client_key(request)
+                    services, int(form["study"]), form.get("label", ""), client_key(request, hops)
                 )
             else:
                 return _rater_refused(request, "Type your invitation code.", 400)
@@ -215,7 +204,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
 
     @app.api_route("/auth/signout", methods=["GET", "POST"], include_in_schema=False)
     def sign_out(request: Request) -> Response:
-        auth.revoke_admin(request)
+        auth.sign_out(request)
         response = page("Signed out", _notice("info", "You are signed out.") + _links())
         auth.clear_cookies(response)
         return response
@@ -229,7 +218,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             and request.url.path in (RATER_PATH, f"{RATER_PATH}/")
             and "invite" in request.query_params
         ):
-            decision = guards.rater_limit.hit(client_key(request))
+            decision = guards.rater_limit.hit(client_key(request, hops))
             if not decision.allowed:
                 return _rater_refused(request, decision.message("sign-in attempts"), 429)
             try:
@@ -249,6 +238,32 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             return PlainTextResponse('""', media_type="application/json")
 
 
+def add_upload_routes(app: FastAPI, services: Services) -> UploadIntake:
+    """Both pages' upload routes, declared before Gradio's so they answer instead: the
+    workbench's caps, renames and sweeps (medheb_app.access.uploads); the raters' page takes
+    none. Uploaded files are never served back."""
+    settings = services.settings
+    intake = UploadIntake(
+        settings.max_upload_bytes,
+        ttl_s=settings.upload_ttl_s,
+        # 12 upload bodies per 10 minutes per client (the page reads at most 6 of them)
+        limiter=RateLimiter(max_events=12, window_s=600),
+        proxy_hops=settings.trusted_proxy_hops,
+    )
+    intake.start_sweeper()
+
+    @app.post("/gradio_api/upload", include_in_schema=False)
+    async def upload(request: Request) -> Response:
+        return await intake.receive(request)
+
+    @app.post(f"{RATER_PATH}/gradio_api/upload", include_in_schema=False)
+    def no_rater_uploads() -> PlainTextResponse:
+        return PlainTextResponse("This page takes no uploads.", status_code=404)
+
+    app.add_middleware(NoUploadedFilesServed, intake=intake)
+    return intake
+
+
 def _links() -> str:
     return f'<p><a href="{RATER_PATH}/">Raters\' page</a> · <a href="/">Workbench</a></p>'
 
@@ -258,19 +273,18 @@ def _links() -> str:
 
 def bounded_queue(blocks: gr.Blocks, services: Services) -> gr.Blocks:
     """A queue of at most `queue_max_size` waiting events, `concurrency` at a time per handler,
-    answering a full queue with a plain 'busy, try again' rather than Gradio's internals."""
+    at most `queue_per_client` events per client (only that client is told it is busy), page
+    loads never refused for a queue full of searches, and a full queue answered with a plain
+    'busy, try again' rather than Gradio's internals (medheb_app.access.queue_guard)."""
     settings = services.settings
     blocks.queue(max_size=settings.queue_max_size, default_concurrency_limit=settings.concurrency)
-    queue = blocks._queue
-    push = queue.push
-
-    async def push_or_busy(body: Any, request: Any, username: Any):
-        success, event_id, state = await push(body, request, username)
-        if state == "queue_full":
-            event_id = BUSY_MESSAGE
-        return success, event_id, state
-
-    queue.push = push_or_busy  # type: ignore[method-assign]
+    fair_queue(
+        blocks,
+        max_size=settings.queue_max_size,
+        per_client=settings.queue_per_client,
+        proxy_hops=settings.trusted_proxy_hops,
+        busy=BUSY_MESSAGE,
+    )
     return blocks
 
 
@@ -284,9 +298,22 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     from medheb_app.ui.shell import build_app
 
     guards = guards or make_guards(services)
+    settings = services.settings
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    # No other origin may read an answer: Starlette's CORS with no allowed origin. Its presence
+    # also turns Gradio's own CORS middleware off, which lets any localhost origin read a
+    # localhost app's answers with the cookies (gradio.route_utils.CustomCORSMiddleware).
+    app.add_middleware(CORSMiddleware, allow_origins=[], allow_credentials=False)
+    # ... and none may change anything: POSTs from another origin, even same-site, are 403
+    policy = OriginPolicy(
+        proxy_hops=settings.trusted_proxy_hops,
+        public_origins=settings.public_origins,
+        https_only=settings.secure_cookies,
+    )
+    app.add_middleware(SameOriginMiddleware, policy=policy)
     app.state.guards = guards
     add_auth_routes(app, services, guards)
+    intake = add_upload_routes(app, services)
     mount_api(app, services)  # /api/v1, before the page at "/" that catches every path
     add_export_routes(app, services, guards.auth)  # study CSVs: admin cookie checked per request
     common = {
@@ -294,6 +321,9 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
         "show_error": False,
         "max_file_size": services.settings.max_upload_bytes,
         "run_history": False,
+        # Gradio serves /monitoring/summary (per-handler call counts: on /rate, per vote
+        # choice) to anyone unless monitoring is off; off, every /monitoring route is 403
+        "enable_monitoring": False,
     }
     rater = bounded_queue(build_rater_app(services, guards.auth), services)
     app = gr.mount_gradio_app(app, rater, path=RATER_PATH, css=ui.CSS, head=RATER_HEAD, **common)
@@ -308,4 +338,8 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
         **common,
     )
     app.state.blocks = {"main": main, "rate": rater}
+    # malformed queue calls and unknown fn_index: 400 and one log line, before Gradio
+    app.add_middleware(QueueCallGuard, pages={"": main, RATER_PATH: rater})
+    quiet_gradio_tracebacks()
+    app.state.uploads = intake
     return app
