@@ -117,8 +117,11 @@ def test_study_analysis_says_how_to_reach_it_on_a_server_without_an_admin(servic
     signed = analysis_tab.sign_in_html(with_password, auth)
     assert '<a href="/auth/admin" id="analysis-sign-in">sign in as admin</a>' in signed
     assert "no admin" not in signed and "Hugging Face" not in signed
-    monkeypatch.setenv("SPACE_ID", "lab/workbench")
-    monkeypatch.setenv("OAUTH_CLIENT_SECRET", "s")
+    from medheb_app.access.auth import OAUTH_VARIABLES
+
+    monkeypatch.setenv("SYSTEM", "spaces")  # the Space runtime, where the OAuth login is real
+    for name in OAUTH_VARIABLES:
+        monkeypatch.setenv(name, "set-by-the-space")
     on_space = replace(services, settings=replace(services.settings, admin_users=("alice",)))
     oauth = Authenticator(b"k" * 32, admin_users=("alice",), oauth=True)
     assert on_space.admin_enabled

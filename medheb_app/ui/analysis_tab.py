@@ -410,9 +410,9 @@ def add_export_routes(app: Any, services: Services, auth: Any) -> None:
 
 ADMIN_ONLY = "Study analysis is for admins only while studies run: sign in as admin to see it."
 NO_ADMIN = (
-    "This server has no admin, so nobody can open study results here (the demo study's "
-    "included). To read them, give the server an admin and restart it: set the "
-    "<code>ADMIN_PASSWORD</code> secret (on a Space: Settings, Variables and secrets) and sign "
+    "This server has no admin, and study results are for admins only, so nobody can open "
+    "them here (the demo study's included). To read them, give the server an admin and "
+    "restart it: set the <code>ADMIN_PASSWORD</code> secret (on a Space: Settings, Variables and secrets) and sign "
     'in at <a href="/auth/admin">/auth/admin</a> on the Space\'s own address, or, on a Space, '
     "add <code>hf_oauth: true</code> to its README header and list Hugging Face user names in "
     "<code>ADMIN_USERS</code>, then sign in with Hugging Face in the Admin tab. Where you have "
@@ -433,7 +433,7 @@ def sign_in_html(services: Services, auth: Any = None) -> str:
     if getattr(auth, "admin_users", None):
         ways.append("sign in with Hugging Face in the Admin tab (users in ADMIN_USERS)")
     return _note(
-        "Study results are for admins while studies run: "
+        "Study results are for admins only while studies run: "
         + " or ".join(ways)
         + ", then pick a study."
     )
