@@ -9,13 +9,6 @@ DATABASE_URL, ADMIN_PASSWORD, SESSION_SECRET, QUEUE_MAX_SIZE, CONCURRENCY, MEDHE
 
 from __future__ import annotations
 
-import os
-
-# Offline and private before gradio is imported: it reads these at import time.
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
 import logging
 
 import uvicorn
@@ -23,14 +16,16 @@ import uvicorn
 from medheb_app.access.auth import StartupRefused, check_oauth_setting
 from medheb_app.access.origin import OriginPolicy
 from medheb_app.services import create_services
-from medheb_app.settings import Settings
+from medheb_app.settings import Settings, listen_address
 from medheb_app.ui.server import build_server
 
 
 def address(environ: dict[str, str] | None = None) -> tuple[str, int]:
-    """(host, port): 127.0.0.1 unless HOST says otherwise (a container sets HOST=0.0.0.0)."""
-    env = os.environ if environ is None else environ
-    return env.get("HOST", "127.0.0.1"), int(env.get("PORT", "7860"))
+    """(host, port): Settings.host / port (HOST, PORT), or those of `environ` when given."""
+    if environ is None:
+        settings = Settings.from_env()
+        return settings.host, settings.port
+    return listen_address(environ)
 
 
 def main() -> None:

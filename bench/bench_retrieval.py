@@ -249,7 +249,8 @@ def bench_service(settings: Settings) -> dict[str, Any]:
 
 SERVICE_SCRIPT = textwrap.dedent(
     """
-    from medheb_app.demo import default_demo_models, ensure_demo
+    from medheb_app.demo import ensure_demo
+    from medheb_app.serving import default_demo_models
     from medheb_app.models.registry import load_embedder
     from medheb_app.search import search
     from medheb_app.settings import Settings
@@ -294,7 +295,7 @@ def warm_start() -> dict[str, Any]:
 
 def app_rss(settings: Settings) -> dict[str, Any]:
     """Peak RSS of `python app.py` from start, through the demo bootstrap, to one search."""
-    from medheb_app.search import default_model
+    from medheb_app.serving import default_model
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
@@ -533,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_rss:
         print("peak RSS of the serving process ...", flush=True)
         report["rss"] = peak_rss_of_command([sys.executable, "-c", SERVICE_SCRIPT], cwd=ROOT)
-        from medheb_app.demo import default_demo_models
+        from medheb_app.serving import default_demo_models
 
         report["rss"]["models"] = default_demo_models(settings)
         print("warm start ...", flush=True)

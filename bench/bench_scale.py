@@ -151,8 +151,8 @@ def engine_ratios(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def resume(studies: int, work: Path) -> dict[str, Any]:
-    from medheb_app.index.build import BUILD_MANIFEST
     from medheb_app.index.cache import EmbeddingCache
+    from medheb_app.index.shards import BUILD_MANIFEST
 
     data = work / "resume"
     shutil.copytree(work / "corpus" / "demo", data / "demo")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,13 +24,14 @@ FP32_TARGET = 0.999
 
 def embed(spec: str, device: str, precision: str, studies, settings) -> tuple[object, float]:
     """(vectors, images/s) for `spec` on `device`, a fresh model so nothing is shared."""
+    from dataclasses import replace
+
     import numpy as np
 
     from medheb_app.models import registry
 
-    os.environ["MEDHEB_PRECISION"] = precision
     registry.clear_cache()
-    embedder = registry.load_embedder(spec, settings, device=device)
+    embedder = registry.load_embedder(spec, replace(settings, precision=precision), device=device)
     embedder.encode(studies[:4])  # warm-up: kernels, autotuning, lazy loads
     for study in studies:
         study.load_pixels()
@@ -61,13 +61,12 @@ def main() -> int:
         return 0
     import numpy as np
 
-    from medheb_app.demo import ensure_chest_corpus
     from medheb_app.evidence.phantoms import load_corpus
+    from medheb_app.evidence.phantoms.saved import demo_corpus
     from medheb_app.settings import Settings
 
     settings = Settings.from_env()
-    directory, _ = ensure_chest_corpus(settings, max(args.n, 10), settings.demo_seed)
-    studies = load_corpus(directory)[: args.n]
+    studies = load_corpus(demo_corpus(settings, max(args.n, 10)))[: args.n]
     half = str(inference_dtype("cuda")).replace("torch.", "")
     rows = []
     for spec in (*SHIPPED, *(args.model or [])):

@@ -13,33 +13,26 @@ doing the work twice. Searches never come here: the web app offers only what is 
 from __future__ import annotations
 
 import fcntl
-import json
-import os
-import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medheb_app.evidence.study import Study
-from medheb_app.index.catalog import (
-    IndexNotFoundError,
-    LoadedIndex,
-    build_index,
-    list_indices,
-    load_index,
-)
+from medheb_app.evidence.phantoms.saved import CorpusKey, corpora_root, ensure_saved
+from medheb_app.index.build import build_index
+from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index, query_vocabulary
+from medheb_app.index.sources import LoadedSource, phantom_source, phantom_volume_source
+from medheb_app.models import registry
+from medheb_app.ranking.index_logic import prepare_index_logic
+from medheb_app.serving import default_demo_models
 from medheb_app.settings import Settings
 
 Progress = Callable[[float, str], None]
 DEMO_CXR = "demo-cxr"
 DEMO_3D = "demo-3d"
-LABEL_AWARE_SPEC = "dual-lite@label-aware"
-_COMPLETE = "COMPLETE"
 
 
 @dataclass
@@ -60,42 +53,12 @@ class DemoAssets:
         return data
 
 
-def generator_version() -> str:
-    """Hash of the phantom generator's code: a changed generator means a new demo corpus."""
-    from medheb_app.tasks.builders.phantom import generator_version as version
-
-    return version()
-
-
-def corpus_dir(settings: Settings, kind: str, n: int, seed: int) -> Path:
-    return settings.demo_dir / f"{kind}-seed{seed}-n{n}-g{generator_version()}"
-
-
-def default_demo_models(settings: Settings) -> list[str]:
-    """The models the demo index is built for, which are the models the public search offers:
-    MEDHEB_DEMO_MODELS (comma-separated) when set, else the model the operator pinned
-    (MEDHEB_DEFAULT_MODEL; dual-lite with "auto") plus the label-aware fine-tune when its
-    weights are present."""
-    import os
-
-    from medheb_app.models.registry import list_models
-    from medheb_app.search import BASE_MODEL
-
-    listed = [spec.strip() for spec in os.environ.get("MEDHEB_DEMO_MODELS", "").split(",")]
-    if any(listed):
-        return [spec for spec in listed if spec]
-    specs = [settings.pinned_model or BASE_MODEL]
-    available = {entry["spec"] for entry in list_models(settings)}
-    if LABEL_AWARE_SPEC in available and LABEL_AWARE_SPEC not in specs:
-        specs.append(LABEL_AWARE_SPEC)
-    return specs
-
-
 @contextmanager
 def _demo_lock(settings: Settings) -> Iterator[None]:
-    """An exclusive lock across processes and threads (each call opens its own descriptor)."""
-    settings.demo_dir.mkdir(parents=True, exist_ok=True)
-    with open(settings.demo_dir / ".lock", "w") as handle:
+    """An exclusive lock on building the demo's indices, across processes and threads (each
+    call opens its own descriptor). The corpora have their own lock (evidence.phantoms.saved)."""
+    settings.index_dir.mkdir(parents=True, exist_ok=True)
+    with open(settings.index_dir / ".demo.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -110,74 +73,6 @@ def _stage(progress: Progress | None, start: float, end: float) -> Progress | No
     return lambda fraction, message: progress(start + (end - start) * fraction, message)
 
 
-def ensure_chest_corpus(
-    settings: Settings, n: int, seed: int, progress: Progress | None = None
-) -> tuple[Path, bool]:
-    """The saved phantom chest corpus for (n, seed): kept if complete, else generated.
-
-    Returns (directory, generated). Generation writes to a staging folder that is renamed
-    into place, so an interrupted first start never leaves a half corpus behind.
-    """
-    directory = corpus_dir(settings, "cxr", n, seed)
-    if (directory / _COMPLETE).is_file():
-        return directory, False
-    from medheb_app.evidence.phantoms import generate_chest_corpus
-
-    if progress:
-        progress(0.0, f"generating {n} synthetic chest radiographs (seed {seed})")
-    studies = generate_chest_corpus(n=n, seed=seed)
-    if progress:
-        progress(0.8, "saving the demo corpus")
-    _save_complete(studies, directory, {"kind": "cxr", "n": n, "seed": seed})
-    return directory, True
-
-
-def demo_chest_corpus(settings: Settings, progress: Progress | None = None) -> Path:
-    """The folder of the demo chest corpus the app indexes (settings.demo_size, demo_seed),
-    generated and saved under the demo lock first if absent. Evaluations read these PNGs."""
-    with _demo_lock(settings):
-        directory, _ = ensure_chest_corpus(
-            settings, settings.demo_size, settings.demo_seed, progress
-        )
-    return directory
-
-
-def _save_complete(studies: Sequence[Study], directory: Path, marker: dict[str, Any]) -> None:
-    from medheb_app.evidence.phantoms import save_corpus
-
-    staging = directory.parent / f".staging-{directory.name}-{uuid.uuid4().hex[:8]}"
-    save_corpus(list(studies), staging)
-    (staging / _COMPLETE).write_text(json.dumps(marker))
-    if directory.exists():
-        shutil.rmtree(directory)
-    os.replace(staging, directory)
-
-
-class _LazyCorpus:
-    """Loads a saved corpus on first use: a warm start whose indices exist never reads it."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._studies: list[Study] | None = None
-
-    def __call__(self) -> list[Study]:
-        if self._studies is None:
-            from medheb_app.evidence.phantoms import load_corpus
-
-            self._studies = load_corpus(self.directory)
-        return self._studies
-
-
-def _corpus_info(kind: str, directory: Path, n: int, seed: int) -> dict[str, Any]:
-    return {
-        "kind": f"phantom-{kind}",
-        "dir": str(directory),
-        "n": n,
-        "seed": seed,
-        "generator": generator_version(),
-    }
-
-
 def _index_matches(loaded: LoadedIndex, corpus: dict[str, Any]) -> bool:
     recorded = loaded.info.get("corpus", {})
     return all(recorded.get(key) == corpus[key] for key in ("kind", "n", "seed", "generator"))
@@ -186,39 +81,34 @@ def _index_matches(loaded: LoadedIndex, corpus: dict[str, Any]) -> bool:
 def _ensure_index(
     name: str,
     spec: str,
-    studies: Callable[[], list[Study]],
+    source: Callable[[], LoadedSource],
     corpus: dict[str, Any],
     settings: Settings,
     progress: Progress | None,
     stop: threading.Event | None,
 ) -> dict[str, Any]:
-    from medheb_app.models.registry import load_embedder
-
+    """Load the demo index `name` for `spec` if it was built from this corpus, else build it
+    with the one index builder (index/build.py), which also prepares logic-aware ranking.
+    A loaded index gets its probes into memory, so the first logic-aware search answers at
+    once; `source` is read only when a build is needed."""
     started = time.perf_counter()
     if progress:
         progress(0.0, f"loading model {spec}")
-    embedder = load_embedder(spec, settings)
+    embedder = registry.load_embedder(spec, settings)
     built = False
     try:
         loaded = load_index(name, embedder, settings)
         if not _index_matches(loaded, corpus):
             raise IndexNotFoundError("index was built from a different demo corpus")
         if progress:
-            progress(1.0, f"index {name} for {spec} is ready")
+            progress(1.0, f"preparing logic-aware ranking of {name} for {spec}")
+        note = prepare_index_logic(loaded, embedder, settings, query_vocabulary(loaded))
     except IndexNotFoundError:
         if progress:
             progress(0.0, f"building index {name} for {spec}")
-        loaded = build_index(
-            name, studies(), embedder, settings, progress=progress, stop=stop, corpus=corpus
-        )
-        built = True
-    logic = False
-    if name == DEMO_CXR:  # fit the logic-aware probes now, so no search ever waits for them
-        from medheb_app.ranking.index_logic import prepare_index_logic
-
-        if progress:
-            progress(1.0, f"preparing logic-aware ranking of {name} for {spec}")
-        logic = prepare_index_logic(loaded, embedder, settings)
+        report = build_index(source(), embedder, name, settings, progress=progress, stop=stop)
+        loaded = load_index(name, embedder.card.fingerprint, settings)
+        note, built = (None if report.logic else report.logic_note), True
     return {
         "name": name,
         "model": spec,
@@ -226,7 +116,7 @@ def _ensure_index(
         "count": loaded.index.count,
         "kind": loaded.index.kind,
         "built": built,
-        "logic": logic,
+        "logic": note is None,
         "seconds": round(time.perf_counter() - started, 2),
         "path": str(loaded.directory),
     }
@@ -251,17 +141,27 @@ def ensure_demo(
         raise ValueError(f"The demo corpus needs at least 10 studies; got n={n}.")
     specs = list(models) if models else default_demo_models(settings)
     started = time.perf_counter()
+    key = CorpusKey("cxr", n, seed)
     with _demo_lock(settings):
-        directory, generated = ensure_chest_corpus(settings, n, seed, _stage(progress, 0.0, 0.3))
-        studies = _LazyCorpus(directory)
-        corpus = _corpus_info("cxr", directory, n, seed)
+        directory, generated = ensure_saved(corpora_root(settings), key, _stage(progress, 0.0, 0.3))
+        corpus = key.record(directory)
         stages = len(specs) + (1 if with_3d else 0)
         entries = []
         for position, spec in enumerate(specs):
             step = _stage(
                 progress, 0.3 + 0.7 * position / stages, 0.3 + 0.7 * (position + 1) / stages
             )
-            entries.append(_ensure_index(DEMO_CXR, spec, studies, corpus, settings, step, stop))
+            entries.append(
+                _ensure_index(
+                    DEMO_CXR,
+                    spec,
+                    lambda: phantom_source(settings, n, seed),
+                    corpus,
+                    settings,
+                    step,
+                    stop,
+                )
+            )
         if with_3d:
             volumes_progress = _stage(progress, 0.3 + 0.7 * len(specs) / stages, 1.0)
             entries.append(_ensure_volume_index(settings, specs[0], seed, volumes_progress, stop))
@@ -286,51 +186,10 @@ def _ensure_volume_index(
     n_subjects: int = 12,
 ) -> dict[str, Any]:
     """The 3D demo index: CT, T1 and T2 MR volumes and CT projections of a few subjects."""
-    from medheb_app.evidence.phantoms import generate_volume_corpus
-
-    directory = corpus_dir(settings, "volumes", n_subjects, seed)
-    if not (directory / _COMPLETE).is_file():
-        if progress:
-            progress(0.0, f"generating {n_subjects} synthetic CT/MR subjects")
-        studies = generate_volume_corpus(n_subjects=n_subjects, seed=seed)
-        _save_complete(studies, directory, {"kind": "volumes", "n": n_subjects, "seed": seed})
-    corpus = _corpus_info("volumes", directory, n_subjects, seed)
-    loader = _LazyCorpus(directory)
-    return _ensure_index(DEMO_3D, spec, loader, corpus, settings, progress, stop)
-
-
-def ensure_demo_index(name: str, spec: str, settings: Settings) -> LoadedIndex:
-    """A demo index for one more model, built from the corpus the index already uses.
-
-    For the command line and admin jobs only (a search never builds). The corpus size and
-    seed are taken from an existing build of the same index, else from settings.
-    """
-    from medheb_app.models.registry import load_embedder
-
-    if name not in (DEMO_CXR, DEMO_3D):
-        raise IndexNotFoundError(f"{name!r} is not a demo index.")
-    embedder = load_embedder(spec, settings)
-    try:
-        return load_index(name, embedder, settings)
-    except IndexNotFoundError:
-        pass
-    siblings = [entry for entry in list_indices(settings) if entry["name"] == name]
-    corpus: dict[str, Any] = {}
-    if siblings:
-        sibling = load_index(name, siblings[0]["fingerprint"], settings)
-        corpus = sibling.info.get("corpus", {})
-    if name == DEMO_3D:
-        seed = int(corpus.get("seed", settings.demo_seed))
-        with _demo_lock(settings):
-            _ensure_volume_index(settings, spec, seed, None, None, int(corpus.get("n", 12)))
-    else:
-        ensure_demo(
-            settings,
-            n=int(corpus.get("n", settings.demo_size)),
-            seed=int(corpus.get("seed", settings.demo_seed)),
-            models=[spec],
-        )
-    return load_index(name, embedder, settings)
+    key = CorpusKey("volumes", n_subjects, seed)
+    directory, _ = ensure_saved(corpora_root(settings), key, progress)
+    source = lambda: phantom_volume_source(settings, n_subjects, seed)  # noqa: E731
+    return _ensure_index(DEMO_3D, spec, source, key.record(directory), settings, progress, stop)
 
 
 def bootstrap_app(settings: Settings, progress: Progress | None = None) -> DemoAssets:

@@ -27,7 +27,7 @@ SHOWCASE_ITEMS = 20
 
 def showcase_models(settings: Settings) -> list[str]:
     """`random` (chance) against the first model the demo index was built for."""
-    from medheb_app.demo import default_demo_models
+    from medheb_app.serving import default_demo_models
 
     first = next((m for m in default_demo_models(settings) if m != "random"), "oracle")
     return ["random", first]
@@ -36,12 +36,13 @@ def showcase_models(settings: Settings) -> list[str]:
 def showcase_tasks(corpus_dir: Path, n: int, seed: int) -> list[Any]:
     """The three small tasks over the demo corpus's test studies."""
     from medheb_app.evidence.phantoms import load_corpus
+    from medheb_app.evidence.phantoms.saved import generator_version
     from medheb_app.tasks import medheb
     from medheb_app.tasks.base import revision
     from medheb_app.tasks.builders import generic, phantom
 
     test = phantom.in_part(load_corpus(corpus_dir), "test")
-    rev = revision("demo-cxr", n, seed, phantom.generator_version(), [s.id for s in test])
+    rev = revision("demo-cxr", n, seed, generator_version(), [s.id for s in test])
     items = phantom.labelled_chest(test, rev)
     label_id = medheb._label_id("chexpert")
 

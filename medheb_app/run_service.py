@@ -7,12 +7,14 @@ indexes them, their folders hold the full record (medheb_app.eval.results).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from medheb_app.eval.colours import run_colours
 from medheb_app.eval.estimate import Estimate
 from medheb_app.eval.results import Summary
+from medheb_app.store.colours import model_slots
 
 
 def finished_run_choices(services: Any, limit: int = 200) -> list[tuple[str, int]]:
@@ -158,3 +160,10 @@ def open_study_sources(services: Any) -> set[str]:
             for study in studies
             if study.source and getattr(study, "closed_at", None) is None
         }
+
+
+def recorded_colours(services: Any, names: Sequence[str]) -> dict[str, str]:
+    """`eval.colours.run_colours` with the slots recorded in the services' store (recording
+    new models), so a model keeps its colour across runs. Here, not in eval/, because it
+    reads the store (eval/ stays below store/: store.colours imports eval.colours)."""
+    return run_colours(names, model_slots(services.store, names))

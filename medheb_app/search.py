@@ -10,17 +10,24 @@ medheb_app.evidence.readers and ranked by cosine, without constraints.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import EvidenceError, Study
-from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index
-from medheb_app.index.sources import Vocabulary
+from medheb_app.index.catalog import (
+    IndexNotFoundError,
+    LoadedIndex,
+    index_vocabulary,
+    load_index,
+    query_vocabulary,
+)
+from medheb_app.models import registry
 from medheb_app.models.base import Embedder
 from medheb_app.models.device import intra_op_threads
 from medheb_app.query.parser import (
@@ -31,22 +38,19 @@ from medheb_app.query.parser import (
     satisfies,
     violations,
 )
+from medheb_app.serving import default_model, offered
 from medheb_app.settings import Settings
 
 MAX_K = 1000
+MAX_PUBLIC_K = 50  # an anonymous request (the web page) asks for at most this many hits
 RANKINGS = ("auto", "logic", "similarity")
-# The strongest shipped models first: the default of the search tab and the CLI is the first
-# of these that has the chosen index built (BENCHMARKS.md, "Logic-aware search vs cosine":
-# dual-lite@label-aware leads on "A and no B" under both rankings).
-PREFERRED_MODELS = ("dual-lite@label-aware", "dual-lite", "medemb-lite")
-BASE_MODEL = "dual-lite"  # committed weights: every install has it
-FILE_SPEC_MARKERS = ("/", "\\", ":", "..")
 FILE_LOGIC_WARNING = (
     "Logic-aware ranking reads a text query's findings; a file query is ranked by similarity."
 )
 PROBES_NOT_READY = (
-    "Logic-aware ranking is not prepared for this model and index yet (an admin index job or "
-    "`python -m medheb_app demo build` prepares it); ranked by similarity."
+    "Logic-aware ranking is not prepared for this model and index yet (building the index "
+    "prepares it: `python -m medheb_app index build`, `demo build` or an admin index job); "
+    "ranked by similarity."
 )
 NO_FINDING_WARNING = (
     "No known finding in the query, so results are ranked by similarity only and not "
@@ -55,7 +59,14 @@ NO_FINDING_WARNING = (
 
 
 class SearchError(ValueError):
-    """A search that cannot run as asked; the message tells the user what to change."""
+    """A search that cannot run as asked; the message tells the user what to change.
+
+    `field` names the request field at fault ("query", "k", "ranking", ...; None for the
+    rest), so a page can put the message beside what the user typed."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _shown(value: object, limit: int = 60) -> str:
@@ -64,97 +75,47 @@ def _shown(value: object, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-_LISTED: dict[tuple, list[tuple[str, str]]] = {}
-
-
-def _listed_models(settings: Settings) -> list[tuple[str, str]]:
-    """(spec, fingerprint) of every listed model that names no file, remembered until a file
-    under the model folders changes (listing hashes weights: ~60 ms, too slow per search)."""
-    from medheb_app.models.registry import list_models
-
-    roots = (settings.models_dir, settings.trained_models_dir)
-    stamp = tuple(
-        sorted(
-            (str(path), path.stat().st_mtime_ns)
-            for root in roots
-            if root.is_dir()
-            for path in root.rglob("*")
-            if path.is_file()
-        )
-    )
-    key = (str(settings.models_dir), str(settings.trained_models_dir), stamp)
-    if key not in _LISTED:
-        specs = []
-        for entry in list_models(settings):
-            spec = str(entry["spec"])
-            card = entry.get("card") or {}
-            if any(marker in spec for marker in FILE_SPEC_MARKERS):
-                continue
-            fingerprint = str(card.get("fingerprint", "")) if isinstance(card, dict) else ""
-            specs.append((spec, fingerprint))
-        _LISTED.clear()
-        _LISTED[key] = specs
-    return _LISTED[key]
-
-
-def offered(settings: Settings) -> dict[str, list[str]]:
-    """What an anonymous request may search: index name -> the listed model specs that have it
-    built, strongest first. Only registered checkpoints and built-ins appear (never a spec
-    that names a file), and only for indices that exist, so picking from it never builds,
-    generates or loads anything by path."""
-    from medheb_app.index.catalog import list_indices
-
-    built: dict[str, set[str]] = {}
-    for entry in list_indices(settings):
-        built.setdefault(str(entry["name"]), set()).add(str(entry["fingerprint"]))
-    specs = _listed_models(settings)
-    order = {spec: rank for rank, spec in enumerate(PREFERRED_MODELS)}
-    result: dict[str, list[str]] = {}
-    for name in sorted(built):
-        models = [spec for spec, fingerprint in specs if fingerprint in built[name]]
-        if models:
-            result[name] = sorted(models, key=lambda spec: (order.get(spec, len(order)), spec))
-    return result
-
-
-def default_model(settings: Settings, index: str | None = None) -> str:
-    """The model a search uses when none is named.
-
-    A spec the operator pinned (Settings.default_model, MEDHEB_DEFAULT_MODEL) wins; with
-    "auto" it is the strongest listed model that has `index` built, else the model an index
-    would be built with (build_default_model; the service then says the index is missing for
-    it)."""
-    if settings.pinned_model:
-        return settings.pinned_model
-    models = offered(settings).get(index or settings.default_index, [])
-    return models[0] if models else build_default_model(settings)
-
-
-def build_default_model(settings: Settings) -> str:
-    """The model an index is built with when none is named: the pinned spec, else ("auto")
-    the strongest shipped model whose weights are present (PREFERRED_MODELS), else dual-lite."""
-    if settings.pinned_model:
-        return settings.pinned_model
-    listed = {spec for spec, _ in _listed_models(settings)}
-    return next((spec for spec in PREFERRED_MODELS if spec in listed), BASE_MODEL)
-
-
 def check_offered(model: str, index: str, settings: Settings) -> None:
     """Refuse, in words, a (model, index) an anonymous request may not pick."""
     offer = offered(settings)
     if index not in offer:
         names = ", ".join(offer) or "none yet (the demo is being prepared)"
-        raise SearchError(f"Index {_shown(index)} is not offered here; pick one of: {names}.")
+        message = f"Index {_shown(index)} is not offered here; pick one of: {names}."
+        raise SearchError(message, "index")
     if model not in offer[index]:
         raise SearchError(
             f"Model {_shown(model)} is not offered for index {index!r}; pick one of: "
-            f"{', '.join(offer[index])}."
+            f"{', '.join(offer[index])}.",
+            "model",
         )
+
+
+@dataclass(frozen=True)
+class Score:
+    """A hit's score as its ranking produced it: "cosine" similarity, or "log_p", the log
+    probability that the study meets the query (logic-aware ranking, ranking/logic_aware.py),
+    with p and the log-odds log(p / (1 - p)) computed without losing p near 1."""
+
+    kind: Literal["cosine", "log_p"]
+    value: float
+
+    @property
+    def p(self) -> float | None:
+        return math.exp(min(self.value, 0.0)) if self.kind == "log_p" else None
+
+    @property
+    def log_odds(self) -> float | None:
+        if self.kind != "log_p":
+            return None
+        value = min(self.value, -1e-12)
+        return value - math.log(-math.expm1(value))
 
 
 @dataclass
 class SearchHit:
-    """One ranked result with what the UI needs to show it and to mark broken constraints."""
+    """One ranked result with everything a page shows for it: the score (value, kind and, for
+    logic-aware ranking, p and log-odds), the labels against the query, the report text, the
+    finding boxes and where its image is."""
 
     rank: int
     id: str
@@ -167,6 +128,16 @@ class SearchHit:
     modality: str = ""
     split: str | None = None
     path: str | None = None
+    score_kind: str = "cosine"  # "cosine" | "log_p"
+    p_query: float | None = None  # log_p only: p(the study meets the query)
+    log_odds: float | None = None  # log_p only
+    text: str | None = None
+    boxes: list[dict[str, Any]] = field(default_factory=list)
+    form: str = "2d"
+
+    @property
+    def typed_score(self) -> Score:
+        return Score("log_p" if self.score_kind == "log_p" else "cosine", self.score)
 
 
 @dataclass
@@ -230,18 +201,6 @@ def _check_modality(embedder: Embedder, form: str, spec: str) -> None:
     if form not in embedder.card.modalities:
         readable = ", ".join(embedder.card.modalities)
         raise SearchError(f"Model {spec!r} cannot embed {form} input; it reads: {readable}.")
-
-
-def index_vocabulary(loaded: LoadedIndex) -> Vocabulary | None:
-    """The finding vocabulary the index's source labels (None for indices built before
-    indices recorded one: the demo, labelled with the CXR-Retrieve ten)."""
-    return Vocabulary.from_dict(loaded.info.get("vocabulary"))
-
-
-def query_vocabulary(loaded: LoadedIndex) -> tuple[str, ...]:
-    """Names a query is parsed against: the index's own labelled findings, else the ten."""
-    vocabulary = index_vocabulary(loaded)
-    return vocabulary.names if vocabulary is not None and vocabulary.labelled else CXR_RETRIEVE_10
 
 
 def vocabulary_warnings(
@@ -351,6 +310,37 @@ def _read_file(path: Path, settings: Settings) -> Study:
     return study_from_file(path, max_bytes=settings.max_upload_bytes)
 
 
+@dataclass(frozen=True)
+class SearchRequest:
+    """A search as asked, checked once (validate): exactly one of text or study."""
+
+    text: str | None
+    study: Study | None
+    query_name: str  # what the answer calls the query: the text, or the file's name
+    model: str
+    index: str
+    k: int
+    setting: str
+    ranking: str
+    public: bool
+    nprobe: int | None = None
+    ef_search: int | None = None
+    rerank: int | None = None
+
+
+@dataclass
+class Ranked:
+    """What rank() produced: scores and ids (best first), how, and what it had to say."""
+
+    scores: np.ndarray
+    ids: np.ndarray
+    parsed: ParsedQuery | None
+    checked: bool  # whether hits can be checked against the query (the index has labels)
+    logic: bool
+    notes: list[str]
+    timings_ms: dict[str, float]
+
+
 def search(
     query_text: str | None = None,
     file: str | Path | None = None,
@@ -383,102 +373,190 @@ def search(
 
     Nothing heavy happens here: a missing index is an error, never built. `public=True` is an
     anonymous request (the web app): the model and index must be among `offered(settings)` and
-    logic-aware ranking reads only probes prepared in advance (the demo bootstrap and index
-    jobs prepare them), falling back to similarity with a warning otherwise.
-    """
-    from medheb_app.models.registry import load_embedder
+    logic-aware ranking reads only probes prepared in advance (the index builder,
+    index/build.py, prepares them), falling back to similarity with a warning otherwise;
+    at most MAX_PUBLIC_K hits (else MAX_K).
 
-    settings = settings or Settings.from_env()
+    Every check happens here, once (validate), before a model or an index is loaded: a
+    request to refuse raises SearchError, whose message is a sentence for the user (no path,
+    no class name) and whose `field` names the parameter at fault ("query", "k", "ranking",
+    "setting", "file", "model", "index", "input", a knob's name; None otherwise). The answer
+    is everything a page shows: SearchResponse.to_json() is the `search --json` document, and
+    each SearchHit has its score typed (`score_kind` "cosine" or "log_p", with `p_query` and
+    `log_odds` for "log_p"; `typed_score`), its labels against the query (`satisfies`,
+    `violations`), report `text`, finding `boxes`, `form`, `modality`, `split` and image `path`
+    (a server path: an HTTP answer should not pass it on as is).
+    """
+    if settings is None:  # a library function never reads the environment itself
+        raise TypeError("search() needs settings (medheb_app.settings.Settings.from_env()).")
+    request = validate(
+        query_text, file, model_spec, index, k, settings, setting, ranking, study, public,
+        nprobe, ef_search, rerank,
+    )  # fmt: skip
+    embedder = registry.load_embedder(request.model, settings)
+    loaded = resolve_index(request.index, embedder, settings)
+    return assemble(request, rank(request, embedder, loaded, settings), embedder, loaded)
+
+
+def validate(
+    query_text: str | None,
+    file: str | Path | None,
+    model_spec: str | None,
+    index: str | None,
+    k: Any,
+    settings: Settings,
+    setting: str = "main",
+    ranking: str = "auto",
+    study: Study | None = None,
+    public: bool = False,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    rerank: int | None = None,
+) -> SearchRequest:
+    """Every check a search makes before any model or index is loaded (a 1 MB query or a
+    request for a model that is not offered costs nothing); a file is read here."""
     index_name = index or settings.default_index
     spec = (model_spec or default_model(settings, index_name)).strip()
-    if sum(value is not None for value in (query_text, file, study)) != 1:
-        raise SearchError("Give either a text query or a file to search with (exactly one).")
-    if not 1 <= int(k) <= MAX_K:
-        raise SearchError(f"k must be between 1 and {MAX_K}; got {k}.")
+    given = sum(value is not None for value in (query_text, file, study))
+    if given == 0:
+        raise SearchError("Type a query or upload a study to search with (exactly one).", "input")
+    if given > 1:
+        message = "Give either a text query or a file to search with (exactly one)."
+        raise SearchError(message, "input")
+    most = MAX_PUBLIC_K if public else MAX_K
+    try:
+        k = int(k)
+    except (TypeError, ValueError):
+        raise SearchError("k (top k) must be a whole number.", "k") from None
+    if not 1 <= k <= most:
+        raise SearchError(f"k must be between 1 and {most}; got {k}.", "k")
     if setting not in ("main", "strict"):
-        raise SearchError(f"Unknown relevance setting {_shown(setting)}; use 'main' or 'strict'.")
+        message = f"Unknown relevance setting {_shown(setting)}; use 'main' or 'strict'."
+        raise SearchError(message, "setting")
     if ranking not in RANKINGS:
-        raise SearchError(f"Unknown ranking {_shown(ranking)}; use one of: {', '.join(RANKINGS)}.")
+        message = f"Unknown ranking {_shown(ranking)}; use one of: {', '.join(RANKINGS)}."
+        raise SearchError(message, "ranking")
     for knob, value, lowest in (("nprobe", nprobe, 1), ("ef_search", ef_search, 1),
                                 ("rerank", rerank, 0)):  # fmt: skip
         if value is not None and int(value) < lowest:  # whichever ranking runs
-            raise SearchError(f"{knob} must be at least {lowest}; got {value}.")
+            raise SearchError(f"{knob} must be at least {lowest}; got {value}.", knob)
     if query_text is not None:
-        try:  # before any model or index is loaded: a 1 MB query costs nothing
+        try:
             check_query_length(query_text)
         except QueryTooLong as error:
-            raise SearchError(str(error)) from error
+            raise SearchError(str(error), "query") from error
+        if not query_text.strip():
+            raise SearchError(
+                "The query is empty; describe the findings, e.g. 'pleural effusion and no "
+                "cardiomegaly'.",
+                "query",
+            )
     if public:
         check_offered(spec, index_name, settings)
-    embedder = load_embedder(spec, settings)
-    loaded = resolve_index(index_name, embedder, settings)
+    name = "uploaded study"
+    if file is not None:
+        try:
+            study = _read_file(Path(file), settings)
+        except EvidenceError as error:
+            raise SearchError(str(error), "file") from error
+        name = Path(file).name
+    text = query_text.strip() if query_text is not None else None
+    return SearchRequest(
+        text, study, text or name, spec, index_name, k, setting, ranking, public,
+        nprobe, ef_search, rerank,
+    )  # fmt: skip
 
+
+def rank(
+    request: SearchRequest, embedder: Embedder, loaded: LoadedIndex, settings: Settings
+) -> Ranked:
+    """Embed the query with `embedder` and rank `loaded`: logic-aware where asked for and
+    possible, else by cosine. Tests pass fakes for both, no registry involved."""
     started = time.perf_counter()
     parsed: ParsedQuery | None = None
-    if query_text is not None:
+    threads = settings.query_threads
+    if request.text is not None:
         vector, parsed = _encode_text(
-            query_text, embedder, spec, query_vocabulary(loaded), settings.query_threads
+            request.text, embedder, request.model, query_vocabulary(loaded), threads
         )
-        query = query_text.strip()
     else:
         try:
-            if study is None:
-                study = _read_file(Path(file), settings)  # type: ignore[arg-type]
-            vector = _encode_study(study, embedder, spec, settings.query_threads)
+            vector = _encode_study(request.study, embedder, request.model, threads)  # type: ignore[arg-type]
         except EvidenceError as error:
             raise SearchError(str(error)) from error
-        query = "uploaded study" if file is None else Path(file).name  # type: ignore[arg-type]
     encoded = time.perf_counter()
-    notes: list[str] = upload_mismatch(study, loaded) if study is not None else []
+    notes = upload_mismatch(request.study, loaded) if request.study is not None else []
     vocabulary = index_vocabulary(loaded)
     labelled = vocabulary is None or vocabulary.labelled
-    notes.extend(vocabulary_warnings(loaded, parsed, setting, ranking))
-    has_constraints = parsed is not None and parsed.has_constraints and labelled
-    if ranking == "logic" and parsed is None:
+    notes.extend(vocabulary_warnings(loaded, parsed, request.setting, request.ranking))
+    if request.ranking == "logic" and parsed is None:
         notes.append(FILE_LOGIC_WARNING)
-    use_logic = False
-    if ranking in ("logic", "auto") and has_constraints:
-        from medheb_app.ranking.index_logic import IndexLogicError, ProbesNotReady, logic_search
-
-        try:
-            top_scores, top_ids, probe_warnings = logic_search(
-                loaded, embedder, parsed, vector, int(k), settings, fit=not public, setting=setting
-            )
-            use_logic = True
-        except ProbesNotReady:
-            notes.append(PROBES_NOT_READY)
-        except IndexLogicError as error:
-            if ranking == "logic":
-                raise SearchError(str(error)) from error
-        if use_logic:
-            notes.extend(probe_warnings)
-            scores, ids = top_scores[None], top_ids[None]
-    if not use_logic:
+    found = None
+    wants_logic = request.ranking in ("logic", "auto") and labelled
+    if wants_logic and parsed is not None and parsed.has_constraints:
+        found = _logic(request, loaded, embedder, parsed, vector, settings, notes)
+    if found is None:
         try:
             scores, ids = loaded.search(
-                np.asarray(vector, dtype=np.float32),
-                int(k),
-                nprobe=nprobe,
-                ef_search=ef_search,
-                rerank=rerank,
-            )
+                np.asarray(vector, dtype=np.float32), request.k, nprobe=request.nprobe,
+                ef_search=request.ef_search, rerank=request.rerank,
+            )  # fmt: skip
         except ValueError as error:
             raise SearchError(str(error)) from error
-    searched = time.perf_counter()
+    else:
+        scores, ids = found
+    timings = {
+        "encode": round((encoded - started) * 1000, 2),
+        "search": round((time.perf_counter() - encoded) * 1000, 2),
+    }
+    return Ranked(scores[0], ids[0], parsed, labelled, found is not None, notes, timings)
 
+
+def _logic(
+    request: SearchRequest,
+    loaded: LoadedIndex,
+    embedder: Embedder,
+    parsed: ParsedQuery,
+    vector: np.ndarray,
+    settings: Settings,
+    notes: list[str],
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The logic-aware top k, or None (with a note) when this index cannot give it now. A
+    public request only reads probes prepared in advance (the index builder fits them)."""
+    from medheb_app.ranking.index_logic import IndexLogicError, ProbesNotReady, logic_search
+
+    try:
+        scores, ids, probe_warnings = logic_search(
+            loaded, embedder, parsed, vector, request.k, settings, fit=not request.public,
+            setting=request.setting,
+        )  # fmt: skip
+    except ProbesNotReady:
+        notes.append(PROBES_NOT_READY)
+        return None
+    except IndexLogicError as error:
+        if request.ranking == "logic":
+            raise SearchError(str(error)) from error
+        return None
+    notes.extend(probe_warnings)
+    return scores[None], ids[None]
+
+
+def assemble(
+    request: SearchRequest, ranked: Ranked, embedder: Embedder, loaded: LoadedIndex
+) -> SearchResponse:
+    """The answer a page or the CLI shows: how the query was read, typed hits with their
+    index metadata, and every warning."""
+    parsed = ranked.parsed
     response = SearchResponse(
-        query=query,
-        query_kind="text" if parsed is not None else "file",
-        model=spec,
+        query=request.query_name,
+        query_kind="text" if request.text is not None else "file",
+        model=request.model,
         model_fingerprint=embedder.card.fingerprint,
-        index=index_name,
-        k=int(k),
-        ranking="logic" if use_logic else "similarity",
-        warnings=notes,
-        timings_ms={
-            "encode": round((encoded - started) * 1000, 2),
-            "search": round((searched - encoded) * 1000, 2),
-        },
+        index=request.index,
+        k=request.k,
+        ranking="logic" if ranked.logic else "similarity",
+        warnings=list(ranked.notes),
+        timings_ms=ranked.timings_ms,
     )
     if parsed is not None:
         response.positive = list(parsed.positive)
@@ -491,7 +569,9 @@ def search(
         if not parsed.has_constraints:
             known = ", ".join(name.lower() for name in parsed.vocabulary)
             response.warnings.append(NO_FINDING_WARNING.format(known=known))
-    response.results = _hits(scores[0], ids[0], loaded, parsed if labelled else None, setting)
+    kind = "log_p" if ranked.logic else "cosine"
+    checked = parsed if ranked.checked else None
+    response.results = _hits(ranked.scores, ranked.ids, loaded, checked, request.setting, kind)
     return response
 
 
@@ -501,6 +581,7 @@ def _hits(
     loaded: LoadedIndex,
     parsed: ParsedQuery | None,
     setting: str,
+    kind: Literal["cosine", "log_p"] = "cosine",
 ) -> list[SearchHit]:
     hits = []
     for score, item_id in zip(scores, ids, strict=True):
@@ -508,11 +589,12 @@ def _hits(
             continue
         row = loaded.item(item_id)
         findings = row.get("findings", {})
+        typed = Score(kind, round(float(score), 6))
         hits.append(
             SearchHit(
                 rank=len(hits) + 1,
                 id=item_id,
-                score=round(float(score), 6),
+                score=typed.value,
                 findings=findings,
                 source=row.get("source", ""),
                 satisfies=satisfies(findings, parsed, setting) if parsed is not None else None,
@@ -521,6 +603,12 @@ def _hits(
                 modality=row.get("modality", ""),
                 split=row.get("split"),
                 path=row.get("path"),
+                score_kind=kind,
+                p_query=typed.p,
+                log_odds=typed.log_odds,
+                text=row.get("text"),
+                boxes=list(row.get("boxes") or []),
+                form=str(row.get("form") or "2d"),
             )
         )
     return hits

@@ -297,8 +297,9 @@ def index_source(settings: Settings, params: dict[str, Any]) -> str:
 
 
 def index_job(settings: Settings) -> JobFn:
-    """Build a named index from any source spec (the same builder as `index build`), with
-    items/s and an ETA in the progress messages; the search pickers then offer it."""
+    """Build a named index from any source spec (the same builder as `index build`, which also
+    prepares logic-aware ranking), with items/s and an ETA in the progress messages; the
+    search pickers then offer it."""
 
     def run(params, progress, log, stop) -> dict:
         from medheb_app.index.build import build_from_source
@@ -325,26 +326,8 @@ def index_job(settings: Settings) -> JobFn:
             f"built {name}: {report.n_items} items, {report.embedded} embedded, "
             f"{report.reused} reused, {report.failed} failed in {report.seconds:.1f} s"
         )
-        from medheb_app.index.catalog import load_index
-        from medheb_app.models.registry import load_embedder
-        from medheb_app.ranking.index_logic import prepare_index_logic
-        from medheb_app.search import index_vocabulary, query_vocabulary
-
-        embedder = load_embedder(spec, settings)
-        loaded = load_index(name, embedder, settings)
-        vocabulary = index_vocabulary(loaded)
-        logic = False
-        if vocabulary is None or vocabulary.labelled:  # an unlabelled source has no probes
-            progress(1.0, "fitting the logic-aware probes")
-            logic = prepare_index_logic(loaded, embedder, settings, query_vocabulary(loaded))
-        log("logic-aware ranking prepared" if logic else "no labelled studies: similarity only")
-        return {
-            "index": name,
-            "model": spec,
-            "count": report.n_items,
-            "logic": logic,
-            **report.to_json(),
-        }
+        log("logic-aware ranking prepared" if report.logic else report.logic_note)
+        return {"index": name, "model": spec, "count": report.n_items, **report.to_json()}
 
     return run
 

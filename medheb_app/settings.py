@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data"
 AUTO_MODEL = "auto"
+PRECISIONS = ("auto", "fp32")
+
+
+def listen_address(env: Mapping[str, str]) -> tuple[str, int]:
+    """(HOST, PORT) from `env`: 127.0.0.1:7860 unless set (a container sets HOST=0.0.0.0)."""
+    return env.get("HOST", "127.0.0.1"), int(env.get("PORT", "7860"))
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def parse_proxy_hops(value: str) -> int:
@@ -55,6 +66,12 @@ class Settings:
     demo_seed: int = 0
     demo_size: int = 2000
     index_memory_mb: float | None = None  # IVF-PQ lists go to disk above it (None: the default)
+    # MEDHEB_DEMO_MODELS: the models the demo index is built for (comma-separated; empty: the
+    # pinned or base model, plus the label-aware fine-tune; medheb_app.serving)
+    demo_models: tuple[str, ...] = ()
+    precision: str = "auto"  # MEDHEB_PRECISION: "auto" (bf16/fp16 autocast on CUDA) or "fp32"
+    host: str = "127.0.0.1"  # HOST: the address app.py serves on (a container sets 0.0.0.0)
+    port: int = 7860  # PORT
     session_secret: str = ""
     secure_cookies: bool = False
     queue_max_size: int = 64
@@ -79,6 +96,8 @@ class Settings:
             object.__setattr__(self, "database_url", f"sqlite:///{self.data_dir / 'medheb.sqlite'}")
         if self.max_upload_bytes <= 0:
             raise ValueError("MAX_UPLOAD_BYTES must be positive")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"MEDHEB_PRECISION must be one of {', '.join(PRECISIONS)}")
         if self.upload_ttl_s <= 0:
             raise ValueError("UPLOAD_TTL_S must be positive")
         if not 0 <= self.trusted_proxy_hops <= 16:
@@ -125,6 +144,10 @@ class Settings:
             "default_index": env.get("MEDHEB_DEFAULT_INDEX", "demo-cxr"),
             "max_upload_bytes": int(env.get("MAX_UPLOAD_BYTES", 512 * 1024 * 1024)),
             "demo_size": int(env.get("MEDHEB_DEMO_SIZE", 2000)),
+            "demo_models": _names(env.get("MEDHEB_DEMO_MODELS", "")),
+            "precision": env.get("MEDHEB_PRECISION", "auto").strip().lower() or "auto",
+            "host": listen_address(env)[0],
+            "port": listen_address(env)[1],
             "session_secret": env.get("SESSION_SECRET", ""),
             "secure_cookies": env.get("SECURE_COOKIES", "").lower() in {"1", "true", "yes"},
             "queue_max_size": int(env.get("QUEUE_MAX_SIZE", 64)),

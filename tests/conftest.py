@@ -29,6 +29,29 @@ def require_shared(path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_phantom_corpora(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One saved phantom corpus per (kind, n, seed) for the whole session: every test's demo,
+    phantom source and MedHEB-lite suite read it (they never write into a corpus), so a corpus
+    is generated once, not once per test's DATA_DIR. A test that checks generation itself is
+    marked `own_phantoms` and gets its DATA_DIR's own folder back."""
+    from medheb_app.evidence.phantoms import saved
+
+    root = tmp_path_factory.mktemp("phantoms")
+    patch = pytest.MonkeyPatch()
+    patch.setattr(saved, "corpora_root", lambda _settings: root)
+    yield root
+    patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _own_phantoms(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("own_phantoms"):
+        from medheb_app.evidence.phantoms import saved
+
+        monkeypatch.setattr(saved, "corpora_root", lambda settings: settings.demo_dir)
+
+
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real PostgreSQL server for the session (pgserver ships the binaries as a wheel)."""

@@ -94,6 +94,7 @@ def medheb_lite_study(
     items_per_task x tasks items (payload media under root/media). Returns the tasks, the
     store and create_study's result."""
     from medheb_app.eval.runner import run_suite
+    from medheb_app.evidence.phantoms import saved
     from medheb_app.store.db import Store
     from medheb_app.study import create_study, describe_with_tasks
     from medheb_app.tasks import medheb
@@ -102,7 +103,7 @@ def medheb_lite_study(
     monkeypatch.setattr(medheb, "VOLUME_SUBJECTS", 20)  # a test part of 4 subjects
     monkeypatch.setattr(medheb, "MAX_QUERIES", {"test": 6, "train": 6})
     monkeypatch.setattr(medheb, "GRADED_MAX_QUERIES", 6)
-    monkeypatch.setattr(medheb, "corpus_root", lambda _settings: corpora)
+    monkeypatch.setattr(saved, "corpora_root", lambda _settings: corpora)
     tasks, _skipped = medheb.get_suite("medheb-lite").build(settings)
     run_suite(tasks, ["random", "oracle"], root / "run", settings, record=False)
     store = Store.open(settings.database_url)

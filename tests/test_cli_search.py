@@ -28,6 +28,7 @@ def env(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return data_dir
 
 
+@pytest.mark.own_phantoms  # it watches the corpus being generated
 def test_demo_build_then_rebuild_is_a_no_op(env: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["demo", "build", "--n", "120", "--model", "oracle", "--json"]) == 0
     captured = capsys.readouterr()

@@ -9,9 +9,14 @@ import json
 import pytest
 
 from medheb_app.cli import main
-from medheb_app.demo import LABEL_AWARE_SPEC, default_demo_models
 from medheb_app.models.registry import list_models
-from medheb_app.search import BASE_MODEL, build_default_model, default_model
+from medheb_app.serving import (
+    BASE_MODEL,
+    LABEL_AWARE_SPEC,
+    build_default_model,
+    default_demo_models,
+    default_model,
+)
 from medheb_app.settings import Settings
 
 

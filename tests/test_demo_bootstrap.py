@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from medheb_app.demo import DEMO_CXR, corpus_dir, ensure_demo, ensure_demo_index
+from medheb_app.demo import DEMO_CXR, ensure_demo
+from medheb_app.evidence.phantoms.saved import CorpusKey, corpus_path
 from medheb_app.index.catalog import list_indices, load_index
+
+pytestmark = pytest.mark.own_phantoms  # these tests watch the corpus being generated
 
 
 def test_first_start_builds_and_second_start_only_loads(settings) -> None:
@@ -14,7 +17,9 @@ def test_first_start_builds_and_second_start_only_loads(settings) -> None:
         settings, progress=lambda f, m: events.append((f, m)), n=40, models=["oracle"]
     )
     assert first.corpus_generated
-    assert first.corpus_dir == corpus_dir(settings, "cxr", 40, settings.demo_seed)
+    assert first.corpus_dir == corpus_path(
+        settings.demo_dir, CorpusKey("cxr", 40, settings.demo_seed)
+    )
     assert (first.corpus_dir / "COMPLETE").is_file()
     [entry] = first.indices
     assert entry["name"] == DEMO_CXR and entry["built"] and entry["count"] == 40
@@ -53,8 +58,10 @@ def test_a_different_corpus_size_rebuilds_the_index(settings) -> None:
 
 
 def test_demo_index_for_another_model_reuses_the_built_corpus(settings) -> None:
-    ensure_demo(settings, n=30, seed=3, models=["oracle"])
-    loaded = ensure_demo_index(DEMO_CXR, "random", settings)
+    first = ensure_demo(settings, n=30, seed=3, models=["oracle"])
+    second = ensure_demo(settings, n=30, seed=3, models=["random"])
+    assert not second.corpus_generated and second.corpus_dir == first.corpus_dir
+    loaded = load_index(DEMO_CXR, second.indices[0]["fingerprint"], settings)
     assert loaded.index.count == 30
     assert loaded.info["corpus"]["seed"] == 3
     assert sorted(e["model"] for e in list_indices(settings)) == ["oracle", "random"]
@@ -66,10 +73,10 @@ def test_too_small_a_demo_is_refused(settings) -> None:
 
 
 def test_a_changed_phantom_generator_regenerates_the_demo(settings, monkeypatch) -> None:
-    import medheb_app.demo as demo
+    import medheb_app.evidence.phantoms.saved as saved
 
     first = ensure_demo(settings, n=20, models=["oracle"])
-    monkeypatch.setattr(demo, "generator_version", lambda: "changed000")
+    monkeypatch.setattr(saved, "generator_version", lambda: "changed000")
     second = ensure_demo(settings, n=20, models=["oracle"])
     assert second.corpus_dir != first.corpus_dir and second.corpus_dir.name.endswith("gchanged000")
     assert second.corpus_generated and second.indices[0]["built"]

@@ -19,13 +19,11 @@ pytestmark = pytest.mark.slow  # a 200-phantom oracle demo, then the small run
 
 @pytest.fixture(scope="module")
 def started(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("MEDHEB_DEMO_MODELS", "oracle")
-    settings = Settings(data_dir=tmp_path_factory.mktemp("showcase") / "data", demo_size=200)
+    data = tmp_path_factory.mktemp("showcase") / "data"
+    settings = Settings(data_dir=data, demo_size=200, demo_models=("oracle",))
     messages: list[str] = []
     bootstrap_app(settings, lambda fraction, message: messages.append(message))
-    yield settings, messages
-    mp.undo()
+    return settings, messages
 
 
 def test_the_bootstrap_records_a_small_run_of_random_against_the_demo_model(started) -> None:

@@ -120,13 +120,13 @@ def test_phantom_gallery_is_the_saved_corpus_on_disk(
     tmp_path: Path, settings: Settings, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The images evaluated are the demo corpus's PNG files, pixel for pixel."""
-    from medheb_app.demo import demo_chest_corpus
+    from medheb_app.evidence.phantoms.saved import demo_corpus
     from medheb_app.tasks.cxr_retrieve import load_gallery
 
     monkeypatch.setenv("MEDHEB_DEMO_SIZE", "40")
     small = Settings.from_env()
     gallery = load_gallery("phantom", small, split=None)
-    directory = demo_chest_corpus(small)
+    directory = demo_corpus(small)
     assert len(gallery) == 40
     for study in gallery.studies:
         path = Path(study.path)

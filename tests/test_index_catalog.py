@@ -12,12 +12,12 @@ from medheb_app.evidence.study import Box, EmbedItem, Study, as_evidence
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.catalog import (
     IndexNotFoundError,
-    build_index,
     list_indices,
     load_index,
     study_content_key,
 )
 from medheb_app.models.base import ModelCard, l2_normalise
+from tests.index_helpers import build_studies as build_index
 
 
 class ThumbnailEmbedder:

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from medheb_app.index.build import BUILD_MANIFEST, build_dir, build_from_source
+from medheb_app.index.build import build_from_source
 from medheb_app.index.catalog import load_index
+from medheb_app.index.shards import BUILD_MANIFEST, build_dir
 from medheb_app.models.registry import load_embedder
 from medheb_app.settings import PROJECT_ROOT, Settings
 
@@ -86,14 +87,14 @@ def test_the_next_batch_is_decoded_while_this_one_is_embedded(tmp_path, monkeypa
     import threading
 
     from medheb_app.evidence.study import Study
-    from medheb_app.index import build
+    from medheb_app.index import shards
     from medheb_app.index.cache import EmbeddingCache
 
     studies = [
         Study(id=f"s{i}", form="2d", pixels=np.full((8, 8), i / 10, np.float32)) for i in range(6)
     ]
     second_batch_decoding = threading.Event()
-    decode = build.decode
+    decode = shards.decode
 
     def recording_decode(study: Study) -> str | None:
         if study.id == "s2":
@@ -111,9 +112,9 @@ def test_the_next_batch_is_decoded_while_this_one_is_embedded(tmp_path, monkeypa
                 self.overlapped.append(second_batch_decoding.wait(timeout=10))
             return np.ones((len(items), 4), np.float32)
 
-    monkeypatch.setattr(build, "decode", recording_decode)
-    shard = build.Shard(0, studies, [f"k{i}" for i in range(6)])
+    monkeypatch.setattr(shards, "decode", recording_decode)
+    shard = shards.Shard(0, studies, [f"k{i}" for i in range(6)])
     embedder = WaitingEmbedder()
-    result = build.embed_shard(shard, embedder, EmbeddingCache(tmp_path / "cache"), batch_size=2)
+    result = shards.embed_shard(shard, embedder, EmbeddingCache(tmp_path / "cache"), batch_size=2)
     assert embedder.overlapped == [True]
     assert result.ids == [s.id for s in studies] and result.embedded == 6

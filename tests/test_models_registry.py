@@ -92,3 +92,27 @@ def test_mllm_and_open_clip_layers_are_reached(isolated: Settings, tmp_path: Pat
         load_embedder(f"open_clip:ViT-B-32@{tmp_path / 'missing.pt'}", isolated)
     with pytest.raises((UnknownModelError, FileNotFoundError, ValueError)):
         load_embedder(f"mllm:{tmp_path / 'no-model'}", isolated)
+
+
+def test_listing_models_never_imports_torch(tmp_path) -> None:
+    """The registry reads checkpoint folders through the torch-free *_checkpoint modules; torch
+    is imported when a torch model is first loaded (a fresh interpreter shows it)."""
+    import subprocess
+    import sys
+
+    from medheb_app.settings import PROJECT_ROOT
+
+    code = (
+        "import sys\n"
+        "from medheb_app.models import registry\n"
+        "from pathlib import Path\n"
+        "from medheb_app.settings import Settings\n"
+        f"listed = registry.list_models(Settings(data_dir=Path({str(tmp_path)!r})))\n"
+        "assert any(e['spec'] == 'dual-lite' for e in listed), listed\n"
+        "print('torch' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"

@@ -12,6 +12,7 @@ from medheb_app.eval import figures, reports
 from medheb_app.eval.runner import run_suite
 from medheb_app.tasks.base import Item, TaskMetadata
 from medheb_app.tasks.builders.generic import graded_task, paired_task
+from medheb_app.ui.explorer_tab import grouped_figure, task_frame
 
 
 def meta(name: str, family: str, split: str = "ID", **extra) -> TaskMetadata:
@@ -94,10 +95,14 @@ def test_markdown_report_and_figures_render(summary) -> None:
     for heading in ("Table 4", "Table 7", "Table 8", "Table 5", "difficulty", "Per task"):
         assert heading in text
     assert "oracle is not a model" in text
-    for name, build in figures.FIGURES.items():
-        figure = build(summary)
-        assert figure.data, name
-    marks = figures.family_profile(summary).data
+    for build in (
+        figures.accuracy_vs_balance,
+        figures.difficulty_buckets,
+        figures.relation_gap,
+        figures.graded_ndcg,
+    ):  # the explorer's charts (ui/explorer_tab.py)
+        assert build(summary).data, build.__name__
+    marks = grouped_figure(task_frame(summary), "family", "Hit@1 per family").data
     assert [trace.name for trace in marks] == ["random (floor)", "oracle (ceiling)"]
     assert {trace.type for trace in marks} == {"scatter"}  # floor / ceiling, never bars
     assert list(marks[1].y) == [100.0, 100.0, 100.0]
@@ -108,8 +113,13 @@ def test_one_colour_per_model_across_every_chart(summary) -> None:
         summary, models={"model-a": summary.models["random"], **summary.models}
     )
     colours: dict[str, set[str]] = {}
-    for build in (figures.family_profile, figures.split_profile, figures.graded_ndcg):
-        for trace in build(renamed).data:
+    charts = (
+        grouped_figure(task_frame(renamed), "family", "family"),
+        grouped_figure(task_frame(renamed), "split", "split"),
+        figures.graded_ndcg(renamed),
+    )
+    for chart in charts:
+        for trace in chart.data:
             if trace.type == "bar":
                 colours.setdefault(trace.name, set()).add(trace.marker.color)
     assert colours == {"model-a": {figures.model_colours(renamed.models)["model-a"]}}

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from medheb_app.cli import main
-from medheb_app.demo import LABEL_AWARE_SPEC, ensure_demo
-from medheb_app.search import default_model, search
+from medheb_app.demo import ensure_demo
+from medheb_app.search import search
+from medheb_app.serving import LABEL_AWARE_SPEC, default_model
 from medheb_app.settings import Settings
 
 pytestmark = pytest.mark.slow  # embeds a 100-phantom demo with dual-lite@label-aware

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 
 import numpy as np
@@ -10,15 +11,15 @@ import pytest
 
 from medheb_app.cli import main
 from medheb_app.demo import ensure_demo
-from medheb_app.evidence.findings import CXR_RETRIEVE_10
+from medheb_app.evidence.findings import CXR_RETRIEVE_10, Vocabulary
 from medheb_app.evidence.phantoms import load_corpus
 from medheb_app.evidence.study import Study
-from medheb_app.index.catalog import build_index
 from medheb_app.models.base import ModelCard, l2_normalise
 from medheb_app.models.baselines import label_vector
 from medheb_app.query.parser import parse_query
 from medheb_app.search import FILE_LOGIC_WARNING, SearchError, search
 from medheb_app.settings import Settings
+from tests.index_helpers import build_studies as build_index
 
 QUERY = "pleural effusion and no cardiomegaly"
 INDEX = "biased-cxr"
@@ -116,7 +117,8 @@ def test_an_index_without_a_train_split_cross_fits_and_one_without_labels_is_ref
     crossed = search(query_text=QUERY, index="no-train", settings=biased, ranking="logic")
     assert crossed.ranking == "logic" and len(crossed.results) == 10
     unlabelled = [replace(study, findings={}) for study in studies[:30]]
-    build_index("no-labels", unlabelled, AffirmationBiased(), biased)
+    claimed = Vocabulary(CXR_RETRIEVE_10, "coded", "claims labels it lacks")
+    build_index("no-labels", unlabelled, AffirmationBiased(), biased, vocabulary=claimed)
     with pytest.raises(SearchError, match="no studies labelled"):
         search(query_text=QUERY, index="no-labels", settings=biased, ranking="logic")
     with pytest.raises(SearchError, match="Unknown ranking 'fuzzy'"):
@@ -206,7 +208,9 @@ def test_concurrent_first_searches_fit_the_probe_once(corpus, monkeypatch) -> No
     fresh = Settings(data_dir=settings.data_dir.parent / "concurrent", demo_size=200)
     model = AffirmationBiased()
     monkeypatch.setattr("medheb_app.models.registry.load_embedder", lambda spec, _: model)
-    build_index("concurrent", studies, model, fresh)
+    build_index("concurrent", studies, model, fresh)  # the build fits and keeps the probe
+    shutil.rmtree(fresh.data_dir / "probes")  # as for an index built before builds fit them
+    index_logic._LOADED.clear()
     fits = []
     original = index_logic.fit_probe
     monkeypatch.setattr(

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from medheb_app.demo import ensure_demo
-from medheb_app.search import SearchError, offered, search
+from medheb_app.search import SearchError, search
 from medheb_app.services import create_services
+from medheb_app.serving import offered
 from medheb_app.settings import Settings
 from medheb_app.ui import search_tab
 
@@ -52,16 +53,17 @@ def no_heavy_work(monkeypatch):
 
     import medheb_app.demo as demo
     import medheb_app.evidence.phantoms as phantoms
-    import medheb_app.index.catalog as catalog
+    import medheb_app.evidence.phantoms.saved as saved
+    import medheb_app.index.build as build
     import medheb_app.models.open_clip_embedder as open_clip
     import medheb_app.ranking.index_logic as index_logic
 
     for module, name in [
-        (catalog, "build_index"),
+        (build, "build_index"),
         (demo, "build_index"),
         (demo, "ensure_demo"),
-        (demo, "ensure_demo_index"),
-        (demo, "ensure_chest_corpus"),
+        (saved, "generate_chest_corpus"),
+        (saved, "generate_volume_corpus"),
         (phantoms, "generate_chest_corpus"),
         (phantoms, "generate_volume_corpus"),
         (index_logic, "fit_probe"),

@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from medheb_app.demo import ensure_demo
+from medheb_app.evidence.phantoms.saved import demo_corpus
 from medheb_app.query.parser import parse_query, satisfies
 from medheb_app.search import SearchError, search
 from medheb_app.settings import Settings
@@ -62,7 +63,7 @@ def test_a_query_without_known_findings_still_searches_with_a_warning(demo: Sett
 def test_a_file_query_finds_the_same_image_first(demo: Settings, tmp_path: Path) -> None:
     from medheb_app.evidence.phantoms import load_corpus
 
-    target = load_corpus(next((demo.demo_dir).glob("cxr-*")))[7]
+    target = load_corpus(demo_corpus(demo))[7]
     response = search(file=target.path, model_spec="random", k=3, settings=demo)
     assert response.query_kind == "file"
     assert response.results[0].id == target.id

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
 from scipy.stats import binom
 from sqlalchemy import select
 from test_study_items import write_run
@@ -28,6 +29,8 @@ from medheb_app.study import (
     reveal,
     sign_in_with_invitation,
 )
+from medheb_app.study.errors import StudyError
+from medheb_app.study.session import undo_last_vote
 
 MODELS = ["oracle", "random"]
 N_ITEMS = 200
@@ -93,6 +96,7 @@ def test_gold_items_fall_at_random_positions_and_reveal_like_any_item(tmp_path: 
     created = create_study(store, "qc", MODELS, run, 8, raters_per_item=10, seed=0, gold_share=0.2)
     assert created.n_gold == 2
     patterns = set()
+    voted: list[tuple[int, str]] = []
     for _ in range(10):
         rater = _rater(store, created.id)
         positions = []
@@ -104,11 +108,42 @@ def test_gold_items_fall_at_random_positions_and_reveal_like_any_item(tmp_path: 
                 )
                 gold = session.get(StudyItem, assignment.item_id).is_gold
             record_vote(store, view.token, rater, "B")
-            names = reveal(store, view.token, rater)
-            assert set(names.values()) <= set(MODELS) and names["A"] != names["B"], names
+            voted.append((rater, view.token))
             if gold:
                 positions.append(serial)
             serial += 1
         assert serial == 10 and len(positions) == 2
         patterns.add(tuple(positions))
     assert len(patterns) >= 3, patterns  # 45 equally likely pairs: 3+ distinct of 10 raters
+    for rater, token in voted:  # every item has its 10 votes now, so each may be named
+        names = reveal(store, token, rater)
+        assert set(names.values()) <= set(MODELS) and names["A"] != names["B"], names
+
+
+def test_a_reveal_never_reaches_a_rater_who_has_yet_to_vote_on_the_item(tmp_path: Path):
+    """The adversarial pass: with two raters per item, rater 1 voted, stored each side's
+    content against the names the reveal showed, and rater 3 (a second identity) then named
+    both sides of 11 of 11 shared items before voting. Names now come only once an item has
+    all its votes, and no vote on a named item can be undone (that would re-open it)."""
+    store = Store.open(f"sqlite:///{tmp_path / 'carry.db'}")
+    run = write_run(tmp_path / "run", models=tuple(MODELS), tasks={"t-t": 10}, payloads=True)
+    study_id = create_study(store, "carry", MODELS, run, 4, raters_per_item=2, seed=0).id
+    first, second = _rater(store, study_id), _rater(store, study_id)
+    view = next_item(store, study_id, first)
+    receipt = record_vote(store, view.token, first, "A")
+    assert not receipt.can_reveal and receipt.named_later
+    with pytest.raises(StudyError, match="every rater of this item has voted"):
+        reveal(store, view.token, first)
+    item_id = _internal(store, view.token)[0]
+    while (other := next_item(store, study_id, second)) is not None:
+        if _internal(store, other.token)[0] == item_id:
+            break
+        record_vote(store, other.token, second, "tie")
+    assert other is not None
+    completing = record_vote(store, other.token, second, "B")
+    assert completing.can_reveal and not completing.named_later
+    names = reveal(store, other.token, second)
+    assert set(names.values()) == set(MODELS)
+    assert set(reveal(store, view.token, first).values()) == set(MODELS)  # complete: named
+    with pytest.raises(StudyError, match="final"):
+        undo_last_vote(store, study_id, first, window_seconds=3600)

@@ -14,17 +14,11 @@ from medheb_app.tasks import medheb
 from medheb_app.tasks.base import FAMILIES
 
 
-@pytest.fixture(scope="module")
-def corpora(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One folder of generated corpora shared by this module's tests (generation is the cost)."""
-    return tmp_path_factory.mktemp("bench-corpora")
-
-
 @pytest.fixture
-def small_suite(monkeypatch: pytest.MonkeyPatch, corpora: Path):
+def small_suite(monkeypatch: pytest.MonkeyPatch):
+    """The suite shrunk; its corpora are the session's shared ones (tests/conftest.py)."""
     monkeypatch.setattr(medheb, "CHEST_N", 240)
     monkeypatch.setattr(medheb, "VOLUME_SUBJECTS", 8)
-    monkeypatch.setattr(medheb, "corpus_root", lambda settings: corpora)
     return medheb.get_suite("medheb-lite")
 
 

@@ -63,5 +63,6 @@ def test_model_cache_evicts_a_superseded_checkpoint(settings, monkeypatch) -> No
     assert second is not first and loads == [1, 2]
     from medheb_app.models.device import resolve_device
 
-    device = resolve_device(settings.device)  # embedders are cached per device too
-    assert set(registry._CACHE) == {("open_clip:a",), ("dual-lite", "/models/x", 2, device)}
+    device = resolve_device(settings.device)  # embedders are cached per device and precision
+    cached = ("dual-lite", "/models/x", 2, device, settings.precision)
+    assert set(registry._CACHE) == {("open_clip:a",), cached}

@@ -42,12 +42,9 @@ def test_chips_mark_violations_and_skip_blank_findings():
     assert "Pneumothorax: not reported" in missing
 
 
-def test_violation_words_and_captions():
+def test_violation_words():  # the gallery captions are pinned in test_ui_search_results
     words = ui.violation_words({"Cardiomegaly": "present", "Pleural Effusion": "missing"})
     assert words == ["has Cardiomegaly", "lacks Pleural Effusion"]
-    assert ui.hit_caption(2, 0.5, words, False).startswith("✗ VIOLATES (has Cardiomegaly")
-    assert ui.hit_caption(1, 0.91234, [], True) == "✓ matches · #1 · 0.912"
-    assert ui.hit_caption(3, 0.1, [], None) == "#3 · 0.100"
 
 
 def test_notices_escape_html_and_progress_clamps():

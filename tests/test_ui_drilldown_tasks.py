@@ -12,6 +12,7 @@ import pytest
 
 from medheb_app.eval import drilldown
 from medheb_app.eval.runner import run_suite
+from medheb_app.evidence.phantoms import saved
 from medheb_app.settings import Settings
 from medheb_app.tasks import medheb
 from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
@@ -29,7 +30,7 @@ def corpora(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _phantom_tasks(settings: Settings, corpora: Path, monkeypatch) -> list[str]:
     monkeypatch.setattr(medheb, "CHEST_N", 120)
     monkeypatch.setattr(medheb, "VOLUME_SUBJECTS", 6)
-    monkeypatch.setattr(medheb, "corpus_root", lambda s: corpora)
+    monkeypatch.setattr(saved, "corpora_root", lambda s: corpora)
     suite = medheb.get_suite("medheb-lite")
     return [name for name, spec in suite.specs.items() if spec.source.startswith("phantom")]
 

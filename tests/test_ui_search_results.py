@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from medheb_app.demo import ensure_demo
+from medheb_app.search import Score
 from medheb_app.services import create_services
-from medheb_app.ui import search_tab
+from medheb_app.ui import search_tab, search_upload
 
 pytestmark = pytest.mark.slow  # builds a 60-phantom demo index (about 20 s)
 QUERY = "pleural effusion and no cardiomegaly"
@@ -73,12 +74,10 @@ def test_query_without_known_finding_warns_and_unknown_model_errors(services):
 
 
 def test_a_query_over_the_limit_gets_the_message_and_no_search(services, monkeypatch):
-    import medheb_app.search
+    def no_model(*_args, **_kwargs):
+        raise AssertionError("a refused query must not load a model or an index")
 
-    def no_search(**_):
-        raise AssertionError("a refused query must not reach the search service")
-
-    monkeypatch.setattr(medheb_app.search, "search", no_search)
+    monkeypatch.setattr("medheb_app.models.registry.load_embedder", no_model)
     text = ("effusion and no edema " * 60).strip()  # 1,319 characters
     outcome = search_tab.run_search(services, text, None, "oracle", "demo-cxr", 3)
     assert "1,319 characters long; the limit is 1,000" in outcome.notice
@@ -105,7 +104,7 @@ def test_uploaded_image_searches_the_index(services, tmp_path):
 
     path = tmp_path / "query.png"
     Image.fromarray((np.random.default_rng(0).random((64, 64)) * 255).astype(np.uint8)).save(path)
-    upload, _ = search_tab.load_upload(services, str(path))
+    upload, _ = search_upload.load_upload(services, str(path))
     outcome = search_tab.run_search(services, "", upload, "random", "demo-cxr", 4)
     assert len(outcome.hits) == 4 and outcome.parsed_html == ""
     assert all(hit["satisfies"] is None for hit in outcome.hits)
@@ -117,7 +116,7 @@ def test_logic_ranking_shows_the_probability_of_meeting_the_query(services):
     assert len(outcome.hits) == 5
     for hit, (_, caption) in zip(outcome.hits, outcome.gallery, strict=True):
         assert hit["findings"]["Pleural Effusion"] == 1 and hit["findings"]["Cardiomegaly"] != 1
-        score = search_tab.score_text(hit["score"], logic=True)
+        score = search_tab.score_text(Score("log_p", hit["score"]))
         assert caption == f"#{hit['rank']} · ✓ meets · {score}"
         assert 0.0 < hit["p_query"] <= 1.0
     probabilities = [hit["p_query"] for hit in outcome.hits]
@@ -131,11 +130,13 @@ def test_logic_ranking_shows_the_probability_of_meeting_the_query(services):
 
 
 def test_scores_separate_hits_near_certainty():
-    near = [math.log(p) for p in (0.97312, 0.99912, 0.99987, 0.999991, 0.9999991)]
-    shown = [search_tab.score_text(score, logic=True) for score in near]
+    near = [Score("log_p", math.log(p)) for p in (0.97312, 0.99912, 0.99987, 0.999991, 0.9999991)]
+    shown = [search_tab.score_text(score) for score in near]
     assert shown == ["p 0.973", "p 0.9991", "p 0.9999", "log-odds +11.6", "log-odds +13.9"]
     assert len(set(shown)) == len(shown)
-    assert search_tab.caption(3, near[0], True, False, ["has Cardiomegaly"]) == (
+    assert search_tab.caption(3, near[0], False, ["has Cardiomegaly"]) == (
         "#3 · ✗ violates · p 0.973 · has Cardiomegaly"
     )
-    assert search_tab.caption(1, 0.4123, False, None, []) == "#1 · cos 0.412"
+    assert search_tab.caption(1, Score("cosine", 0.4123), None, []) == "#1 · cos 0.412"
+    assert near[3].log_odds == pytest.approx(math.log(0.999991 / (1 - 0.999991)), rel=1e-6)
+    assert Score("cosine", 0.4).p is None and Score("cosine", 0.4).log_odds is None

@@ -10,7 +10,7 @@ import pytest
 from pydicom.data import get_testdata_file
 
 from medheb_app.services import create_services
-from medheb_app.ui import search_tab
+from medheb_app.ui import search_tab, search_upload
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def services(settings):
 
 def test_single_frame_dicom_previews_without_slider(services):
     path = get_testdata_file("CT_small.dcm", download=False)
-    state, preview, slider, mode, message = search_tab.on_upload(services, path)
+    state, preview, slider, mode, message = search_upload.on_upload(services, path)
     assert state.form == "2d" and preview["value"].shape == (128, 128, 3)
     assert preview["visible"] is True
     assert slider["visible"] is False and mode["visible"] is False
@@ -29,12 +29,12 @@ def test_single_frame_dicom_previews_without_slider(services):
 
 def test_multi_frame_dicom_gets_a_slice_slider(services):
     path = get_testdata_file("emri_small.dcm", download=False)
-    state, preview, slider, mode, _ = search_tab.on_upload(services, path)
+    state, preview, slider, mode, _ = search_upload.on_upload(services, path)
     depth = state.pixels.shape[0]
     assert state.form == "3d" and depth > 1
     assert slider["visible"] is True and slider["maximum"] == depth - 1
-    first = search_tab.on_slice(state, 0)
-    last = search_tab.on_slice(state, depth - 1)
+    first = search_upload.on_slice(state, 0)
+    last = search_upload.on_slice(state, depth - 1)
     assert first.shape == preview["value"].shape and not np.array_equal(first, last)
     assert mode["visible"] is True and mode["value"] == "volume"
     assert "uses the whole volume" in slider["label"]
@@ -42,11 +42,11 @@ def test_multi_frame_dicom_gets_a_slice_slider(services):
 
 def test_the_slider_says_what_the_search_uses_and_offers_both(services):
     path = get_testdata_file("emri_small.dcm", download=False)
-    state = search_tab.on_upload(services, path)[0]
-    assert "uses this slice only" in search_tab.on_volume_mode("slice")["label"]
-    assert "whole volume" in search_tab.on_volume_mode("volume")["label"]
-    whole = search_tab.query_study(state, "volume", 3)
-    one = search_tab.query_study(state, "slice", 3)
+    state = search_upload.on_upload(services, path)[0]
+    assert "uses this slice only" in search_upload.on_volume_mode("slice")["label"]
+    assert "whole volume" in search_upload.on_volume_mode("volume")["label"]
+    whole = search_upload.query_study(state, "volume", 3)
+    one = search_upload.query_study(state, "slice", 3)
     assert whole.form == "3d" and whole.pixels.shape == state.pixels.shape
     assert one.form == "2d" and np.array_equal(one.pixels, state.pixels[3])
 
@@ -55,23 +55,23 @@ def test_nifti_volume_previews(services):
     import nibabel.testing
 
     path = Path(nibabel.testing.data_path) / "anatomical.nii"
-    state, preview, slider, _, _ = search_tab.on_upload(services, str(path))
+    state, preview, slider, _, _ = search_upload.on_upload(services, str(path))
     assert state.form == "3d" and slider["visible"] is True and preview["value"].ndim == 3
 
 
 def test_bad_uploads_give_one_clear_message(services, tmp_path):
     fake = tmp_path / "scan.dcm"
     fake.write_text("this is not a DICOM file")
-    state, preview, _, _, message = search_tab.on_upload(services, str(fake))
+    state, preview, _, _, message = search_upload.on_upload(services, str(fake))
     assert state is None and preview["value"] is None and preview["visible"] is False
     assert 'class="medheb-notice error"' in message and "Traceback" not in message
     real = Path(get_testdata_file("CT_small.dcm", download=False)).read_bytes()
     cut = tmp_path / "cut.dcm"
     cut.write_bytes(real[: len(real) // 2])
-    assert search_tab.on_upload(services, str(cut))[0] is None
+    assert search_upload.on_upload(services, str(cut))[0] is None
     empty_zip = tmp_path / "series.zip"
     zipfile.ZipFile(empty_zip, "w").close()
-    assert "error" in search_tab.on_upload(services, str(empty_zip))[4]
+    assert "error" in search_upload.on_upload(services, str(empty_zip))[4]
 
 
 def test_oversize_upload_is_refused_before_reading(settings, tmp_path):
@@ -79,7 +79,7 @@ def test_oversize_upload_is_refused_before_reading(settings, tmp_path):
 
     small = create_services(replace(settings, max_upload_bytes=1000), start_bootstrap=False)
     path = get_testdata_file("CT_small.dcm", download=False)
-    state, _, _, _, message = search_tab.on_upload(small, path)
+    state, _, _, _, message = search_upload.on_upload(small, path)
     assert state is None and "limit" in message
 
 
@@ -109,20 +109,20 @@ SECRET_NAME = "Doe_Jane_MRN0012345_chest.dcm"
 
 def test_the_temporary_upload_is_gone_and_its_name_never_shown(services, gradio_upload):
     path = gradio_upload(get_testdata_file("CT_small.dcm", download=False), SECRET_NAME)
-    outputs = search_tab.on_upload(services, str(path))
+    outputs = search_upload.on_upload(services, str(path))
     state, message = outputs[0], outputs[4]
     assert state is not None and state.form == "2d"
     assert not path.exists() and not path.parent.exists()
     assert state.path is None and state.study.path is None  # nothing on disk to point at
     assert "Doe_Jane" not in repr(outputs) and "MRN" not in message
     # another session sending the same path gets nothing: the file is gone
-    again = search_tab.on_upload(services, str(path))
+    again = search_upload.on_upload(services, str(path))
     assert again[0] is None and "Doe_Jane" not in again[4]
 
 
 def test_a_bad_upload_is_deleted_and_its_message_does_not_name_it(services, gradio_upload):
     path = gradio_upload(b"not a dicom file at all" * 10, SECRET_NAME)
-    state, _, _, _, message = search_tab.on_upload(services, str(path))
+    state, _, _, _, message = search_upload.on_upload(services, str(path))
     assert state is None and "error" in message
     assert "Doe_Jane" not in message and "gradio-cache" not in message
     assert not path.exists()
@@ -131,12 +131,12 @@ def test_a_bad_upload_is_deleted_and_its_message_does_not_name_it(services, grad
 def test_rate_limited_uploads_are_refused_and_deleted(services, gradio_upload):
     from medheb_app.access.limits import RateLimiter
 
-    limits = search_tab.TabLimits(uploads=RateLimiter(1, 600.0, lockout_s=60.0))
+    limits = search_upload.TabLimits(uploads=RateLimiter(1, 600.0, lockout_s=60.0))
     source = get_testdata_file("CT_small.dcm", download=False)
     first = gradio_upload(source, "a.dcm")
-    assert search_tab.on_upload(services, str(first), "9.9.9.9", limits)[0] is not None
+    assert search_upload.on_upload(services, str(first), "9.9.9.9", limits)[0] is not None
     second = gradio_upload(source, "b.dcm")
-    state, _, _, _, message = search_tab.on_upload(services, str(second), "9.9.9.9", limits)
+    state, _, _, _, message = search_upload.on_upload(services, str(second), "9.9.9.9", limits)
     assert state is None and "Too many uploads" in message and not second.exists()
 
 
@@ -166,7 +166,7 @@ def test_a_zip_with_too_many_members_is_refused_before_reading(services, tmp_pat
 
     monkeypatch.setattr(dicom, "MAX_SERIES_MEMBERS", 5)
     path = _series_zip(tmp_path / "series.zip", 6)
-    state, _, _, _, message = search_tab.on_upload(services, str(path))
+    state, _, _, _, message = search_upload.on_upload(services, str(path))
     assert state is None and "holds 6 files; at most 5" in message
 
 
@@ -178,7 +178,7 @@ def test_a_zip_bomb_is_refused_from_its_declared_sizes(settings, tmp_path):
         archive.writestr("a.dcm", b"\0" * (8 * 1024 * 1024))
     assert bomb.stat().st_size < 100_000
     small = create_services(replace(settings, max_upload_bytes=1024 * 1024), start_bootstrap=False)
-    state, _, _, _, message = search_tab.on_upload(small, str(bomb))
+    state, _, _, _, message = search_upload.on_upload(small, str(bomb))
     assert state is None and "unpacked" in message and "limit" in message
 
 
@@ -187,7 +187,7 @@ def test_a_long_series_is_sampled_evenly_to_the_memory_budget(services, tmp_path
 
     monkeypatch.setattr(dicom, "MAX_VOLUME_BYTES", 10 * 64 * 64 * 4)
     path = _series_zip(tmp_path / "series.zip", 25)
-    state, _, slider, _, message = search_tab.on_upload(services, str(path))
+    state, _, slider, _, message = search_upload.on_upload(services, str(path))
     assert state.form == "3d" and state.pixels.shape == (10, 64, 64)
     assert state.study.meta["NumberOfSlices"] == 25 and state.study.meta["SlicesKept"] == 10
     assert "sampled evenly from 25" in message and slider["maximum"] == 9

@@ -242,6 +242,9 @@ def test_exports_are_served_only_to_a_signed_in_admin_and_never_written_to_disk(
     assert reply.headers["cache-control"] == "no-store"
     assert "attachment" in reply.headers["content-disposition"]
     assert admin.http.get("/study-export/999/votes.csv").status_code == 404
+    # the adversarial pass: a non-ASCII digit and an id past the integer range answered 500
+    for odd in ("%D9%A2", "99999999999999999999999", "-1", "1.0"):
+        assert admin.http.get(f"/study-export/{odd}/votes.csv").status_code == 404, odd
     mrmc = admin.http.get(f"/study-export/{site['invited']}/mrmc.csv")
     assert mrmc.status_code == 200 and mrmc.text.startswith("reader,case,modality,score")
     assert anonymous.http.get(f"/study-export/{site['invited']}/mrmc.csv").status_code == 403

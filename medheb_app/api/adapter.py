@@ -12,13 +12,8 @@ from typing import Any
 
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, list_indices, load_index
-from medheb_app.search import (
-    SearchError,
-    check_offered,
-    default_model,
-    offered,
-    search,
-)
+from medheb_app.search import SearchError, check_offered, search
+from medheb_app.serving import default_model, offered
 from medheb_app.settings import Settings
 
 __all__ = [

@@ -83,9 +83,10 @@ class _Progress:
 
 
 def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    from medheb_app.evidence.findings import Vocabulary
     from medheb_app.index.build import build_from_source
-    from medheb_app.index.sources import Vocabulary, describe_vocabulary
-    from medheb_app.search import build_default_model
+    from medheb_app.index.sources import describe_vocabulary
+    from medheb_app.serving import build_default_model
 
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1; got {args.batch_size}.")
@@ -113,6 +114,9 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
         f"Embedded {report.embedded}, reused {report.reused} (already embedded), "
         f"failed {report.failed}",
         f"Vocabulary: {describe_vocabulary(vocabulary)}",
+        "Logic-aware ranking: prepared"
+        if report.logic
+        else f"Logic-aware ranking: not available ({report.logic_note})",
     ]
     if report.failed:
         lines.append(f"Unreadable items and why: {report.directory}/failed.jsonl")
@@ -140,9 +144,10 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[di
 def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     from pathlib import Path
 
+    from medheb_app.evidence.findings import Vocabulary
     from medheb_app.index.build import FAILED_FILE
     from medheb_app.index.catalog import CATALOG_FILE, IndexNotFoundError, list_indices
-    from medheb_app.index.sources import Vocabulary, describe_vocabulary
+    from medheb_app.index.sources import describe_vocabulary
 
     builds = [entry for entry in list_indices(settings) if entry["name"] == args.name]
     if not builds:

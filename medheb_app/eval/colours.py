@@ -97,10 +97,3 @@ def _extra_colour(used: set[str]) -> str:
             if mixed not in used:
                 return mixed
     raise ValueError("More models in one chart than the palette can tell apart.")
-
-
-def recorded_colours(services: object, names: Sequence[str]) -> dict[str, str]:
-    """`run_colours` with the slots recorded in the services' store (recording new models)."""
-    from medheb_app.store.colours import model_slots
-
-    return run_colours(names, model_slots(services.store, names))  # type: ignore[attr-defined]

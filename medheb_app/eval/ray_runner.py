@@ -9,7 +9,7 @@ with a `RayRanker` in place of each model, whose `score` waits for that pair's m
 driver therefore ranks, writes every result file and store row exactly as the local engine
 does: only the process that computed the scores differs.
 
-The cluster is the one `index build --engine ray` uses (index/ray_engine.py `_connect`):
+The cluster is the one `index build --engine ray` uses (index/ray_engine.py `connect`):
 "auto" or host:port joins a running one; without an address a local cluster is started for
 the run and stopped after it; a process that already called `ray.init` (a test session)
 keeps its own. Workers read DATA_DIR (models, embedding cache, task data) at the driver's
@@ -132,9 +132,9 @@ class RayPool:
         cancelled, and a cluster started here is stopped."""
         import ray
 
-        from medheb_app.index.ray_engine import _connect
+        from medheb_app.index.ray_engine import connect
 
-        started_here = _connect(address)
+        started_here = connect(address)
         pool = cls(settings, stop)
         try:
             yield pool

@@ -1,6 +1,11 @@
-"""Finding vocabularies (CheXpert 14, CXR-Retrieve 10, NIH ChestX-ray14) and maps between them."""
+"""Finding vocabularies (CheXpert 14, CXR-Retrieve 10, NIH ChestX-ray14), maps between them,
+and `Vocabulary`: which findings one labelled source (hence one index) codes, and how."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 CHEXPERT_14: tuple[str, ...] = (
     "No Finding",
@@ -77,3 +82,40 @@ def canonical_finding(name: str, vocabulary: tuple[str, ...] = CXR_RETRIEVE_10) 
         if finding.lower() == wanted:
             return finding
     raise KeyError(f"Unknown finding {name!r}; known: {', '.join(vocabulary)}")
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The findings a source labels, how it codes them, and under which names."""
+
+    names: tuple[str, ...] = ()
+    scheme: str = "none"  # "positive-only" | "coded" (1 / 0 / -1 / blank) | "none"
+    source: str = ""
+
+    @property
+    def labelled(self) -> bool:
+        return bool(self.names) and self.scheme != "none"
+
+    @property
+    def confirmed_negatives(self) -> bool:
+        """Whether a 0 means 'confirmed absent' (needed by strict negation)."""
+        return self.scheme == "coded"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"names": list(self.names), "scheme": self.scheme, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Vocabulary | None:
+        if not data:
+            return None
+        return cls(
+            tuple(data.get("names", ())), str(data.get("scheme", "none")), data.get("source", "")
+        )
+
+
+def scheme_of(findings: Sequence[Mapping[str, int | None]]) -> str:
+    """'coded' when any label is 0 or -1, 'positive-only' when only 1s, 'none' when empty."""
+    values = {value for row in findings for value in row.values() if value is not None}
+    if not values:
+        return "none"
+    return "coded" if values & {0, -1} else "positive-only"

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -26,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from medheb_app.evidence.findings import CXR_RETRIEVE_10, Vocabulary
 from medheb_app.evidence.study import Study
-from medheb_app.index.cache import EmbeddingCache, embed_with_cache
 from medheb_app.index.faiss_index import VectorIndex
 from medheb_app.models.base import Embedder
 from medheb_app.settings import Settings
@@ -176,50 +175,16 @@ def index_path(settings: Settings, name: str, fingerprint: str) -> Path:
     return settings.index_dir / check_index_name(name) / fingerprint
 
 
-def build_index(
-    name: str,
-    studies: Sequence[Study],
-    embedder: Embedder,
-    settings: Settings,
-    kind: str = "auto",
-    progress: Progress | None = None,
-    stop: threading.Event | None = None,
-    corpus: dict[str, Any] | None = None,
-    batch_size: int = 32,
-    **params: Any,
-) -> LoadedIndex:
-    """Embed `studies` (through the embedding cache) and write the index `name` for this model.
+def index_vocabulary(loaded: LoadedIndex) -> Vocabulary | None:
+    """The finding vocabulary the index's source labels (None for indices built before
+    indices recorded one: the demo, labelled with the CXR-Retrieve ten)."""
+    return Vocabulary.from_dict(loaded.info.get("vocabulary"))
 
-    kind "auto" is an exact index up to 50,000 studies and IVF-Flat beyond (faiss_index).
 
-    `corpus` describes where the studies came from (kind, directory, seed, size) so a later
-    caller can tell whether the index still matches its corpus. Replaces an existing build.
-    """
-    check_index_name(name)
-    if not studies:
-        raise ValueError(f"Cannot build index {name!r} from zero studies.")
-    started = time.perf_counter()
-    fingerprint = embedder.card.fingerprint
-    cache = EmbeddingCache(settings.cache_dir)
-    keys = [study_content_key(study) for study in studies]
-    vectors = embed_with_cache(
-        embedder, list(studies), keys, cache, batch_size=batch_size, progress=progress, stop=stop
-    )
-    index = VectorIndex.build(
-        vectors, [study.id for study in studies], kind=kind, fingerprint=fingerprint, **params
-    )
-    info = index_info(
-        name,
-        embedder,
-        index,
-        studies,
-        corpus=corpus or {},
-        build_seconds=round(time.perf_counter() - started, 3),
-    )
-    write_index(name, index, [study_metadata(study) for study in studies], info, settings)
-    if progress:
-        progress(1.0, f"index {name} built: {index.count} items, {index.kind}")
-    return load_index(name, fingerprint, settings)
+def query_vocabulary(loaded: LoadedIndex) -> tuple[str, ...]:
+    """Names a query is parsed against: the index's own labelled findings, else the ten."""
+    vocabulary = index_vocabulary(loaded)
+    return vocabulary.names if vocabulary is not None and vocabulary.labelled else CXR_RETRIEVE_10
 
 
 def index_info(

@@ -1,7 +1,7 @@
 """VectorIndex: a FAISS inner-product index over L2-normalised vectors with string ids.
 
 Vectors are unit length, so inner product is cosine similarity (MedHEB section 3.1.1 ranks
-every candidate pool by cosine). Three kinds:
+every candidate pool by cosine). Four kinds ("auto" picks by size, resolve_kind):
 - "exact": IndexFlatIP, brute force; the default and the reference for recall.
 - "ivf": IVF-Flat (inverted lists over k-means cells); `nlist` cells, `nprobe` searched.
 - "hnsw": HNSW graph; `m` links per node, `ef_construction`, `ef_search`.
@@ -43,11 +43,9 @@ AUTO_IVF_LIMIT = 3_000_000
 DEFAULT_MEMORY_BUDGET_MB = 2048  # IVF-PQ codes above this go to memory-mapped on-disk lists
 ONDISK_FILE = "index.ivfdata"
 RERANK_FILE = "vectors.f16.npy"  # IVF-PQ: the original vectors (float16) for the exact re-rank
-# IVF-PQ defaults, chosen on perturbed real dual-lite embeddings (BENCHMARKS.md, bench_scale):
-# 32 PQ bytes per vector, no OPQ, a k * 96 shortlist re-scored exactly. At 1M: recall@10
-# 0.28 from the codes alone, 0.93 with k * 16, 0.999 with k * 64. At 10M, where each query
-# has ten times the near copies: 0.89 with k * 64, 0.944 with k * 96 (9.0 ms p50, nprobe 32,
-# one thread), 0.97 with k * 128 (9.9 ms).
+# IVF-PQ defaults, chosen on perturbed real dual-lite embeddings: 32 PQ bytes per vector, no
+# OPQ, a k * 96 shortlist re-scored exactly; the recall@10 and latency of each shortlist
+# factor at 1M and 10M are in BENCHMARKS.md, "Scale: ANN kinds to 1M+" (bench/bench_scale.py).
 DEFAULT_PQ_M = 32
 DEFAULT_RERANK = 96
 PQ_MAX_NLIST = 4096  # k-means of 4,096 cells on a 123k-row sample: minutes on 2 cores

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from medheb_app.index.build import Shard, ShardResult, _reason, _result, decode
 from medheb_app.index.cache import EmbeddingCache
+from medheb_app.index.shards import Shard, ShardResult, decode, failure_reason, shard_result
 from medheb_app.settings import Settings
 
 CPUS_PER_ACTOR = 1  # and as many torch threads: an actor never oversubscribes its share
@@ -92,7 +92,7 @@ class EmbedActor:
                 try:
                     vectors[i] = np.asarray(self.embedder.encode([study]), np.float32)[0].tobytes()
                 except Exception as error:
-                    errors[i] = f"cannot be embedded ({_reason(error)})"
+                    errors[i] = f"cannot be embedded ({failure_reason(error)})"
         return {
             "shard": batch["shard"],
             "key": batch["key"],
@@ -103,7 +103,7 @@ class EmbedActor:
         }
 
 
-def _connect(address: str | None) -> bool:
+def connect(address: str | None) -> bool:
     """Join `address` or start a local cluster; True when this call started it."""
     import logging
 
@@ -123,8 +123,8 @@ def _connect(address: str | None) -> bool:
 def default_actors(resources: dict[str, float]) -> tuple[int, float]:
     """(actors, GPUs per actor): one actor per GPU, else one 1-thread actor per CPU.
 
-    On CPUs, actors scale almost linearly while each runs torch on one thread (2 actors 1.89x
-    one on 2 cores, BENCHMARKS.md), and a torch thread per core is what a single process would
+    On CPUs, actors scale almost linearly while each runs torch on one thread (BENCHMARKS.md,
+    "Scale: `index build` engines"), and a torch thread per core is what a single process would
     use anyway; a CPU actor reads and decodes its own batches, so no CPU waits for tasks.
     """
     gpus = int(resources.get("GPU", 0))
@@ -146,7 +146,7 @@ def ray_engine(
     """Embed the shards' cache misses on a Ray cluster; yield each shard's result in order."""
     import ray
 
-    started_here = _connect(address)
+    started_here = connect(address)
     try:
         yield from _run(shards, model_spec, settings, batch_size, device, stop, actors)
     finally:
@@ -201,7 +201,7 @@ def _run(
             hits = found.pop(number)
             reused = len(hits)
             hits.update(vectors)
-            yield _result(shard, hits, failed, len(vectors), reused)
+            yield shard_result(shard, hits, failed, len(vectors), reused)
 
     if rows:
         context = ray.data.DataContext.get_current()

@@ -29,8 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from medheb_app.evidence.findings import CHEXPERT_14, NIH_14
-from medheb_app.evidence.study import Findings, Study
+from medheb_app.evidence.findings import (
+    CHEXPERT_14,
+    CXR_RETRIEVE_10,
+    NIH_14,
+    Vocabulary,
+    scheme_of,
+)
+from medheb_app.evidence.phantoms.corpus import load_corpus
+from medheb_app.evidence.phantoms.saved import CorpusKey, corpora_root, ensure_saved
+from medheb_app.evidence.study import Study
 from medheb_app.settings import Settings
 
 SOURCE_KINDS = ("phantom", "nih", "mimic", "chexpert", "dicom", "folder", "medmnist", "manifest")
@@ -48,35 +56,6 @@ USAGE = (
 
 class SourceError(ValueError):
     """A source spec that cannot be read; the message says what was expected."""
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """The findings a source labels, how it codes them, and under which names."""
-
-    names: tuple[str, ...] = ()
-    scheme: str = "none"  # "positive-only" | "coded" (1 / 0 / -1 / blank) | "none"
-    source: str = ""
-
-    @property
-    def labelled(self) -> bool:
-        return bool(self.names) and self.scheme != "none"
-
-    @property
-    def confirmed_negatives(self) -> bool:
-        """Whether a 0 means 'confirmed absent' (needed by strict negation)."""
-        return self.scheme == "coded"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"names": list(self.names), "scheme": self.scheme, "source": self.source}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Vocabulary | None:
-        if not data:
-            return None
-        return cls(
-            tuple(data.get("names", ())), str(data.get("scheme", "none")), data.get("source", "")
-        )
 
 
 @dataclass(frozen=True)
@@ -107,6 +86,49 @@ class LoadedSource:
     studies: list[Study]
     vocabulary: Vocabulary
     failed: list[dict[str, str]] = field(default_factory=list)  # {"item", "reason"}
+    corpus: dict[str, Any] | None = None  # what the index records as its corpus (spec's if None)
+
+    def describe(self) -> dict[str, Any]:
+        """The `corpus` entry of the index built from this source."""
+        return {**self.spec.describe(), **(self.corpus or {})}
+
+
+def in_memory(
+    studies: list[Study], label: str = "studies", vocabulary: Vocabulary | None = None
+) -> LoadedSource:
+    """Studies already in memory as a source (tests, benchmarks, a caller's own corpus). The
+    vocabulary defaults to the CXR-Retrieve ten when the studies carry labels (as the demo)."""
+    rows = [s.findings for s in studies]
+    if vocabulary is None:
+        labelled = any(value is not None for row in rows for value in row.values())
+        vocabulary = (
+            Vocabulary(CXR_RETRIEVE_10, scheme_of(rows), label)
+            if labelled
+            else Vocabulary((), "none", label)
+        )
+    return LoadedSource(SourceSpec("memory", text=label), list(studies), vocabulary)
+
+
+def phantom_source(settings: Settings, n: int, seed: int) -> LoadedSource:
+    """The saved phantom chest corpus (n studies, seed) as a source. Its query findings are
+    the CXR-Retrieve ten (CXR-Retrieve section 3: CheXpert 14 minus No Finding, Support
+    Devices, Enlarged Cardiomediastinum and Pleural Other), whoever builds it (the demo, `index
+    build --source phantom`, an admin job), so every build of one corpus answers alike."""
+    key = CorpusKey("cxr", n, seed)
+    directory, _ = ensure_saved(corpora_root(settings), key)
+    studies = load_corpus(directory)
+    vocabulary = Vocabulary(CXR_RETRIEVE_10, scheme_of([s.findings for s in studies]), "phantom")
+    spec = SourceSpec("phantom", n=n, text=f"phantom:{n}")
+    return LoadedSource(spec, studies, vocabulary, corpus=key.record(directory))
+
+
+def phantom_volume_source(settings: Settings, n_subjects: int, seed: int) -> LoadedSource:
+    """The saved CT / MR phantom subjects as a source (no finding labels: similarity only)."""
+    key = CorpusKey("volumes", n_subjects, seed)
+    directory, _ = ensure_saved(corpora_root(settings), key)
+    spec = SourceSpec("phantom-volumes", n=n_subjects, text=f"phantom-volumes:{n_subjects}")
+    vocabulary = Vocabulary((), "none", "phantom-volumes")
+    return LoadedSource(spec, load_corpus(directory), vocabulary, corpus=key.record(directory))
 
 
 def parse_source(text: str) -> SourceSpec:
@@ -161,27 +183,13 @@ def load_source(spec: SourceSpec | str, settings: Settings) -> LoadedSource:
     return loaded
 
 
-def scheme_of(findings: list[Findings]) -> str:
-    """'coded' when any label is 0 or -1, 'positive-only' when only 1s, 'none' when empty."""
-    values = {value for row in findings for value in row.values() if value is not None}
-    if not values:
-        return "none"
-    return "coded" if values & {0, -1} else "positive-only"
-
-
 # ---------------------------------------------------------------- one loader per kind
 
 
 def _phantom(spec: SourceSpec, settings: Settings) -> LoadedSource:
-    from medheb_app.demo import ensure_chest_corpus
-    from medheb_app.evidence.phantoms import load_corpus
-
-    n = spec.n or settings.demo_size
-    directory, _ = ensure_chest_corpus(settings, n, settings.demo_seed)
-    studies = load_corpus(directory)
-    names = _ordered_names(studies, CHEXPERT_14)
-    rows = [s.findings for s in studies]
-    return LoadedSource(spec, studies, Vocabulary(names, scheme_of(rows), "phantom"))
+    loaded = phantom_source(settings, spec.n or settings.demo_size, settings.demo_seed)
+    loaded.spec = spec
+    return loaded
 
 
 def _nih(spec: SourceSpec, settings: Settings) -> LoadedSource:

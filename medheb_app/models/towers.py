@@ -23,18 +23,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from medheb_app.evidence.study import EvidenceError
+from medheb_app.models.tower_names import IMAGE_ARCH as IMAGE_ARCH  # re-exported names
+from medheb_app.models.tower_names import IMAGE_SIZE as IMAGE_SIZE
+from medheb_app.models.tower_names import TEXT_DIM as TEXT_DIM
+from medheb_app.models.tower_names import TOWERS_LICENSE as TOWERS_LICENSE
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-IMAGE_ARCH = "tf_efficientnet_lite0"
-IMAGE_SIZE = 224
 IMAGE_MEAN = (0.5, 0.5, 0.5)
 IMAGE_STD = (0.5, 0.5, 0.5)
 IMAGE_DIM = 1280
-TEXT_DIM = 384
 TEXT_MAX_TOKENS = 256  # sentence_bert_config.json of all-MiniLM-L6-v2
-TOWERS_LICENSE = "Apache-2.0"
 
 
 def image_weights_path() -> str:

@@ -212,15 +212,21 @@ def prepare_index_logic(
     embedder: Embedder,
     settings: Settings,
     vocabulary: tuple[str, ...] = CXR_RETRIEVE_10,
-) -> bool:
+) -> str | None:
     """Fit (or load) the index's probes and keep them in memory, so the first logic-aware
-    search answers at once. For the demo bootstrap and index jobs, never a web request.
-    False when the index has no labelled training studies (it is ranked by similarity)."""
+    search answers at once. Called by the index builder (index/build.py), never a web request.
+    None when prepared; else the reason in words (no labelled training studies: the index is
+    ranked by similarity)."""
+    if "text" not in embedder.card.modalities:
+        return (
+            f"Model {embedder.card.name} reads no text, so a text query cannot be ranked "
+            "with logic; ranked by similarity."
+        )
     try:
         _index_state(loaded, embedder, settings, vocabulary, fit=True)
-    except IndexLogicError:
-        return False
-    return True
+    except IndexLogicError as error:
+        return str(error)
+    return None
 
 
 def probe_notes(probe: FindingProbe, parsed: ParsedQuery) -> list[str]:

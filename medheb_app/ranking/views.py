@@ -5,14 +5,12 @@ small finding (a 5 mm nodule, a focal pneumonia, a thin pleural line) is a small
 Embedding a 2x2 grid of overlapping crops, each 55% of the side and resized by the model to its
 full input size (about 1.6x zoom), with the same Embedder gives the probe views in which such a
 finding fills more of the picture. The ranker stays model-agnostic: every vector still comes
-from `embedder.encode`. On the phantom test split (dual-lite) the crops lifted the ranker's
-single-finding P@5 from 78 to 90 and negation P@5 from 77.6 to 87.8 (Lung Lesion top-5
-precision 0.6 -> 1.0, Pneumonia 0.2 -> 0.6-0.8); rib fractures stay invisible at this zoom.
-
-A second, closer set of views (a 3x3 grid of 40% crops, about 2.2x zoom) was chosen on the
-val split as the default (`VIEW_SETS`, `DEFAULT_VIEWS`): it raised val negation P@5 from 80.7
-to 81.6 and pair P@5 from 38.2 to 43.1 and lowered HNRR@5 from 0.7 to 0.4, at 2.8x the
-embedding cost of the 2x2 set (bench/logic_ceiling.py).
+from `embedder.encode`. A second, closer set of views (a 3x3 grid of 40% crops, about 2.2x
+zoom) joins it in the default (`VIEW_SETS`, `DEFAULT_VIEWS`), chosen on the val split at
+about 2.8x the embedding cost of the 2x2 set. What each view set does to single, pair and
+negation P@5 and HNRR@5 on the phantom val and test splits is measured by
+bench/logic_ceiling.py and reported in docs/cxr-retrieve.md, "Session 3: closer views";
+the per-finding effect (small lesions gain, rib fractures stay invisible) in the same file.
 
 Crop vectors go through the embedding cache under the study's content key plus the crop's
 geometry, so a gallery is cropped and embedded once per model.

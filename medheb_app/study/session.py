@@ -7,8 +7,10 @@ claims an item and stored on the assignment, the item a rater gets next is drawn
 among the free ones (so gold items fall at unpredictable positions), and the `ItemView`
 handed to the UI carries only an opaque random token, the query and the two top-3 lists,
 never model names, gold ids, the task, the stratum or whether the item is a quality-control
-(gold) item. Model names come only from `reveal`, after a vote, and revealing makes that vote
-final: it can no longer be undone.
+(gold) item. Model names come only from `reveal`, after a vote and only once the item has all
+its `raters_per_item` votes (else a rater, or a second identity of theirs, meeting the same item
+later would know its sides from an earlier reveal), and revealing makes that vote final: it can
+no longer be undone, nor can any other vote on a named item.
 
 Claims: a rater holds at most one open claim per study; an unvoted claim idle for the study's
 `claim_timeout_s` (default 10 minutes) gives its slot back. When no free slot is left, a rater
@@ -87,13 +89,15 @@ class ItemView:
 @dataclass(frozen=True)
 class VoteReceipt:
     """The outcome of a vote. `can_reveal`: the study lets the rater see the model names now
-    (through `reveal`, which makes the vote final)."""
+    (through `reveal`, which makes the vote final); `named_later`: it reveals names, but only
+    once every rater of this item has voted, which has not happened yet."""
 
     vote_id: int
     choice: str
     can_reveal: bool
     done: int
     total: int
+    named_later: bool = False
 
 
 def next_item(
@@ -190,11 +194,7 @@ def record_vote(
         if assignment.vote_id is not None:
             raise StudyError("You already voted on this item; its vote is locked.")
         _lock(session, StudyItem, item.id)
-        in_force = session.scalar(
-            select(func.count())
-            .select_from(Assignment)
-            .where(Assignment.item_id == item.id, Assignment.vote_id.is_not(None))
-        )
+        in_force = _votes_in_force(session, item.id)
         if in_force >= study.raters_per_item:
             _release(session, assignment, "taken")
             lost = True
@@ -220,7 +220,11 @@ def record_vote(
             if in_force + 1 >= study.raters_per_item:
                 _release_others(session, item.id, assignment.id)
             done, total = _progress(session, assignment.study_id, rater_id)
-            receipt = VoteReceipt(vote.id, choice, bool(study.reveal_after_vote), done, total)
+            complete = in_force + 1 >= study.raters_per_item
+            reveals = bool(study.reveal_after_vote)
+            receipt = VoteReceipt(
+                vote.id, choice, reveals and complete, done, total, reveals and not complete
+            )
     if lost:
         raise ItemGoneError(_released_message("taken"))
     return receipt
@@ -237,6 +241,8 @@ def reveal(store: Store, item_token: str, rater_id: int) -> dict[str, str]:
             raise StudyError("This study keeps the systems anonymous, even after a vote.")
         if assignment.vote_id is None:
             raise StudyError("Vote on this item first; the systems are shown only after a vote.")
+        if _votes_in_force(session, assignment.item_id) < study.raters_per_item:
+            raise StudyError(NAMED_WHEN_COMPLETE)
         session.execute(
             update(Assignment)
             .where(Assignment.id == assignment.id, Assignment.vote_id.is_not(None))
@@ -253,6 +259,33 @@ def reveal(store: Store, item_token: str, rater_id: int) -> dict[str, str]:
             models = list(study.models)
             return {"A": cover.get("A", models[0]), "B": cover.get("B", models[-1])}
         return {"A": assignment.model_left, "B": assignment.model_right}
+
+
+NAMED_WHEN_COMPLETE = (
+    "The systems are named once every rater of this item has voted, so that no later rater "
+    "can learn them from an earlier one."
+)
+
+
+def _votes_in_force(session: Session, item_id: int) -> int:
+    return session.scalar(
+        select(func.count())
+        .select_from(Assignment)
+        .where(Assignment.item_id == item_id, Assignment.vote_id.is_not(None))
+    )
+
+
+def _item_revealed(session: Session, item_id: int) -> bool:
+    """Whether any rater was shown the names of this item (undoing a vote would re-open it to
+    a rater who could learn them from that one)."""
+    return (
+        session.scalar(
+            select(func.count())
+            .select_from(Assignment)
+            .where(Assignment.item_id == item_id, Assignment.revealed_at.is_not(None))
+        )
+        > 0
+    )
 
 
 def undo_last_vote(
@@ -280,6 +313,11 @@ def undo_last_vote(
             raise StudyError(
                 "You have seen which systems these were, so this vote is final and cannot be "
                 "undone."
+            )
+        if _item_revealed(session, assignment.item_id):
+            raise StudyError(
+                "The systems of this item were already named to a rater, so its votes are "
+                "final and cannot be undone."
             )
         reopened = session.execute(
             update(Assignment)

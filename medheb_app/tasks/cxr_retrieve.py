@@ -17,6 +17,8 @@ from itertools import combinations, permutations
 from typing import Literal
 
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
+from medheb_app.evidence.phantoms.corpus import load_corpus
+from medheb_app.evidence.phantoms.saved import demo_corpus
 from medheb_app.evidence.study import Study
 from medheb_app.query.parser import ParsedQuery, Setting, is_hard_negative, satisfies
 from medheb_app.settings import Settings
@@ -161,10 +163,7 @@ def _phantom_studies(settings: Settings) -> list[Study]:
     """The demo phantom corpus exactly as the app indexes it: the saved PNGs under
     DATA_DIR/demo (generated and saved first when absent, as `demo build` does), never a
     regenerated in-memory copy, so evaluation and search read the same pixels."""
-    from medheb_app.demo import demo_chest_corpus
-    from medheb_app.evidence.phantoms import load_corpus
-
-    return load_corpus(demo_chest_corpus(settings))
+    return load_corpus(demo_corpus(settings))
 
 
 def _nih_studies(path: str) -> list[Study]:

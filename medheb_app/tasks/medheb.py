@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from medheb_app.evidence.phantoms import saved
 from medheb_app.evidence.study import EmbedItem
 from medheb_app.settings import Settings
 from medheb_app.tasks.base import (
@@ -67,17 +68,10 @@ def label_text(label: str) -> str:
 # ---- phantom chest (ID) ------------------------------------------------------------------
 
 
-def corpus_root(settings: Settings) -> Path:
-    """Where generated benchmark corpora are kept between runs."""
-    return settings.data_dir / "bench-corpora"
-
-
 def _chest(settings: Settings, part: Part) -> tuple[list, str]:
-    corpus = phantom.chest_corpus(CHEST_N, CHEST_SEED, corpus_root(settings))
-    studies = phantom.in_part(corpus, part)
-    rev = revision(
-        "phantom-cxr", CHEST_N, CHEST_SEED, phantom.generator_version(), [s.id for s in studies]
-    )
+    key = saved.CorpusKey("cxr", CHEST_N, CHEST_SEED)
+    studies = phantom.in_part(saved.saved_studies(saved.corpora_root(settings), key), part)
+    rev = revision("phantom-cxr", CHEST_N, CHEST_SEED, key.generator, [s.id for s in studies])
     return studies, rev
 
 
@@ -226,14 +220,10 @@ def phantom_cxr_graded_laterality(settings: Settings, part: Part = "test") -> Ta
 
 
 def _volumes(settings: Settings, part: Part) -> tuple[list, str]:
-    corpus = phantom.volume_corpus(VOLUME_SUBJECTS, VOLUME_SEED, corpus_root(settings))
-    studies = phantom.in_part(corpus, part)
+    key = saved.CorpusKey("volumes", VOLUME_SUBJECTS, VOLUME_SEED)
+    studies = phantom.in_part(saved.saved_studies(saved.corpora_root(settings), key), part)
     rev = revision(
-        "phantom-vol",
-        VOLUME_SUBJECTS,
-        VOLUME_SEED,
-        phantom.generator_version(),
-        [s.id for s in studies],
+        "phantom-vol", VOLUME_SUBJECTS, VOLUME_SEED, key.generator, [s.id for s in studies]
     )
     return studies, rev
 

@@ -45,7 +45,12 @@ def _run_report(config, out, settings, progress, stop):
     from medheb_app.train.report import train_report
 
     return train_report(
-        config, out, progress=progress, stop=stop, cache_dir=settings.cache_dir / "tower-features"
+        config,
+        out,
+        progress=progress,
+        stop=stop,
+        cache_dir=settings.cache_dir / "tower-features",
+        settings=settings,
     )
 
 

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from medheb_app.evidence.phantoms.corpus import load_corpus
+from medheb_app.evidence.phantoms.saved import CorpusKey, corpora_root, ensure_saved
 from medheb_app.evidence.study import Study
+from medheb_app.settings import Settings
 from medheb_app.train.contrastive import (
     Pairs,
     Progress,
@@ -66,18 +69,21 @@ def train_report(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     cache_dir: Path | None = None,
+    settings: Settings | None = None,
 ) -> TrainResult:
     """Train dual-lite by report matching and save the checkpoint folder `out`.
 
-    `studies` defaults to the phantom corpus generate_chest_corpus(config.n, config.corpus_seed).
+    `studies` defaults to the saved phantom chest corpus (config.n studies, config.corpus_seed;
+    evidence.phantoms.saved) under `settings`' data folder, which also gives the job's device.
     `cache_dir` keeps frozen-tower features between runs (see train_contrastive).
     """
     source = "given"
     if studies is None:
-        from medheb_app.evidence.phantoms import generate_chest_corpus
-
+        if settings is None:
+            raise ValueError("train_report needs settings to find the saved phantom corpus.")
         report_stage(progress, f"drawing {config.n} phantom studies")
-        studies = generate_chest_corpus(config.n, seed=config.corpus_seed)
+        key = CorpusKey("cxr", config.n, config.corpus_seed)
+        studies = load_corpus(ensure_saved(corpora_root(settings), key)[0])
         source = "phantom"
     check_stop(stop, "drawing the corpus")
     report_stage(progress, f"reading the pixels of {len(studies)} studies")
@@ -105,4 +111,5 @@ def train_report(
         progress=progress,
         stop=stop,
         cache_dir=cache_dir,
+        settings=settings,
     )

@@ -17,7 +17,13 @@ import gradio as gr
 import pandas as pd
 
 from medheb_app.access.auth import Authenticator
-from medheb_app.run_service import SKIPPED_COLUMNS, bench_estimate, job_skipped, shared_data_line
+from medheb_app.run_service import (
+    SKIPPED_COLUMNS,
+    bench_estimate,
+    finished_run_choices,
+    job_skipped,
+    shared_data_line,
+)
 from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services
 from medheb_app.tasks.base import FAMILIES
 from medheb_app.train.recipes import RECIPES
@@ -158,14 +164,12 @@ def medheb_task_names() -> list[str]:
 
 def admin_choices(services: Services):
     """Fresh picker contents after sign-in: models (the shipped ones chosen), suites, runs."""
-    from medheb_app.demo import default_demo_models
-    from medheb_app.search import build_default_model
     from medheb_app.services import BENCH_SUITES
-    from medheb_app.ui.explorer_tab import run_choices
+    from medheb_app.serving import build_default_model, default_demo_models
 
     models = [str(entry["spec"]) for entry in services.list_models()]
     shipped = [m for m in default_demo_models(services.settings) if m in models]
-    runs = run_choices(services)
+    runs = finished_run_choices(services)
     return (
         gr.update(choices=models, value=shipped),
         gr.update(choices=list(BENCH_SUITES), value=BENCH_SUITES[0]),

@@ -10,6 +10,7 @@ gets nothing without it).
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 import gradio as gr
@@ -353,6 +354,8 @@ def strengths_table(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 EXPORT_PATH = "/study-export"
+# ASCII digits in the store's integer range (str.isdigit also takes '٢' and then int() fails)
+STUDY_ID = re.compile(r"[0-9]{1,9}")
 EXPORTS = {
     "votes": "the votes, one row per vote",
     "mrmc": "the MRMC input (reader, case, modality, score) for iMRMC, RJafroc, MRMCaov",
@@ -396,7 +399,7 @@ def add_export_routes(app: Any, services: Services, auth: Any) -> None:
         if auth is None or not auth.is_admin(request):
             return Response(ADMIN_ONLY, status_code=403, media_type="text/plain", headers=headers)
         kind = name.removesuffix(".csv")
-        if not study_id.isdigit() or kind not in EXPORTS or not name.endswith(".csv"):
+        if not STUDY_ID.fullmatch(study_id) or kind not in EXPORTS or not name.endswith(".csv"):
             return Response("No such export.", status_code=404, headers=headers)
         from medheb_app.study import StudyError
 

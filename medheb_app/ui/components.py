@@ -192,17 +192,3 @@ def progress_html(fraction: float, message: str) -> str:
         f'aria-valuemin="0" aria-valuemax="100"><div style="width:{percent}%"></div></div>'
         f"<div>{percent}% · {html.escape(message)}</div>"
     )
-
-
-def hit_caption(
-    rank: int, score: float, broken: Sequence[str], satisfies: bool | None, label: str = ""
-) -> str:
-    """Gallery caption: rank, score (after `label`, e.g. "p "), and a cross with the reason when
-    the hit breaks the query."""
-    head = f"#{rank} · {label}{score:.3f}"
-    if satisfies is False or broken:
-        reason = "; ".join(broken) if broken else "breaks the query"
-        return f"✗ VIOLATES ({reason}) · {head}"
-    if satisfies is True:
-        return f"✓ matches · {head}"
-    return head

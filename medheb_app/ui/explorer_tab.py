@@ -19,7 +19,6 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from medheb_app.eval import drilldown, figures, reports
-from medheb_app.eval.colours import recorded_colours
 
 # re-exported: the explorer's tables are eval's functions
 from medheb_app.eval.leaderboard import (  # noqa: F401
@@ -35,6 +34,7 @@ from medheb_app.eval.results import Summary
 from medheb_app.run_service import (
     SKIPPED_COLUMNS,
     finished_run_choices,
+    recorded_colours,
     run_shared_data_line,
     run_skipped,
     run_summary,

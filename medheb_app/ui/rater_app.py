@@ -404,6 +404,8 @@ def cast_vote(
             f"A was {names['A']}",
             f"B was {names['B']}",
         )
+    if receipt.named_later:
+        text += " The systems are named once every rater of this item has voted."
     return True, ui.notice_html("info", text), "", ""
 
 

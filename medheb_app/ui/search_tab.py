@@ -1,42 +1,59 @@
 """Search tab: a compositional text query or an uploaded study against a prebuilt index.
 
-Shows how the query was parsed (wanted / excluded findings, words not understood), the top-k
-hits with their rank, score and whether each meets the query (a red mark on every hard
-negative, CXR-Retrieve section 3.2), and on request the similarity ranking beside the default
-logic-aware one. Callbacks are plain functions of `Services` so tests call them without a
-browser; the layout only wires them.
+Renders one answer of the search service (medheb_app.search): how the query was parsed
+(wanted / excluded findings, words not understood), the top-k hits with their rank, score
+(p and log-odds come typed from the service) and whether each meets the query (a red mark on
+every hard negative, CXR-Retrieve section 3.2), and on request the similarity ranking beside
+the default logic-aware one. Callbacks are plain functions of `Services` so tests call them
+without a browser; the layout only wires them.
 
-Every handler here is reachable by any anonymous session through the queue, so each one
-re-checks what it is given on the server: only built (model, index) pairs are searched
-(medheb_app.search.offered), searches and uploads are rate-limited per client, uploads are
-read into memory and their temporary file is deleted at once, and no message ever shows a file
-name, a path or an exception class.
+Every handler here is reachable by any anonymous session through the queue: the service
+checks every request (only offered (model, index) pairs, k, ranking, query length), searches
+are rate-limited per client here, uploads go through ui/search_upload.py, and no message ever
+shows a file name, a path or an exception class.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
-import re
-import threading
-import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 import numpy as np
 
-from medheb_app.access.limits import RateLimiter, client_key
-from medheb_app.evidence.study import EvidenceError, Study
-from medheb_app.query.parser import MAX_QUERY_CHARS, QueryTooLong
+from medheb_app import search as service
+from medheb_app.access.limits import client_key
+from medheb_app.api import audit
+from medheb_app.evidence.readers import read_any
+from medheb_app.evidence.study import EvidenceError
+from medheb_app.query.parser import MAX_QUERY_CHARS
+from medheb_app.search import MAX_PUBLIC_K, Score, SearchError, SearchResponse
 from medheb_app.services import Services
+from medheb_app.serving import default_model, offered
 from medheb_app.ui import components as ui
 from medheb_app.ui.query_reading import reading_html
+from medheb_app.ui.search_upload import (
+    GENERIC_FAILURE,
+    SEARCH_CONCURRENCY,
+    UPLOAD_CONCURRENCY,
+    UPLOAD_TTL_S,
+    UPLOAD_TYPES,
+    VOLUME_CHOICES,
+    TabLimits,
+    Upload,
+    _slider_label,
+    on_slice,
+    on_upload,
+    on_volume_mode,
+    query_study,
+    user_message,
+)
 
 log = logging.getLogger(__name__)
-MAX_K = 50
+MAX_K = MAX_PUBLIC_K  # the Top k slider's end: what the service grants a page
 EXAMPLES = (  # the README's queries, plus one without negation
     "pleural effusion and no cardiomegaly",
     "atelectasis and no pneumonia",
@@ -58,50 +75,6 @@ RANKING_CHOICES = [
     ("Best for this index (logic-aware where it has probes)", "auto"),
     ("Similarity (cosine to the query)", "similarity"),
 ]
-VOLUME_CHOICES = [("the whole volume", "volume"), ("this slice only", "slice")]
-UPLOAD_TYPES = [".png", ".jpg", ".jpeg", ".dcm", ".dicom", ".zip", ".nii", ".gz", ".npy"]
-# Suffixes a reader needs to see; everything else of the uploaded name is dropped.
-_KEPT_SUFFIXES = (".nii.gz", ".nii", ".zip", ".dcm", ".dicom", ".png", ".jpg", ".jpeg", ".npy")
-BUSY = "The server is busy with other requests; try again in a minute."
-GENERIC_FAILURE = (
-    "The search could not be completed on the server; try again, or pick another model or index."
-)
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@+-]+){2,}[\\/]?")
-_CLASS = re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception|Warning)\b:?\s*")
-
-
-@dataclass
-class TabLimits:
-    """Per-client limits and the upload slots (each slot decodes one upload in memory)."""
-
-    searches: RateLimiter = field(default_factory=lambda: RateLimiter(30, 60.0, lockout_s=60.0))
-    uploads: RateLimiter = field(default_factory=lambda: RateLimiter(6, 600.0, lockout_s=600.0))
-    upload_slots: threading.BoundedSemaphore = field(
-        default_factory=lambda: threading.BoundedSemaphore(UPLOAD_SLOTS)
-    )
-
-
-# Concurrency: Gradio runs at most this many of each event at once; an upload beyond the free
-# decode slots is told the server is busy instead of queueing behind 480 MB zips.
-SEARCH_CONCURRENCY = 2
-UPLOAD_CONCURRENCY = 4
-UPLOAD_SLOTS = 4
-UPLOAD_TTL_S = 1200
-
-
-@dataclass
-class Upload:
-    """An uploaded study held in memory for the session (its temporary file is gone)."""
-
-    study: Study
-    pixels: np.ndarray
-    form: str
-    modality: str
-    synthetic: bool = False
-
-    @property
-    def path(self) -> None:  # kept for callers of the old Upload: there is no file any more
-        return None
 
 
 @dataclass
@@ -115,14 +88,6 @@ class SearchOutcome:
     compare_gallery: list[tuple[np.ndarray, str]] = field(default_factory=list)
 
 
-def user_message(error: Exception | str) -> str:
-    """One line a user can act on: never a traceback, an exception class name or a path."""
-    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
-    text = _PATH.sub("(a server file)", text)
-    text = _CLASS.sub("", text).strip()
-    return text or GENERIC_FAILURE
-
-
 def error_outcome(text: str, kind: str = "error") -> SearchOutcome:
     return SearchOutcome(notice=ui.notice_html(kind, user_message(text)))
 
@@ -131,8 +96,6 @@ def error_outcome(text: str, kind: str = "error") -> SearchOutcome:
 
 
 def _offer(services: Services) -> dict[str, list[str]]:
-    from medheb_app.search import offered
-
     return offered(services.settings)
 
 
@@ -143,8 +106,6 @@ def index_choices(services: Services) -> list[str]:
 
 def model_choices(services: Services, index: str | None = None) -> list[str]:
     """Listed models with `index` built, strongest first (read fresh: new builds appear)."""
-    from medheb_app.search import default_model
-
     index = index or services.settings.default_index
     return _offer(services).get(index, []) or [default_model(services.settings, index)]
 
@@ -158,8 +119,6 @@ def _pick(current: str | None, choices: list[str], default: str) -> str:
 def refresh_pickers(services: Services, model: str | None = None, index: str | None = None):
     """Dropdown updates with the offered indices and the models built for the chosen one,
     keeping the user's choice when it is still offered, else the strongest model."""
-    from medheb_app.search import default_model
-
     indices = index_choices(services)
     chosen_index = _pick(index, indices, services.settings.default_index)
     models = model_choices(services, chosen_index)
@@ -170,181 +129,18 @@ def refresh_pickers(services: Services, model: str | None = None, index: str | N
     )
 
 
-# ---------------------------------------------------------------- upload
-
-
-def _private_name(original: Path) -> Path:
-    """The upload renamed in place to 'upload' plus the suffix its reader needs, so no message
-    can carry the visitor's file name and no other session can guess the path."""
-    lower = original.name.lower()
-    suffix = next((s for s in _KEPT_SUFFIXES if lower.endswith(s)), "")
-    return original.with_name(f"upload-{uuid.uuid4().hex}{suffix}")
-
-
-def _discard(path: Path) -> None:
-    """Delete an upload's temporary file and its folder when Gradio made one just for it."""
-    with contextlib.suppress(OSError):
-        path.unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        path.parent.rmdir()  # only succeeds when empty: Gradio's per-upload hash folder
-
-
-def _in_upload_folder(path: Path) -> bool:
-    """Whether Gradio made this file for an upload (its cache folder): only those are consumed."""
-    from gradio.utils import get_upload_folder
-
-    try:
-        return path.resolve().is_relative_to(Path(get_upload_folder()).resolve())
-    except (OSError, ValueError):
-        return False
-
-
-def _drop_refused(path: Path) -> None:
-    """A refused upload's temporary file is deleted too (never a file outside Gradio's folder)."""
-    if _in_upload_folder(path) and path.is_file():
-        _discard(path)
-
-
-def _read_upload(services: Services, file_path: str) -> Study:
-    """The upload as an in-memory Study. A file in Gradio's upload folder is first renamed to a
-    random private name (no message can carry the visitor's file name, no other session can
-    reuse its path) and deleted right after reading, whatever happens."""
-    from medheb_app.evidence.readers import study_from_file
-
-    original = Path(file_path)
-    if original.is_dir():
-        raise EvidenceError("Upload one file (a zip for a DICOM series).")
-    target = original
-    if _in_upload_folder(original):
-        target = _private_name(original)
-        try:
-            original.rename(target)
-        except OSError:
-            raise EvidenceError("The upload could not be read; upload it again.") from None
-    try:
-        study = study_from_file(target, max_bytes=services.settings.max_upload_bytes)
-        study.load_pixels()
-    finally:
-        if target != original:
-            _discard(target)
-    return replace(study, path=None)
-
-
-def load_upload(
-    services: Services,
-    file_path: str | None,
-    client: str = "local",
-    limits: TabLimits | None = None,
-) -> tuple[Upload | None, str]:
-    """Read an uploaded file into memory (its temporary file is deleted), or return a message
-    saying why it cannot be read. Never echoes the file's name. `limits` are the page's
-    per-client limits (None: a direct call, rate-limited by nothing but the decode slots)."""
-    if not file_path:
-        return None, ""
-    decision = limits.uploads.hit(client) if limits is not None else None
-    limits = limits or _DIRECT_CALLS
-    if decision is not None and not decision.allowed:
-        _drop_refused(Path(file_path))
-        return None, ui.notice_html("error", decision.message("uploads"))
-    if not limits.upload_slots.acquire(blocking=False):
-        _drop_refused(Path(file_path))
-        return None, ui.notice_html("warning", BUSY)
-    try:
-        study = _read_upload(services, file_path)
-    except EvidenceError as error:
-        return None, ui.notice_html("error", user_message(error))
-    except Exception:  # a reader bug must not show a traceback to a clinician
-        log.exception("an upload could not be read")
-        return None, ui.notice_html(
-            "error", "This file could not be read; check it is an image, DICOM, zip or NIfTI."
-        )
-    finally:
-        limits.upload_slots.release()
-    pixels = study.pixels
-    if pixels is None:
-        return None, ui.notice_html("error", "This file holds no image or volume to search with.")
-    upload = Upload(study, pixels, study.form, study.modality, bool(study.synthetic))
-    if study.form == "3d":
-        what = f"{study.modality} volume, {pixels.shape[0]} slices"
-        total = study.meta.get("NumberOfSlices")
-        if study.meta.get("SlicesKept") and total:
-            what += f" (sampled evenly from {total} to fit memory)"
-    else:
-        what = f"{study.modality} image, {pixels.shape[1]}x{pixels.shape[0]}"
-    return upload, ui.notice_html("info", f"Loaded the upload: {what}.")
-
-
-def _slider_label(mode: str | None) -> str:
-    if mode == "slice":
-        return "Slice shown: the search uses this slice only"
-    return "Slice shown: the search uses the whole volume"
-
-
-def on_upload(
-    services: Services,
-    file_path: str | None,
-    client: str = "local",
-    limits: TabLimits | None = None,
-):
-    """Upload -> (state, preview, slice slider, volume mode radio, message)."""
-    upload, message = load_upload(services, file_path, client, limits)
-    if upload is None:
-        hidden = gr.update(visible=False)
-        return None, gr.update(value=None, visible=False), hidden, hidden, message
-    preview = ui.render_image(upload.pixels, upload.synthetic)
-    if upload.form == "3d":
-        depth = int(upload.pixels.shape[0])
-        slider = gr.update(
-            visible=True,
-            minimum=0,
-            maximum=depth - 1,
-            value=depth // 2,
-            step=1,
-            label=_slider_label("volume"),
-        )
-        mode = gr.update(visible=True, value="volume")
-    else:
-        slider = gr.update(visible=False, value=0)
-        mode = gr.update(visible=False, value="volume")
-    return upload, gr.update(value=preview, visible=True), slider, mode, message
-
-
-def on_slice(upload: Upload | None, index: float | None):
-    if upload is None or upload.form != "3d":
-        return gr.update()
-    return ui.render_image(upload.pixels, upload.synthetic, int(index or 0))
-
-
-def on_volume_mode(mode: str | None):
-    return gr.update(label=_slider_label(mode))
-
-
-def query_study(upload: Upload, mode: str | None, slice_index: float | None) -> Study:
-    """What the search embeds: the whole upload, or for a volume in 'slice' mode the slice
-    shown, as a 2D study of the same modality."""
-    if upload.form != "3d" or mode != "slice":
-        return upload.study
-    depth = int(upload.pixels.shape[0])
-    position = int(min(max(int(slice_index or 0), 0), depth - 1))
-    return replace(
-        upload.study,
-        id=f"{upload.study.id}-slice{position}",
-        form="2d",
-        pixels=np.ascontiguousarray(upload.pixels[position]),
-    )
-
-
 # ---------------------------------------------------------------- search
 
 
 def _bootstrap_notice(services: Services, index: str) -> str:
-    """A message when the demo index is still being prepared (or failed), else ''."""
+    """For a search refused because `index` is not offered: a message when that is because
+    the demo index is still being prepared (or failed), else ''."""
     if index != services.settings.default_index:
         return ""
     state = services.bootstrap.state()
     if state.error:
         return "The demo could not be prepared on this server; the other tabs still work."
-    if not state.done and index not in _offer(services):
+    if not state.done:
         percent = round(100 * state.fraction)
         return (
             f"The demo index is still being prepared ({percent}%: {state.message}). "
@@ -353,91 +149,68 @@ def _bootstrap_notice(services: Services, index: str) -> str:
     return ""
 
 
-def hit_record(result: dict[str, Any], meta: dict[str, Any]) -> dict:
-    """A hit joined with its index metadata (report text, boxes) for the detail view."""
-    record = dict(result)
-    for key in ("path", "text", "synthetic", "boxes", "form", "modality", "split"):
-        if record.get(key) is None:
-            record[key] = meta.get(key)
-    return record
-
-
-def _thumbnail(record: dict[str, Any]) -> np.ndarray:
-    """The hit's image with its SYNTHETIC label, or a grey tile with the report's first words."""
-    from medheb_app.evidence.readers import read_any
-
-    path = record.get("path")
-    if path and Path(path).is_file():
+def thumbnail(path: str | None, synthetic: bool) -> np.ndarray:
+    """A hit's image with its SYNTHETIC label (rendered once per file version: a repeated
+    search shows the same hits), or a grey tile saying there is no image."""
+    if path:
         try:
-            return ui.render_image(read_any(Path(path)).pixels, bool(record.get("synthetic")))
-        except Exception:
+            return _rendered(path, Path(path).stat().st_mtime_ns, synthetic)
+        except OSError:
+            pass  # the file is gone: the tile below says so
+        except EvidenceError:
             log.exception("a hit's thumbnail is unreadable")
     tile = np.full((160, 160, 3), 200, dtype=np.uint8)
-    return (
-        ui.label_synthetic(tile, "NO IMAGE")
-        if not record.get("synthetic")
-        else (ui.label_synthetic(tile))
-    )
+    return ui.label_synthetic(tile) if synthetic else ui.label_synthetic(tile, "NO IMAGE")
 
 
-def score_text(score: float, logic: bool) -> str:
+@lru_cache(maxsize=512)
+def _rendered(path: str, _mtime_ns: int, synthetic: bool) -> np.ndarray:
+    image = ui.render_image(read_any(Path(path)).pixels, synthetic)
+    image.setflags(write=False)  # shared between sessions: nobody draws on it
+    return image
+
+
+def score_text(score: Score) -> str:
     """A short score that separates hits: for logic-aware ranking p with enough digits to
     differ (0.973, 0.9991), and past p 0.9999 its log-odds (+9.8), where p's digits run out;
     for similarity the cosine."""
-    if not logic:
-        return f"cos {score:.3f}"
-    p = math.exp(min(score, 0.0))
-    if p < 0.99:
-        return f"p {p:.3f}"
-    if p < 0.9999:
-        return f"p {p:.4f}"
-    return f"log-odds {log_odds(score):+.1f}"
+    if score.p is None or score.log_odds is None:
+        return f"cos {score.value:.3f}"
+    if score.p < 0.99:
+        return f"p {score.p:.3f}"
+    if score.p < 0.9999:
+        return f"p {score.p:.4f}"
+    return f"log-odds {score.log_odds:+.1f}"
 
 
-def log_odds(score: float) -> float:
-    """log(p / (1 - p)) of a logic-aware score log p, computed without losing p near 1."""
-    score = min(score, -1e-12)
-    return score - math.log(-math.expm1(score))
-
-
-def caption(rank: int, score: float, logic: bool, satisfies: bool | None, broken: list) -> str:
+def caption(rank: int, score: Score, satisfies: bool | None, broken: list) -> str:
     """Gallery caption in the order a cut-off caption keeps: rank, whether the hit meets the
     query, score, then what it breaks."""
     parts = [f"#{rank}"]
     if satisfies is False or broken:
-        parts += ["✗ violates", score_text(score, logic)]
+        parts += ["✗ violates", score_text(score)]
         parts.append("; ".join(broken) if broken else "breaks the query")
     elif satisfies is True:
-        parts += ["✓ meets", score_text(score, logic)]
+        parts += ["✓ meets", score_text(score)]
     else:
-        parts.append(score_text(score, logic))
+        parts.append(score_text(score))
     return " · ".join(parts)
 
 
-def _ranked(services: Services, payload: dict[str, Any]) -> tuple[list[dict], list[tuple]]:
-    """(hit records, gallery items) of one search response."""
-    from medheb_app.index.catalog import load_index
+def _score(record: dict[str, Any]) -> Score:
+    return Score("log_p" if record.get("score_kind") == "log_p" else "cosine", record["score"])
 
-    logic = payload.get("ranking") == "logic"
-    constraints = payload.get("constraints") or {}
-    positive = list(constraints.get("positive") or [])
-    negative = list(constraints.get("negative") or [])
-    items: dict[str, Any] = {}
-    try:
-        loaded = load_index(payload["index"], payload["model_fingerprint"], services.settings)
-        items = loaded.items
-    except Exception:  # the hits still show with what the search returned
-        log.exception("metadata of index %s unavailable", payload.get("index"))
+
+def _ranked(answer: SearchResponse) -> tuple[list[dict], list[tuple]]:
+    """(hit records for the detail view, gallery items) of one search answer."""
     hits, gallery = [], []
-    for rank, result in enumerate(payload.get("results") or [], start=1):
-        record = hit_record(result, items.get(str(result["id"]), {}))
-        broken = ui.violation_words(record.get("violations") or {})
-        record.update(rank=rank, broken=broken, positive=positive, negative=negative)
-        if logic:
-            record["p_query"] = math.exp(min(float(record["score"]), 0.0))
-        text = caption(rank, float(record["score"]), logic, record.get("satisfies"), broken)
+    for hit in answer.results:
+        record = asdict(hit)
+        broken = ui.violation_words(hit.violations)
+        record.update(broken=broken, positive=answer.positive, negative=answer.negative)
+        text = caption(hit.rank, hit.typed_score, hit.satisfies, broken)
         hits.append(record)
-        gallery.append((_thumbnail(record), text))
+        gallery.append((thumbnail(hit.path, hit.synthetic), text))
     return hits, gallery
 
 
@@ -455,85 +228,67 @@ def run_search(
     client: str = "local",
     limits: TabLimits | None = None,
 ) -> SearchOutcome:
-    """Call the search service as an anonymous request and shape its answer for the page.
+    """Ask the search service as an anonymous request and render its answer.
 
-    Only offered (model, index) pairs are searched; errors become messages. With `compare`,
-    the similarity ranking of the same query is shown beside the default one."""
-    from medheb_app.api import audit
-    from medheb_app.search import SearchError, default_model, search
-
+    The service checks everything (the offered pairs, k, the ranking, the query's length);
+    its refusals become messages. With `compare`, the similarity ranking of the same query is
+    shown beside the default one."""
     query = (query or "").strip()
     index = index or services.settings.default_index
-    model = model or default_model(services.settings, index)
-    try:
-        k = int(min(max(int(k or 10), 1), MAX_K))
-    except (TypeError, ValueError):
-        return error_outcome("Top k must be a whole number.")
-    if ranking not in ("auto", "logic", "similarity"):
-        return error_outcome("Pick a ranking from the list.")
-    if not query and upload is None:
-        return error_outcome("Type a query or upload a study.")
-    if len(query) > MAX_QUERY_CHARS:  # answered at once, before any model or index work
-        message = str(QueryTooLong(len(query)))
-        return SearchOutcome(
-            parsed_html=ui.constraints_html([], [], error=message),
-            notice=ui.notice_html("error", message),
-        )
     if upload is not None and not isinstance(upload, Upload):
         return error_outcome("Upload the study again.")
     if limits is not None:  # the page's handlers always pass theirs
         decision = limits.searches.hit(client)
         if not decision.allowed:
             return error_outcome(decision.message("searches"))
-    waiting = _bootstrap_notice(services, index)
-    if waiting:
-        return error_outcome(waiting, "warning")
-    study = query_study(upload, volume_mode, slice_index) if upload is not None else None
+    study = query_study(upload, volume_mode, slice_index) if upload and not query else None
 
-    def _one(order: str):
-        return search(
-            query_text=query or None,
-            study=study if not query else None,
-            model_spec=model,
-            index=index,
-            k=k,
-            settings=services.settings,
-            ranking=order,
-            public=True,
-        ).to_json()
+    def _one(order: str | None) -> SearchResponse:
+        return service.search(  # through the module: one seam for tests
+            query_text=query or None, study=study, model_spec=model or None, index=index,
+            k=10 if k is None else k, settings=services.settings, ranking=order, public=True,
+        )  # fmt: skip
 
     try:
-        payload = _one(ranking)
-        audit.ui_search(services, client, payload)  # real (non-synthetic) indices only
-        other = _one("similarity") if compare and payload["ranking"] != "similarity" else None
-    except (EvidenceError, SearchError) as error:
+        answer = _one(ranking)
+        audit.ui_search(services, client, answer.to_json())  # real (non-synthetic) indices only
+        other = _one("similarity") if compare and answer.ranking != "similarity" else None
+    except SearchError as error:
+        waiting = _bootstrap_notice(services, index) if error.field == "index" else ""
+        if waiting:  # not offered yet: the demo is still being prepared (or failed)
+            return error_outcome(waiting, "warning")
+        if error.field == "query":  # shown where the query is read back, too
+            message = user_message(error)
+            return SearchOutcome(
+                parsed_html=ui.constraints_html([], [], error=message),
+                notice=ui.notice_html("error", message),
+            )
+        return error_outcome(str(error))
+    except EvidenceError as error:
         return error_outcome(str(error))
     except Exception:
         log.exception("search failed")
         return error_outcome(GENERIC_FAILURE)
-    constraints = payload.get("constraints") or {}
-    positive = list(constraints.get("positive") or [])
-    negative = list(constraints.get("negative") or [])
-    unknown = list(payload.get("unknown_terms") or [])
+    return _outcome(answer, other, compare)
+
+
+def _outcome(answer: SearchResponse, other: SearchResponse | None, compare: bool) -> SearchOutcome:
     outcome = SearchOutcome(
         parsed_html=ui.constraints_html(
-            positive,
-            negative,
-            unknown,
-            payload.get("corrections") or {},
-            payload.get("suggestions") or {},
-            uncertain=list(constraints.get("uncertain") or []),
+            answer.positive, answer.negative, answer.unknown_terms, answer.corrections,
+            answer.suggestions, uncertain=answer.uncertain,
         )
-        if query
+        if answer.query_kind == "text"
         else "",
-        notice=ui.notices_html(warnings=[user_message(w) for w in payload.get("warnings") or []]),
-    )
-    outcome.parsed_html += reading_html(query, payload) if query else ""  # issue 20 item 5
-    if payload.get("ranking") == "logic":
+        notice=ui.notices_html(warnings=[user_message(w) for w in answer.warnings]),
+    )  # fmt: skip
+    if answer.query_kind == "text":  # issue 20 item 5
+        outcome.parsed_html += reading_html(answer.query, answer.to_json())
+    if answer.ranking == "logic":
         outcome.notice += ui.notice_html("info", LOGIC_NOTE)
-    outcome.hits, outcome.gallery = _ranked(services, payload)
+    outcome.hits, outcome.gallery = _ranked(answer)
     if other is not None:
-        _, outcome.compare_gallery = _ranked(services, other)
+        _, outcome.compare_gallery = _ranked(other)
     elif compare:
         outcome.notice += ui.notice_html(
             "info", "This search is already ranked by similarity; nothing to compare with."
@@ -551,22 +306,25 @@ def hit_detail(hits: list[dict[str, Any]] | None, position: int | None):
         return None, ""
     hit = hits[position]
     try:
-        image = _thumbnail(hit)
+        image = thumbnail(hit.get("path"), bool(hit.get("synthetic")))
+        logic = hit.get("score_kind") == "log_p"
         verdict = (
             ui.notice_html("error", "Breaks the query: " + "; ".join(hit["broken"]))
             if hit.get("broken") or hit.get("satisfies") is False
             else ""
         )
-        if "p_query" in hit and hit.get("split") == "train":
+        if logic and hit.get("split") == "train":
             verdict += ui.notice_html("info", IN_SAMPLE_NOTE)
         report = hit.get("text") or "No report text stored for this study."
         chips = ui.finding_chips_html(
             hit.get("findings") or {}, hit.get("positive") or [], hit.get("negative") or []
         )
-        score = score_text(float(hit["score"]), "p_query" in hit)
-        if "p_query" in hit:
-            odds = log_odds(float(hit["score"]))
-            score = f"p(meets the query) {hit['p_query']:.4f} · log-odds {odds:+.2f}"
+        score = score_text(_score(hit))
+        if logic:
+            score = (
+                f"p(meets the query) {float(hit['p_query']):.4f} · "
+                f"log-odds {float(hit['log_odds']):+.2f}"
+            )
         body = (
             f"<h3>#{hit['rank']} · {ui.html.escape(str(hit['id']))} · {score}</h3>"
             f"<div>Source: {ui.html.escape(str(hit.get('source') or 'unknown'))}"
@@ -591,10 +349,6 @@ def bootstrap_status(services: Services, model: str | None = None, index: str | 
         else ""
     )
     return note, gr.Timer(active=False), *refresh_pickers(services, model, index)
-
-
-# Direct calls (tests, scripts) share the decode slots but have no per-client rate limits.
-_DIRECT_CALLS = TabLimits()
 
 
 # ---------------------------------------------------------------- layout

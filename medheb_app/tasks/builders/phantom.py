@@ -8,12 +8,7 @@ arguments plus the ids and relevance it produced.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 from collections.abc import Callable, Sequence
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
@@ -28,59 +23,6 @@ SEVERITY_LEVELS = ("mild", "moderate", "severe")
 MIN_CROP_PX = 8
 NO_FINDING = "No Finding"
 IGNORED_FOR_LABEL = ("Support Devices",)
-
-
-@lru_cache(maxsize=1)
-def generator_version() -> str:
-    """Hash of the phantom generator's source: a changed generator means a new corpus.
-
-    Read once per process, so every task of one run agrees on it.
-    """
-    import medheb_app.evidence.phantoms as package
-
-    digest = hashlib.sha256()
-    for path in sorted(Path(package.__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:10]
-
-
-def cached_corpus(name: str, generate: Callable[[], list[Study]], root: Path) -> list[Study]:
-    """The corpus saved under root/name, generated and saved first if absent.
-
-    Tasks always read the saved copy (8-bit images, float16 volumes), so a cold run and a
-    warm run embed exactly the same pixels, and a warm run does not regenerate anything.
-    """
-    from medheb_app.evidence.phantoms import load_corpus, save_corpus
-
-    directory = root / name
-    if not (directory / "manifest.jsonl").is_file():
-        partial = root / f".{name}.partial-{os.getpid()}"
-        shutil.rmtree(partial, ignore_errors=True)
-        save_corpus(generate(), partial)
-        try:
-            partial.rename(directory)  # atomic: a reader never sees a half-written corpus
-        except OSError:
-            shutil.rmtree(partial, ignore_errors=True)  # another process got there first
-    return load_corpus(directory)
-
-
-@lru_cache(maxsize=4)
-def chest_corpus(n: int, seed: int, root: Path) -> tuple[Study, ...]:
-    """The benchmark's chest corpus (memoised: the suite's tasks share one copy)."""
-    from medheb_app.evidence.phantoms import generate_chest_corpus
-
-    name = f"chest-n{n}-s{seed}-{generator_version()}"
-    return tuple(cached_corpus(name, lambda: generate_chest_corpus(n=n, seed=seed), root))
-
-
-@lru_cache(maxsize=4)
-def volume_corpus(n_subjects: int, seed: int, root: Path) -> tuple[Study, ...]:
-    from medheb_app.evidence.phantoms import generate_volume_corpus
-
-    name = f"volumes-n{n_subjects}-s{seed}-{generator_version()}"
-    return tuple(
-        cached_corpus(name, lambda: generate_volume_corpus(n_subjects=n_subjects, seed=seed), root)
-    )
 
 
 def in_part(studies: Sequence[Study], part: Part) -> list[Study]:

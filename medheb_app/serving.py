@@ -1,0 +1,145 @@
+"""The serving policy: which (index, model) pairs the app offers, and the defaults.
+
+The one home of "what may be searched and with what": `offered` (built pairs of listed
+models), `default_model` (a search's model when none is named), `build_default_model` (an
+index build's) and `default_demo_models` (what the demo builds, hence what the public search
+offers). It reads the index catalog and the model registry, never builds or loads a model.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from medheb_app.index.catalog import list_indices
+from medheb_app.models import registry
+from medheb_app.settings import Settings
+
+# The strongest shipped models first: the default of the search tab and the CLI is the first
+# of these that has the chosen index built (BENCHMARKS.md, "Logic-aware search vs cosine":
+# dual-lite@label-aware leads on "A and no B" under both rankings).
+PREFERRED_MODELS = ("dual-lite@label-aware", "dual-lite", "medemb-lite")
+BASE_MODEL = "dual-lite"  # committed weights: every install has it
+LABEL_AWARE_SPEC = "dual-lite@label-aware"
+FILE_SPEC_MARKERS = ("/", "\\", ":", "..")
+T = TypeVar("T")
+
+
+def folder_stamp(roots: tuple[Path, ...], depth: int) -> tuple[tuple[str, int], ...]:
+    """(folder, mtime_ns) of `roots` and their sub-folders `depth` levels down: what changes
+    when an index or a checkpoint folder appears, is replaced (both are renamed into place)
+    or goes, read with a few dozen stats instead of a walk over every file."""
+    stamp: list[tuple[str, int]] = []
+    level = [root for root in roots if root.is_dir()]
+    for _ in range(depth + 1):
+        below: list[Path] = []
+        for folder in level:
+            try:
+                stamp.append((str(folder), folder.stat().st_mtime_ns))
+                below.extend(child for child in folder.iterdir() if child.is_dir())
+            except OSError:  # removed while we looked: the next call sees the new state
+                continue
+        level = below
+    return tuple(sorted(stamp))
+
+
+_MEMO: dict[str, tuple[tuple, object]] = {}
+_MEMO_LOCK = threading.Lock()
+
+
+def _memoised(name: str, stamp: tuple, compute: Callable[[], T]) -> T:
+    with _MEMO_LOCK:
+        held = _MEMO.get(name)
+    if held is not None and held[0] == stamp:
+        return held[1]  # type: ignore[return-value]
+    value = compute()
+    with _MEMO_LOCK:
+        _MEMO[name] = (stamp, value)
+    return value
+
+
+def _models_stamp(settings: Settings) -> tuple:
+    # checkpoints live in models/<name>/, models/dual-lite/<tag>/ and DATA_DIR/models/<tag>/
+    return folder_stamp((settings.models_dir, settings.trained_models_dir), depth=2)
+
+
+def _listed_models(settings: Settings) -> list[tuple[str, str]]:
+    """(spec, fingerprint) of every listed model that names no file, remembered until a model
+    folder changes (listing hashes every weights file: too slow per search). Weights rewritten in
+    place under the same file names are not noticed: the trainers write a new folder."""
+
+    def compute() -> list[tuple[str, str]]:
+        specs = []
+        for entry in registry.list_models(settings):
+            spec = str(entry["spec"])
+            card = entry.get("card") or {}
+            if any(marker in spec for marker in FILE_SPEC_MARKERS):
+                continue
+            fingerprint = str(card.get("fingerprint", "")) if isinstance(card, dict) else ""
+            specs.append((spec, fingerprint))
+        return specs
+
+    return _memoised("models", _models_stamp(settings), compute)
+
+
+def offered(settings: Settings) -> dict[str, list[str]]:
+    """What an anonymous request may search: index name -> the listed model specs that have it
+    built, strongest first. Only registered checkpoints and built-ins appear (never a spec
+    that names a file), and only for indices that exist, so picking from it never builds,
+    generates or loads anything by path. Memoised on the index and model folders' mtimes
+    (folder_stamp), so a request costs a few stats, and a new build is offered at once."""
+
+    def compute() -> dict[str, list[str]]:
+        built: dict[str, set[str]] = {}
+        for entry in list_indices(settings):
+            built.setdefault(str(entry["name"]), set()).add(str(entry["fingerprint"]))
+        specs = _listed_models(settings)
+        order = {spec: rank for rank, spec in enumerate(PREFERRED_MODELS)}
+        result: dict[str, list[str]] = {}
+        for name in sorted(built):
+            models = [spec for spec, fingerprint in specs if fingerprint in built[name]]
+            if models:
+                result[name] = sorted(models, key=lambda s: (order.get(s, len(order)), s))
+        return result
+
+    # index_dir/<name>/<fingerprint>/ is renamed into place whole: depth 1 sees every change
+    stamp = (folder_stamp((settings.index_dir,), depth=1), _models_stamp(settings))
+    return dict(_memoised("offered", stamp, compute))
+
+
+def default_model(settings: Settings, index: str | None = None) -> str:
+    """The model a search uses when none is named.
+
+    A spec the operator pinned (Settings.default_model, MEDHEB_DEFAULT_MODEL) wins; with
+    "auto" it is the strongest listed model that has `index` built, else the model an index
+    would be built with (build_default_model; the service then says the index is missing for
+    it)."""
+    if settings.pinned_model:
+        return settings.pinned_model
+    models = offered(settings).get(index or settings.default_index, [])
+    return models[0] if models else build_default_model(settings)
+
+
+def build_default_model(settings: Settings) -> str:
+    """The model an index is built with when none is named: the pinned spec, else ("auto")
+    the strongest shipped model whose weights are present (PREFERRED_MODELS), else dual-lite."""
+    if settings.pinned_model:
+        return settings.pinned_model
+    listed = {spec for spec, _ in _listed_models(settings)}
+    return next((spec for spec in PREFERRED_MODELS if spec in listed), BASE_MODEL)
+
+
+def default_demo_models(settings: Settings) -> list[str]:
+    """The models the demo index is built for, which are the models the public search offers:
+    MEDHEB_DEMO_MODELS (comma-separated) when set, else the model the operator pinned
+    (MEDHEB_DEFAULT_MODEL; dual-lite with "auto") plus the label-aware fine-tune when its
+    weights are present."""
+    if settings.demo_models:
+        return list(settings.demo_models)
+    specs = [settings.pinned_model or BASE_MODEL]
+    available = {entry["spec"] for entry in registry.list_models(settings)}
+    if LABEL_AWARE_SPEC in available and LABEL_AWARE_SPEC not in specs:
+        specs.append(LABEL_AWARE_SPEC)
+    return specs
