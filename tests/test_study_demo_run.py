@@ -26,10 +26,10 @@ from medheb_app.study.run_outputs import load_task_output
 @pytest.fixture
 def demo_run(settings: Settings) -> Path:
     """The bootstrap's showcase run over a 120-phantom demo corpus, random against oracle."""
-    from medheb_app.demo import ensure_chest_corpus
     from medheb_app.demo_showcase import SHOWCASE_RUN, ensure_showcase
+    from medheb_app.evidence.phantoms.saved import demo_corpus
 
-    corpus, _ = ensure_chest_corpus(settings, 120, 0)
+    corpus = demo_corpus(settings, 120)
     ensure_showcase(settings, corpus, 120, 0, models=["random", "oracle"])
     return settings.runs_dir / SHOWCASE_RUN
 

@@ -191,12 +191,14 @@ def instruction_for(family: str, line: str = "") -> str:
     return f'<div class="rater-instruction" id="rater-instruction-line">{html.escape(line)}</div>'
 
 
-def keys_line(can_undo: bool) -> str:
-    """The keys a rater has in this study: U = undo only where votes can be withdrawn (names
-    never shown); where names are revealed after each vote, that vote is final at once."""
+def keys_line(can_undo: bool, named_later: bool = False) -> str:
+    """The keys a rater has in this study: U = undo only where a vote can be withdrawn (names
+    never shown, or shown only once every rater of the item has voted: until then); where
+    names are revealed right after each vote, that vote is final at once."""
     from medheb_app.study.session import UNDO_WINDOW_SECONDS
 
-    undo = f"U = undo (within {UNDO_WINDOW_SECONDS:g} s of a vote), " if can_undo else ""
+    until = ", until the systems are named" if named_later else ""
+    undo = f"U = undo (within {UNDO_WINDOW_SECONDS:g} s of a vote{until}), " if can_undo else ""
     final = (
         "" if can_undo else " Each vote is final: the two systems' names are shown right after it."
     )
@@ -209,14 +211,20 @@ def keys_line(can_undo: bool) -> str:
     )
 
 
-def _can_undo(services: Services, study_id: int) -> bool:
-    """Votes can be withdrawn only in a study that never reveals the names after a vote."""
+def _undo_rule(services: Services, study_id: int) -> tuple[bool, bool]:
+    """(can undo, names come later): a vote can be withdrawn while its names are unseen, so
+    in a study that never reveals them, or reveals them once all raters of an item voted
+    (several raters per item); with one rater per item and reveal on, never."""
     from medheb_app.study import StudyError, find_study
 
     try:
-        return not find_study(services.store, study_id).reveal_after_vote
+        study = find_study(services.store, study_id)
     except StudyError:
-        return False
+        return False, False
+    if not study.reveal_after_vote:
+        return True, False
+    later = int(study.raters_per_item or 1) > 1
+    return later, later
 
 
 def _side(label: str, body: str, reveal: str = "") -> str:
@@ -277,8 +285,8 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
         return Screen(message=signed_out_html(services, auth, request))
     rater_id, study_id = who
     title = _title(services, study_id)
-    can_undo = _can_undo(services, study_id)
-    keys = {"can_undo": can_undo, "keys": keys_line(can_undo)}
+    can_undo, named_later = _undo_rule(services, study_id)
+    keys = {"can_undo": can_undo, "keys": keys_line(can_undo, named_later)}
     try:
         view = next_item(services.store, study_id, rater_id)
     except StudyError as error:
