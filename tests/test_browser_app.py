@@ -321,13 +321,7 @@ def _rate_with_keyboard(app, page, invitation, name: str) -> None:
         ).wait_for()  # the reveal over each side
         if rated == 1:
             _shot(page, f"{name}-reveal")
-            # this study reveals names, so every vote is final: no Undo, and the keys say so
-            assert "U = undo" not in page.locator("#rater-keys").inner_text()
-            assert (
-                page.locator("#vote-undo").count() == 0
-                or not page.locator("#vote-undo").is_visible()
-            )
-            page.keyboard.press("u")  # nothing to undo: the vote stays final
+            page.keyboard.press("u")  # undo after the reveal: refused, the vote is final
             page.locator("#rater-message").get_by_text("revealed").or_(
                 page.locator("#rater-message").get_by_text("final")
             ).first.wait_for()
