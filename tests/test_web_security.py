@@ -393,3 +393,24 @@ def test_monitoring_routes_are_closed_on_both_apps(site):
             reply = client.http.get(f"{prefix}{path}")
             assert reply.status_code in (403, 404), (prefix, path, reply.status_code)
             assert "on_load" not in reply.text and "fn_index" not in reply.text
+
+
+def test_a_page_elsewhere_cannot_sign_an_admin_out(site):
+    """The adversarial pass: <img src=".../auth/signout"> on another port of the same host (a
+    same-site GET) ended the admin's session. Such a GET now only asks; the POST it offers is
+    origin-checked, and a sign-out from the site itself still works."""
+    show = fn_index(site["main"], "build_analysis_tab.<locals>._show")
+    admin = _admin(site["base"])
+    for fetched_from in ("same-site", "cross-site"):
+        asked = admin.http.get("/auth/signout", headers={"Sec-Fetch-Site": fetched_from})
+        assert asked.status_code == 200 and "Sign out?" in asked.text
+        assert "set-cookie" not in asked.headers
+    forged = admin.http.post(
+        "/auth/signout", headers={"Origin": "http://127.0.0.1:1", "Sec-Fetch-Site": "same-site"}
+    )
+    assert forged.status_code == 403
+    admin.call(fn_index(site["main"], "build_analysis_tab.<locals>._refresh"), [None])
+    assert "votes" in _text(admin.call(show, [site["study_id"], 0]))  # still signed in
+    own = admin.http.get("/auth/signout", headers={"Sec-Fetch-Site": "same-origin"})
+    assert own.status_code == 200 and "You are signed out" in own.text
+    assert "admins only" in _text(admin.call(show, [None, 0]))

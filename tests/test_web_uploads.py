@@ -70,9 +70,14 @@ def test_an_unconsumed_upload_keeps_no_name_and_is_not_served(site):
     assert "DOE" not in path and "MRN" not in path and path.endswith(".png")
     assert not _files_named(Path(get_upload_folder()), "MRN0042")  # the name never hit disk
     assert Path(path).parent.stat().st_mode & 0o077 == 0
-    for someone in (client, QueueClient(site["base"])):  # neither the uploader nor anyone
-        fetched = someone.http.get(f"/gradio_api/file={path}")
-        assert fetched.status_code == 404, fetched.status_code
+    # neither the uploader nor anyone, by either of Gradio's file routes, under either page
+    # (the adversarial pass fetched the raw upload through /gradio_api/file/<path>)
+    routes = ("/gradio_api/file=", "/gradio_api/file/", "/rate/gradio_api/file/", "/file/")
+    for someone in (client, QueueClient(site["base"])):
+        for route in routes:
+            fetched = someone.http.get(f"{route}{path}")
+            assert fetched.status_code == 404, (route, fetched.status_code)
+            assert b"MRN0042" not in fetched.content
 
 
 def test_an_oversized_upload_is_refused_before_it_is_written(site):

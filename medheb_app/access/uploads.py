@@ -205,9 +205,13 @@ class UploadIntake:
             return JSONResponse(paths)
 
 
+FILE_ROUTE = re.compile(r"/file[=/](?P<target>.*)$")  # Gradio serves /file=<p> and /file/<p>
+
+
 class NoUploadedFilesServed:
-    """Pure ASGI middleware: `/gradio_api/file=<path>` under either page answers 404 when the
-    path lies in the private upload folder (an upload is read by its handler, never shown)."""
+    """Pure ASGI middleware: Gradio's file routes (`/gradio_api/file=<path>` and
+    `/gradio_api/file/<path>`, under either page) answer 404 when the path lies in the private
+    upload folder (an upload is read by its handler, never shown)."""
 
     def __init__(self, app: Any, intake: UploadIntake) -> None:
         self.app = app
@@ -216,9 +220,9 @@ class NoUploadedFilesServed:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope.get("type") == "http":
             path = str(scope.get("path", ""))
-            marker = "/gradio_api/file="
-            if marker in path:
-                target = urllib.parse.unquote(path.split(marker, 1)[1])
+            route = FILE_ROUTE.search(path)
+            if route is not None:
+                target = urllib.parse.unquote(route.group("target"))
                 named = UPLOAD_NAME.match(target.rsplit("/", 1)[-1]) is not None
                 if named or self.intake.owns(target) or FOLDER_NAME in target:
                     from starlette.responses import PlainTextResponse

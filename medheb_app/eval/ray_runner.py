@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,11 +45,13 @@ class Scored:
     card: ModelCard
     note: str
     scores: np.ndarray | None
+    kind_timing: dict[str, list[float]] = field(default_factory=dict)  # the worker's, per kind
 
 
 def _scored(ranker: Ranker, task: Any, readable: bool) -> Scored:
     scores = np.asarray(ranker.score(task)) if readable else None
-    return Scored(ranker.spec, ranker.card, ranker.note, scores)
+    timing = {k: list(v) for k, v in getattr(ranker, "kind_timing", {}).items()}
+    return Scored(ranker.spec, ranker.card, ranker.note, scores, timing)
 
 
 def score_medheb_pair(model: str | Ranker, task: Any, settings: Settings) -> Scored:
@@ -91,6 +93,9 @@ class RayRanker:
         self.units = units  # task name (None for CXR-Retrieve) -> object ref of a Scored
         self.pool = pool
         self._first: Scored | None = None
+        # embedding seconds and new vectors per input kind, summed over the units waited for
+        # (the runner records them as the local engine's rankers report them)
+        self.kind_timing: dict[str, list[float]] = {}
 
     def _any(self) -> Scored:
         if self._first is None:
@@ -110,6 +115,10 @@ class RayRanker:
     ) -> np.ndarray:
         key = getattr(task, "name", None) if None not in self.units else None
         scored = self.pool.wait(self.units[key])
+        for kind, (seconds, new) in scored.kind_timing.items():
+            spent = self.kind_timing.setdefault(kind, [0.0, 0])
+            spent[0] += seconds
+            spent[1] += new
         if scored.scores is None:
             raise ValueError(f"{self.spec} does not read the evidence of {key}.")
         return scored.scores

@@ -214,9 +214,10 @@ def _run_medheb(
 
         def building(name: str, i: int, n: int) -> None:
             if stop is not None and stop.is_set():
-                raise InterruptedError(
-                    f"cancelled while building tasks ({i} of {n}); no run recorded"
-                )
+                cancelled = InterruptedError(f"cancelled while building tasks ({i} of {n})")
+                recorder.start(suite_name, ctx.specs, out_dir, run_settings(settings))
+                recorder.finish(cancelled)  # the run's row says it was cancelled, and when
+                raise cancelled
             report(0.0, f"building task {name} ({i + 1} of {n})")
 
         tasks, skipped = suite.build(settings, only=ctx.only, before_each=building)

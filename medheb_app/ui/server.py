@@ -204,6 +204,15 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
 
     @app.api_route("/auth/signout", methods=["GET", "POST"], include_in_schema=False)
     def sign_out(request: Request) -> Response:
+        fetched_from = (request.headers.get("sec-fetch-site") or "").lower()
+        if request.method == "GET" and fetched_from in ("same-site", "cross-site"):
+            # an <img> or link on another page (another port of this host counts as same-site)
+            # must not end the session: ask, and sign out on the POST (origin-checked)
+            form = (
+                '<form method="post" action="/auth/signout">'
+                '<button type="submit">Sign out</button></form>'
+            )
+            return page("Sign out?", _notice("info", "Sign out of this site?") + form)
         auth.sign_out(request)
         response = page("Signed out", _notice("info", "You are signed out.") + _links())
         auth.clear_cookies(response)
