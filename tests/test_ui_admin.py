@@ -77,3 +77,10 @@ def test_create_study_from_a_stored_run(services, tmp_path):
     assert "Pilot" not in card.title  # raters see a public title, never the internal name
     again = admin_study.create_study(services, True, *args)
     assert "already exists" in again
+    # the gold share is a fraction, as in the CLI's --gold-share (it was a percentage here)
+    as_percent = admin_study.create_study(
+        services, True, *args[:2], "Gold", *args[3:], "", False, 20
+    )
+    assert "a fraction from 0 to 0.5 (0.1 = 10%); got 20" in as_percent
+    gold = admin_study.create_study(services, True, *args[:2], "Gold", *args[3:], "", False, 0.2)
+    assert "(5 items + 1 gold (6 in all))" in gold

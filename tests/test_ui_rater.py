@@ -163,3 +163,13 @@ def test_synthetic_tags_vote_bar_and_query_size_are_legible():
     assert "#rater-votes{position:fixed !important" in desktop  # on every width, not phones only
     query = re.search(r"\.rater-query \.ev-figure img\{width:min\(100%, (\d+)px\)", desktop)
     assert query and int(query.group(1)) >= 260  # at least a candidate's 260 px cap
+
+
+def test_the_keys_line_offers_undo_only_where_a_vote_can_be_withdrawn():
+    """Reveal on, one rater per item: final at once. Several raters per item: names come once
+    all have voted, so undo works until then. Reveal off: undo (issue 22 item 6d)."""
+    from medheb_app.ui.rater_app import keys_line
+
+    assert "U = undo" not in keys_line(False) and "Each vote is final" in keys_line(False)
+    assert "U = undo (within 30 s of a vote, until the systems are named)" in keys_line(True, True)
+    assert "U = undo (within 30 s of a vote)" in keys_line(True) and "final" not in keys_line(True)

@@ -143,6 +143,8 @@ def test_reveal_makes_the_vote_final_and_undo_is_refused(site):
     before = _text(client.call(fns["show"], [], prefix="/rate"))
     for secret in MODELS:
         assert secret not in before
+    # the keys line follows the study (issue 22 item 6d): no "U = undo" where votes are final
+    assert "U = undo" not in before and "Each vote is final" in before
     voted = _text(client.call(fns["vote"], [None, "", "", None, "", False], prefix="/rate"))
     assert "Vote recorded" in voted and "final" in voted
     assert MODELS[0] in voted and MODELS[1] in voted  # shown over each side after the vote
@@ -156,7 +158,8 @@ def test_undo_works_before_any_reveal(site):
     client = QueueClient(site["base"])
     client.post_form("/auth/rater", {"study": str(site["open"]), "label": "Undoer"})
     fns = _rater_fns(site)
-    client.call(fns["show"], [], prefix="/rate")
+    shown = _text(client.call(fns["show"], [], prefix="/rate"))
+    assert "U = undo (within 30 s of a vote)" in shown and "Each vote is final" not in shown
     voted = _text(client.call(fns["vote"], [None, "", "", None, "", False], prefix="/rate"))
     assert "Vote recorded" in voted and "final" not in voted
     for secret in MODELS:

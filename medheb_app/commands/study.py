@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--gold-share",
         type=float,
         default=0.0,
-        help="share of quality-control items, e.g. 0.1 (reference vs random list; 0-0.5)",
+        help="share of quality-control items (reference vs random list), a fraction from 0 to "
+        "0.5: 0.1 = 10%% of the items, as in the UI",
     )
     create.add_argument(
         "--claim-timeout",
@@ -64,8 +65,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="auto",
         help="what raters see for each id: 'tasks' rebuilds the run's suite tasks and renders "
         "their texts, images, volumes and regions (files in DATA_DIR/study-media), 'none' "
-        "only the payloads in the run files, 'auto' (default) tasks when the run folder has "
-        "a summary.json; queries that cannot be rendered are withheld",
+        "only the payloads in the run files (texts, image files, thumbnails, SYNTHETIC "
+        "marks), 'auto' (default) tasks when the run folder has a summary.json, or the run "
+        "files' payloads when its tasks were made in code (suite 'custom': the demo's own "
+        "run, runs/demo-showcase); queries that cannot be rendered are withheld",
     )
     add_json_flag(create)
     create.set_defaults(handler=run_create)
@@ -160,7 +163,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--min-gold-accuracy",
         type=float,
         default=None,
-        help="exclude raters below this accuracy on gold items (e.g. 0.8)",
+        help="exclude raters below this accuracy on gold items, a fraction from 0 to 1: "
+        "0.8 = 80%%, as in the UI",
     )
     analyse.add_argument(
         "--ties",
@@ -188,6 +192,7 @@ def _store(settings: Settings):
 
 def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     from medheb_app.study import create_study, list_studies
+    from medheb_app.study.items import item_counts
 
     if args.n < 1:
         raise UserError(f"--n must be at least 1; got {args.n}.")
@@ -213,9 +218,8 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
     study["withheld"] = created.withheld
     human = (
         f"Created study '{study['name']}' (id {created.id}), shown to raters as "
-        f"'{study['public_title']}': {created.n_items} items comparing "
-        f"{', '.join(study['models'])} and {created.n_gold} gold items, {args.raters} "
-        f"rater(s) per item."
+        f"'{study['public_title']}': {item_counts(created.n_items, created.n_gold)} comparing "
+        f"{', '.join(study['models'])}, {args.raters} rater(s) per item."
     )
     if created.withheld:
         human += f"\n{len(created.withheld)} query(ies) withheld (cannot be shown to raters):"
@@ -230,6 +234,9 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
     else:
         human += f"\nInvite raters with: study invite --study {created.id} --n <count>"
     return human, study
+
+
+CODE_SUITE = "custom"  # what eval/runner.run_suite records for tasks passed in as objects
 
 
 def _describer(kind: str, run_dir: str, settings: Settings):
@@ -253,21 +260,36 @@ def _describer(kind: str, run_dir: str, settings: Settings):
 
     summary = json.loads(summary_path.read_text())
     names = [task["name"] for task in summary.get("tasks", [])]
+    if summary.get("suite") == CODE_SUITE and kind == "auto":
+        return Renderer(media_dir)  # tasks made in code (the demo's own run): nothing to rebuild
     try:
         suite = get_suite(summary["suite"])
     except KeyError as error:
-        raise UserError(str(error.args[0])) from None
+        kept = (
+            "--payloads none shows the payloads kept in its run files (images, thumbnails, "
+            "texts, SYNTHETIC marks)"
+        )
+        if summary.get("suite") == CODE_SUITE:
+            raise UserError(
+                f"This run's tasks were made in code (suite {CODE_SUITE!r}), so --payloads "
+                f"tasks cannot rebuild them; --payloads auto (the default) or {kept}."
+            ) from None
+        raise UserError(
+            f"{error.args[0]}. This app cannot rebuild the run's tasks; {kept}."
+        ) from None
     tasks, _skipped = suite.build(settings, only=names or None)
     return describe_with_tasks(tasks, media_dir)
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     from medheb_app.study import list_studies
+    from medheb_app.study.items import item_counts
 
     studies = list_studies(_store(settings))
     lines = [
-        f"{s['id']:>3}  {s['name']}  '{s['public_title']}'  items={s['n_items']}"
-        f"+{s['n_gold']} gold  votes={s['votes']}  raters/item={s['raters_per_item']}  "
+        f"{s['id']:>3}  {s['name']}  '{s['public_title']}'  "
+        f"{item_counts(s['n_items'], s['n_gold'])}  votes={s['votes']}  "
+        f"raters/item={s['raters_per_item']}  "
         f"models={', '.join(s['models'])}"
         + ("  open-enrolment" if s["open_enrolment"] else "")
         + ("  CLOSED" if s["closed"] else "")

@@ -11,6 +11,8 @@ Pneumonia"). The UI only renders these objects; nothing here imports the UI or t
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,17 +109,61 @@ def _region(item_id: str) -> tuple[str, str] | None:
     return (image, number) if number else None
 
 
-def miss_reason(query_id: str, query: dict[str, Any], top_id: str, top: dict[str, Any]) -> str:
+def iou(a: Any, b: Any) -> float | None:
+    """Intersection over union of two [x0, y0, x1, y1] boxes (x1, y1 exclusive); None when
+    either is missing."""
+    if (
+        not (isinstance(a, list | tuple) and isinstance(b, list | tuple))
+        or len(a) != 4
+        or len(b) != 4
+    ):
+        return None
+    width = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    height = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = width * height
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def _case(item_id: str) -> str | None:
+    """The case number an id ends with ("...:dwi:5" -> "5", "...:impression:iu-2891" ->
+    "2891"), which pairing tasks share between a query and its own counterpart."""
+    found = re.search(r"(\d+)$", item_id.rsplit(":", 1)[-1])
+    return found.group(1) if found else None
+
+
+def miss_reason(
+    query_id: str,
+    query: dict[str, Any],
+    top_id: str,
+    top: dict[str, Any],
+    gold: Sequence[str] = (),
+) -> str:
     """Why the #1 candidate is not gold, in the task's own terms: another region (same image
-    or not), another patient (pairing tasks), or the findings it lacks or adds."""
+    or not, with its IoU against the gold box when the run kept the boxes), another patient
+    or case (pairing tasks: the query's own counterpart shares its case number), another
+    label than the image's, or the findings it lacks or adds."""
     asked, got = _region(query_id), _region(top_id)
     if asked and got:
         if asked[0] == got[0]:
-            return f"wrong region: #1 is box {got[1]} of the same image, the gold is box {asked[1]}"
-        return f"wrong image: #1 is a region of another image (gold: box {asked[1]} of this one)"
+            overlap = iou(top.get("box"), query.get("box"))
+            by = f", IoU {overlap:.2f} with the gold box" if overlap is not None else ""
+            return f"wrong region: #1 is box {got[1]} of the same image{by} (gold: box {asked[1]})"
+        return (
+            f"wrong image: #1 is a region of another image, IoU 0 with the gold box "
+            f"(box {asked[1]} of this one)"
+        )
     patient, other = query.get("patient"), top.get("patient")
     if patient and other and patient != other:
         return f"wrong patient: #1 is patient {other}, the query is patient {patient}"
+    if top_id.startswith("label:") and gold and all(g.startswith("label:") for g in gold):
+        wanted = ", ".join(sorted(g.rsplit(":", 1)[-1] for g in gold))
+        return f"wrong label: #1 names {top_id.rsplit(':', 1)[-1]}, the image's is {wanted}"
+    mine, theirs = _case(query_id), _case(top_id)
+    if mine and theirs and mine != theirs and any(_case(g) == mine for g in gold):
+        return (
+            f"wrong case: #1 belongs to case {theirs}, the query's own counterpart is case {mine}"
+        )
     wanted, shown = set(query.get("labels") or []), set(top.get("labels") or [])
     if wanted or shown:
         parts = []
@@ -260,7 +306,7 @@ def ranked_views(
         reason = ""
         if not hit and hits:
             query = record.get("query") if isinstance(record.get("query"), dict) else {}
-            reason = miss_reason(query_id, query, hits[0].id, hits[0].payload)
+            reason = miss_reason(query_id, query, hits[0].id, hits[0].payload, sorted(gold))
         views.append(RankedView(model, hits, f"{text} · {where}", hit, reason))
     return views
 

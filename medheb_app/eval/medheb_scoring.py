@@ -67,6 +67,51 @@ def item_payload(item: EmbedItem) -> dict[str, Any]:
     return {}
 
 
+def region_of(item_id: str) -> str | None:
+    """The whole image a VG query or crop id belongs to ("<image>#box2|text", "...:crop")."""
+    return item_id.partition("#box")[0] if "#box" in item_id else None
+
+
+def add_region_boxes(
+    task: Task, records: list[dict[str, Any]], payloads: dict[str, dict[str, Any]]
+) -> None:
+    """For region tasks (MedHEB VG: a whole image + text query, image-only crops as
+    candidates), keep where each shown crop lies in its whole image, so the drill-down can draw
+    the gold and the retrieved boxes on the image and state their IoU: `box` [x0, y0, x1, y1]
+    (x1, y1 exclusive) in the whole image's pixels, `source` that image, `source_size`
+    [width, height]; the query's payload gets `box` of its gold crop. A few numbers per item;
+    the crop's position is found by exact match (crops are copies of a window)."""
+    wholes: dict[str, np.ndarray] = {}
+    for query in task.queries:
+        base = region_of(query.id)
+        if base and isinstance(query.item, Evidence) and query.item.image is not None:
+            wholes.setdefault(base, np.asarray(query.item.image))
+    if not wholes:
+        return
+    from medheb_app.study.payloads import locate
+
+    crops = {c.id: c.item for c in task.candidates}
+
+    def box_of(crop_id: str) -> list[int] | None:
+        base, item = region_of(crop_id), crops.get(crop_id)
+        if base not in wholes or not isinstance(item, Evidence) or item.image is None:
+            return None
+        found = locate(np.asarray(item.image), wholes[base])
+        return [int(v) for v in found] if found else None
+
+    for crop_id, payload in payloads.items():
+        box = box_of(crop_id)
+        if box is not None:
+            height, width = wholes[region_of(crop_id)].shape[:2]
+            payload.update(box=box, source=region_of(crop_id), source_size=[width, height])
+    for record in records:
+        query = record.get("query")
+        gold = next((b for pid in record.get("positives") or [] if (b := box_of(pid))), None)
+        if isinstance(query, dict) and gold is not None:
+            height, width = wholes[region_of(record["positives"][0])].shape[:2]
+            query.update(box=gold, source_size=[width, height])
+
+
 def _thumbnail(pixels: np.ndarray) -> str:
     """A PNG data URI of at most THUMB_SIDE px (a volume: its middle slice)."""
     import base64
@@ -149,6 +194,7 @@ def evaluate_task(
         records.append(record)
     shown = {cid for record in records for cid in record["ranked"]}
     payloads = {c.id: item_payload(c.item) for c in task.candidates if c.id in shown}
+    add_region_boxes(task, records, payloads)
     names = [key for key in records[0] if "@" in key]
     task_scores = {name: metrics.macro_average(r[name] for r in records) for name in names}
     task_scores["n_queries"] = len(records)

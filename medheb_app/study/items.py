@@ -403,14 +403,16 @@ def close_study(store: Store, study: int | str, closed: bool = True) -> None:
 
 def list_studies(store: Store) -> list[dict[str, Any]]:
     """The ADMIN listing: every study with its internal name, models, settings and item and
-    vote counts (votes in force, undone ones excluded). Never show this to raters; they get
+    vote counts (votes in force, undone ones excluded). Items are counted as `create_study`
+    counts them: `n_items` compare models, `n_gold` are quality-control items, so a study has
+    n_items + n_gold rows (`item_counts` words it). Never show this to raters; they get
     `list_open_studies`."""
     with store.session() as session:
         studies = session.scalars(select(PreferenceStudy).order_by(PreferenceStudy.id)).all()
         n_items = dict(
             session.execute(
                 select(StudyItem.study_id, func.count())
-                .where(StudyItem.withdrawn_at.is_(None))
+                .where(StudyItem.withdrawn_at.is_(None), StudyItem.is_gold.is_(False))
                 .group_by(StudyItem.study_id)
             ).all()
         )
@@ -448,6 +450,28 @@ def list_studies(store: Store) -> list[dict[str, Any]]:
         }
         for s in studies
     ]
+
+
+GOLD_SHARE_HELP = "a fraction from 0 to 0.5: 0.1 = 10% of the items"
+GOLD_ACCURACY_HELP = "a fraction from 0 to 1: 0.8 = 80%"
+
+
+def fraction(value: float | None, name: str, high: float = 1.0) -> float | None:
+    """`value` checked as a fraction in [0, high] (the one unit of shares and accuracies in the
+    CLI, the UI and the API); a percentage such as 80 gets a message, never 8000%."""
+    if value is None:
+        return None
+    value = float(value)
+    if not 0.0 <= value <= high:
+        example = "0.1 = 10%" if high < 1 else "0.8 = 80%"
+        raise StudyError(f"The {name} is a fraction from 0 to {high:g} ({example}); got {value:g}.")
+    return value
+
+
+def item_counts(n_items: int, n_gold: int) -> str:
+    """How the CLI and the UI word a study's size: "24 items + 3 gold (27 in all)"."""
+    words = f"{n_items} item{'s' if n_items != 1 else ''}"
+    return f"{words} + {n_gold} gold ({n_items + n_gold} in all)" if n_gold else words
 
 
 def withdraw_items(store: Store, study_id: int, positions: Sequence[int] | None = None) -> int:

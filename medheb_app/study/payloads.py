@@ -298,8 +298,9 @@ class Renderer:
         raise Unrenderable(f"cannot show an item of type {type(item).__name__}")
 
     def from_run(self, raw: Mapping[str, Any], key: str) -> Payload:
-        """A run file's payload: {"text"}, {"image": path}, {"volume": path}, or a mix; a
-        schema payload (with a valid `form`) is kept as it is."""
+        """A run file's payload: {"text"}, {"image": path}, {"volume": path}, {"thumbnail":
+        PNG data URI} (a region crop or slice the run held in memory), or a mix; a schema
+        payload (with a valid `form`) is kept as it is."""
         if raw.get("form") in FORMS and not render_check(dict(raw)):
             return dict(raw)
         text = raw.get("text")
@@ -310,6 +311,8 @@ class Renderer:
             if raw.get(field_name):
                 media = self._media_from_file(Path(str(raw[field_name])), key, is_volume, synthetic)
                 break
+        if media is None and raw.get("thumbnail"):  # an in-memory image the run kept small
+            media = self._need_writer().image(_decode_thumbnail(raw["thumbnail"]), key, synthetic)
         if media is None:
             if not text:
                 raise Unrenderable("the run file has no text or media to show for this id")
@@ -339,6 +342,23 @@ class Renderer:
                 "synthetic": synthetic,
             }
         return self.writer.image(pixels, key, synthetic)
+
+
+def _decode_thumbnail(uri: Any) -> np.ndarray:
+    """The pixels of a run file's inline PNG thumbnail ("data:image/png;base64,...")."""
+    import base64
+    import binascii
+    import io
+
+    text = str(uri)
+    prefix = "data:image/png;base64,"
+    if not text.startswith(prefix):
+        raise Unrenderable("the run file's thumbnail is not an inline PNG")
+    try:
+        with PIL.Image.open(io.BytesIO(base64.b64decode(text[len(prefix) :], validate=True))) as im:
+            return np.asarray(im.convert("L") if im.mode not in ("L", "RGB") else im)
+    except (binascii.Error, OSError, ValueError):
+        raise Unrenderable("the run file's thumbnail cannot be decoded") from None
 
 
 def describe_with_tasks(tasks: Iterable[Task], media_dir: str | Path) -> Renderer:

@@ -4,8 +4,10 @@ A run directory holds DIR/<model>/<task>.json (DESIGN.md "bench run"; eval/resul
 task metadata under "task" (or "metadata") and a `queries` list of {"id", "ranked": [ids best
 first], "positives": [ids]} or {"gains": {id: gain}}. Display payloads are optional: a query
 record may carry "query" (a dict or a string), "text" or "image"; a task file may carry
-"candidates" (or "payloads"): {id: {"text" | "image": ...}}. Without them an item shows the
-bare reference ({"ref": id}); `payloads.describe_with_tasks` supplies real ones.
+"candidates" (or "payloads"): {id: {"text" | "image" | "thumbnail": ...}}
+(eval/medheb_scoring.item_payload; a task whose metadata says `synthetic` marks every payload
+synthetic, so runs written before payloads carried the flag keep the mark). Without them an
+item shows the bare reference ({"ref": id}); `payloads.describe_with_tasks` supplies real ones.
 """
 
 from __future__ import annotations
@@ -92,13 +94,18 @@ def load_task_output(path: Path) -> TaskOutput:
             payload=_query_payload(record),
         )
         queries[query.id] = query
-    candidates = data.get("candidates") or data.get("payloads") or {}
+    candidates = {
+        str(k): dict(v) for k, v in (data.get("candidates") or data.get("payloads") or {}).items()
+    }
+    if meta.get("synthetic"):  # a phantom task: every pixel it shows is generated
+        for payload in (*(q.payload for q in queries.values()), *candidates.values()):
+            payload.setdefault("synthetic", True)
     return TaskOutput(
         task=str(meta.get("name") or path.stem),
         family=str(meta.get("family", "")),
         split=str(meta.get("split", "")),
         queries=queries,
-        candidates={str(k): dict(v) for k, v in candidates.items()},
+        candidates=candidates,
         meta=dict(meta),
     )
 

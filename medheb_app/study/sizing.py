@@ -228,12 +228,17 @@ def precision_so_far(
             "the preference you expect (`study plan`)."
         )
         return out
+
+    # a few votes can estimate an ICC of 1 (or below 0): plan within [0, 0.99] rather than fail
+    def bounded(icc: float) -> float:
+        return min(max(float(icc), 0.0), 0.99)
+
     sized = plan(
         preference,
         max(pilot["raters"], pilot["votes_per_item"]),
         pilot["votes_per_item"],
-        pilot["icc_query"],
-        pilot["icc_rater"],
+        bounded(pilot["icc_query"]),
+        bounded(pilot["icc_rater"]),
         icc_source="observed so far",
     )
     out["plan"] = sized.to_dict()

@@ -15,6 +15,7 @@ import pandas as pd
 from medheb_app.access.auth import Authenticator
 from medheb_app.api import audit
 from medheb_app.services import Services, describe_for_run
+from medheb_app.study.items import GOLD_SHARE_HELP
 from medheb_app.ui import components as ui
 
 NOT_ADMIN = "Sign in as admin first."
@@ -32,12 +33,14 @@ def create_study(
     seed: float,
     public_title: str = "",
     open_enrolment: bool = False,
-    gold_percent: float = 0.0,
+    gold_share: float = 0.0,
 ) -> str:
     """Create a blinded study from a stored benchmark run's outputs. `name` is internal (admin
-    pages only); raters see `public_title`. `gold_percent` of the items are quality-control
-    items (one side the oracle's top-3), indistinguishable to raters."""
+    pages only); raters see `public_title`. `gold_share` (a fraction, as in the CLI) of the
+    items are quality-control items (one side the oracle's top-3), indistinguishable to
+    raters."""
     from medheb_app.study.items import create_study as create
+    from medheb_app.study.items import fraction, item_counts
     from medheb_app.ui.explorer_tab import load_summary
 
     if not is_admin:
@@ -58,7 +61,7 @@ def create_study(
             describe=describe_for_run(services.settings, summary.suite),
             public_title=public_title or "",
             open_enrolment=bool(open_enrolment),
-            gold_share=float(gold_percent or 0) / 100.0,
+            gold_share=fraction(gold_share or 0.0, "gold share", 0.5),
         )
     except (ValueError, KeyError, FileNotFoundError) as error:
         return ui.notice_html("error", str(error))
@@ -72,7 +75,8 @@ def create_study(
 
     return ui.notice_html(
         "info",
-        f"Created study {created.id} ({created.n_items} items).{withheld} Issue invitations "
+        f"Created study {created.id} ({item_counts(created.n_items, created.n_gold)})."
+        f"{withheld} Issue invitations "
         "under Invitations; raters sign in on the /rate page. "
         + creation_note(created.n_items, int(raters_per_item)),
     )
@@ -170,7 +174,12 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
             value=False,
         )
         gold = gr.Number(
-            label="Gold (quality-control) items, % of items", value=0, minimum=0, maximum=50
+            label=f"Gold (quality-control) items, share of all items ({GOLD_SHARE_HELP})",
+            value=0,
+            minimum=0,
+            maximum=0.5,
+            step=0.05,
+            elem_id="admin-gold-share",
         )
         n_items = gr.Number(label="Queries", value=30, precision=0, minimum=1)
         raters = gr.Number(label="Raters per item", value=1, precision=0, minimum=1)

@@ -18,16 +18,21 @@ import pandas as pd
 from fastapi import Request, Response
 
 from medheb_app.services import Services
+from medheb_app.study.items import GOLD_ACCURACY_HELP
 from medheb_app.ui import components as ui
 
 OUTCOME_LABELS = {"a": "A preferred", "b": "B preferred", "tie": "Tie", "both_poor": "Both poor"}
 
 
 def study_options(services: Services) -> list[tuple[str, int]]:
-    from medheb_app.study.items import list_studies
+    from medheb_app.study.items import item_counts, list_studies
 
     return [
-        (f"Study {s['id']}: {s['name']} ({s['votes']} votes)", int(s["id"]))
+        (
+            f"Study {s['id']}: {s['name']} ({item_counts(s['n_items'], s['n_gold'])}, "
+            f"{s['votes']} votes)",
+            int(s["id"]),
+        )
         for s in list_studies(services.store)
     ]
 
@@ -230,16 +235,18 @@ def precision_html(precision: dict[str, Any] | None) -> str:
 def analyse(
     services: Services,
     study_id: Any,
-    min_gold_percent: float | None = None,
+    min_gold_accuracy: float | None = None,
     ties: str = "half",
     margin: float | None = None,
 ):
     """(overview html, rates table, Bradley-Terry table, stratum figure, rater quality table,
-    MRMC html) for one study; with `min_gold_percent` > 0, raters below that gold accuracy
+    MRMC html) for one study; with `min_gold_accuracy` > 0 (a fraction, as in the CLI's
+    --min-gold-accuracy), raters below that gold accuracy
     are excluded from rates, Bradley-Terry, bias and MRMC (agreement is shown with and
     without them). `ties` and `margin`: the MRMC figure of merit and non-inferiority margin."""
     from medheb_app.study.analysis import model_votes, stratum_figure, summarise
     from medheb_app.study.export import votes_frame
+    from medheb_app.study.items import fraction
 
     nothing = (None, None, None, None, "")
     if study_id in (None, ""):
@@ -252,7 +259,10 @@ def analyse(
         return ui.notice_html("info", "No votes in this study yet."), *nothing
     from medheb_app.study.quality import confirmed_exclusions
 
-    threshold = float(min_gold_percent) / 100 if min_gold_percent else None
+    try:
+        threshold = fraction(min_gold_accuracy, "gold accuracy threshold") or None
+    except ValueError as error:
+        return ui.notice_html("error", str(error)), *nothing
     margin = float(margin) if margin else None
     summary = summarise(
         votes, min_gold_accuracy=threshold, ties=ties if ties in ("half", "exclude") else "half",
@@ -402,6 +412,42 @@ def add_export_routes(app: Any, services: Services, auth: Any) -> None:
 
 
 ADMIN_ONLY = "Study analysis is for admins only while studies run: sign in as admin to see it."
+NO_ADMIN = (
+    "This server has no admin, and study results are for admins only, so nobody can open "
+    "them here (the demo study's included). To read them, give the server an admin and "
+    "restart it: set the <code>ADMIN_PASSWORD</code> secret (on a Space: Settings, Variables "
+    'and secrets) and sign in at <a href="/auth/admin">/auth/admin</a> on the Space\'s own '
+    "address, or, on a Space, "
+    "add <code>hf_oauth: true</code> to its README header and list Hugging Face user names in "
+    "<code>ADMIN_USERS</code>, then sign in with Hugging Face in the Admin tab. Where you have "
+    "a shell on the data folder, <code>python -m medheb_app study analyse</code> reads the "
+    "same votes (docs/study.md, Reading the results)."
+)
+
+
+def sign_in_html(services: Services, auth: Any = None) -> str:
+    """How to reach Study analysis on this server: the admin sign-ins it offers (password at
+    /auth/admin, Hugging Face in the Admin tab), or, where it has no admin at all (no
+    ADMIN_PASSWORD, no ADMIN_USERS on a Space with OAuth), what to configure."""
+    if auth is None or not services.admin_enabled:
+        return _note(NO_ADMIN)
+    ways = []
+    if services.settings.admin_password:
+        ways.append('<a href="/auth/admin" id="analysis-sign-in">sign in as admin</a>')
+    if getattr(auth, "admin_users", None):
+        ways.append("sign in with Hugging Face in the Admin tab (users in ADMIN_USERS)")
+    return _note(
+        "Study results are for admins only while studies run: "
+        + " or ".join(ways)
+        + ", then pick a study."
+    )
+
+
+def _note(markup: str) -> str:
+    """An info box around trusted markup of this module (links; no user text)."""
+    return (
+        f'<div class="medheb-notice info" role="status" id="analysis-sign-in-note">{markup}</div>'
+    )
 
 
 def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
@@ -409,14 +455,15 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         study = gr.Dropdown(label="Study", choices=[], elem_id="analysis-study")
         refresh = gr.Button("Refresh", size="sm")
     min_gold = gr.Number(
-        label="Exclude raters below this gold accuracy (%; 0 keeps everyone)",
+        label=f"Exclude raters below this gold accuracy ({GOLD_ACCURACY_HELP}; 0 keeps everyone)",
         value=0,
         minimum=0,
-        maximum=100,
+        maximum=1,
+        step=0.05,
+        elem_id="analysis-min-gold",
     )
-    overview = gr.HTML(
-        ui.notice_html("info", "Study results are for admins: sign in, then pick a study.")
-    )
+    signed_out = sign_in_html(services, auth)
+    overview = gr.HTML(signed_out)
     with gr.Row():
         ties = gr.Dropdown(
             label="MRMC: a tie or 'both poor' counts",
@@ -456,7 +503,7 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
 
     def _show(study_id, threshold, request: gr.Request):
         if not _admin(request):
-            return ui.notice_html("info", ADMIN_ONLY), None, None, None, None, "", None
+            return signed_out, None, None, None, None, "", None
         return (*analyse(services, study_id, threshold), export_links(study_id))
 
     def _show_mrmc(study_id, threshold, tie_rule, ni_margin, request: gr.Request):

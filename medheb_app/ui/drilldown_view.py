@@ -3,10 +3,11 @@
 Renders medheb_app.eval.drilldown's objects: each model's top-k as thumbnails (inlined PNG
 data, never a file path) with finding chips, the gold marked, and on a compositional query the
 constraint each wrong image violates ("VIOLATES: has Pneumonia"); a miss names its reason in
-the task's terms (wrong region, wrong patient, findings lacked or added). Images and volumes go
-through the project's one evidence renderer (ui/evidence_view.py): regions outlined, volumes
-as a montage of slices, labels as chips, and the SYNTHETIC mark under every generated image,
-never over its pixels. All text is escaped.
+the task's terms (wrong region with its IoU, wrong patient, findings lacked or added). Images
+and volumes go through the project's one evidence renderer (ui/evidence_view.py): regions
+drawn as boxes on their image (gold green, a wrong #1 red), volumes as a slice with a slider,
+labels as chips, and the SYNTHETIC mark under every generated image, never over its pixels.
+All text is escaped.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import html
 import logging
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from medheb_app.eval.drilldown import HitView, QueryView, RankedView
 from medheb_app.ui import components as ui
@@ -50,13 +53,51 @@ def thumbnail_uri(path: str | Path, side: int = THUMB_SIDE) -> str | None:
         return None
 
 
+SLIDER_FRAMES = 8  # slices a drill-down volume keeps for its slider (inlined, so few)
+
+
+def volume_slider_html(path: str | Path, alt: str, synthetic: bool) -> str | None:
+    """A volume as its middle slice with a slice slider over SLIDER_FRAMES evenly sampled
+    slices (the evidence renderer's .ev-volume markup and script, frames inlined as small
+    PNGs), the SYNTHETIC mark under it; None when the file is not a readable volume."""
+    try:
+        volume = evidence_view._read(path)
+    except (evidence_view.Unrenderable, OSError, ValueError) as error:
+        log.warning("volume slider of %s failed: %s", path, error)
+        return None
+    if not evidence_view._is_volume(volume) or len(volume) < 2:
+        return None
+    depth = len(volume)
+    positions = np.unique(np.linspace(0, depth - 1, min(SLIDER_FRAMES, depth)).round().astype(int))
+    middle = len(positions) // 2
+    hidden = ' style="display:none"'
+    images = "".join(
+        f'<img class="ev-zoomable ev-frame" alt="{html.escape(alt)} slice {pos + 1}" '
+        f'src="{evidence_view.png_data_uri(volume[pos], max_side=THUMB_SIDE)}"'
+        f"{'' if k == middle else hidden}>"
+        for k, pos in enumerate(positions.tolist())
+    )
+    labels = ",".join(f"slice {pos + 1} of {depth}" for pos in positions.tolist())
+    mark = '<div class="ev-mark">SYNTHETIC</div>' if synthetic else ""
+    return (
+        f'<div class="ev-volume"><figure class="ev-figure">{images}{mark}'
+        f'<div class="ev-caption ev-slice">slice {positions[middle] + 1} of {depth}</div>'
+        f'</figure><input type="range" class="ev-slider" min="0" max="{len(positions) - 1}" '
+        f'value="{middle}" data-labels="{labels}" aria-label="slice of {html.escape(alt)}">'
+        "</div>"
+    )
+
+
 def evidence_html(payload: dict[str, Any], alt: str) -> str:
     """An image or volume thumbnail (SYNTHETIC under it when generated), else the text
     (shortened), with the item's labels; nothing when the payload holds nothing to show."""
     parts = []
     synthetic = bool(payload.get("synthetic"))
     path = payload.get("image") or payload.get("volume")
-    if path:
+    slider = volume_slider_html(path, alt, synthetic) if payload.get("volume") else None
+    if slider:
+        parts.append(slider)
+    elif path:
         uri = thumbnail_uri(path)
         if uri:
             parts.append(_figure(uri, alt, synthetic))
@@ -105,10 +146,66 @@ def hit_html(hit: HitView, constraints: tuple[list[str], list[str]]) -> str:
     )
 
 
-def query_html(view: QueryView) -> str:
+GOLD_COLOUR, WRONG_COLOUR = (22, 163, 74), (179, 20, 31)  # the page's gold and wrong marks
+BOXED_SIDE = 224  # a region query's thumbnail is enlarged to this to draw its boxes
+
+
+def boxed_thumbnail(uri: str, size: Any, boxes: list[tuple[Any, tuple[int, int, int]]]) -> str:
+    """The inline PNG `uri` of a whole image of `size` [width, height] with each (box, colour)
+    drawn as an outline (boxes in the whole image's pixels, scaled to the thumbnail)."""
+    import base64
+    import io
+
+    from PIL import Image, ImageDraw
+
+    prefix = "data:image/png;base64,"
+    if not uri.startswith(prefix) or not (isinstance(size, list | tuple) and len(size) == 2):
+        return uri
+    with Image.open(io.BytesIO(base64.b64decode(uri[len(prefix) :]))) as opened:
+        image = opened.convert("RGB")
+    scale = BOXED_SIDE / max(image.size)
+    image = image.resize((round(image.width * scale), round(image.height * scale)))
+    sx, sy = image.width / float(size[0]), image.height / float(size[1])
+    draw = ImageDraw.Draw(image)
+    for box, colour in boxes:
+        x0, y0, x1, y1 = box
+        draw.rectangle([x0 * sx, y0 * sy, x1 * sx - 1, y1 * sy - 1], outline=colour, width=2)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return prefix + base64.b64encode(buffer.getvalue()).decode()
+
+
+def region_boxes(view: QueryView, ranked: list[RankedView]) -> list[tuple[Any, tuple]]:
+    """The gold box (green) and each model's wrong #1 from the same image (red) of a region
+    query, as the run stored them (eval/medheb_scoring.add_region_boxes); [] otherwise."""
+    gold = view.payload.get("box")
+    if not gold:
+        return []
+    boxes: list[tuple[Any, tuple]] = [(gold, GOLD_COLOUR)]
+    for model in ranked:
+        top = model.hits[0] if model.hits else None
+        source = str(top.payload.get("source") or "") if top is not None else ""
+        if top and not top.gold and top.payload.get("box") and view.id.startswith(source + "#box"):
+            boxes.append((top.payload["box"], WRONG_COLOUR))
+    return boxes
+
+
+def query_html(view: QueryView, boxes: list[tuple[Any, tuple]] | None = None) -> str:
+    """The query with its labels and gold; a region query's image with the gold box (green)
+    and the models' wrong #1 boxes (red) drawn on it."""
+    if boxes and view.payload.get("thumbnail"):
+        drawn = boxed_thumbnail(
+            str(view.payload["thumbnail"]), view.payload.get("source_size"), boxes
+        )
+        view = QueryView(view.id, {**view.payload, "thumbnail": drawn}, view.labels, view.gold)
     labels = "".join(
         f'<span class="medheb-chip">{html.escape(label)}</span>' for label in view.labels
     )
+    if boxes:
+        labels += (
+            '<span class="medheb-chip" style="border-color:#16a34a">green: gold region</span>'
+            '<span class="medheb-chip" style="border-color:#b3141f">red: a model\'s #1</span>'
+        )
     gold = html.escape(", ".join(view.gold[:12]) + (" …" if len(view.gold) > 12 else ""))
     return (
         f'<div class="dd-query"><b>Query {html.escape(view.id)}</b>'
@@ -136,6 +233,6 @@ def drilldown_html(view: QueryView | None, ranked: list[RankedView]) -> str:
             f'<div class="dd-grid">{hits}</div></div>'
         )
     return (
-        f"<style>{CSS}{evidence_view.CSS}</style>{query_html(view)}"
+        f"<style>{CSS}{evidence_view.CSS}</style>{query_html(view, region_boxes(view, ranked))}"
         f'<div class="dd-models">{"".join(columns)}</div>'
     )

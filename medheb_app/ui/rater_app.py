@@ -6,9 +6,10 @@ sign-in routes (medheb_app.ui.server), checked against the store in every handle
 keeps only an opaque item token. It links nowhere but the sign-in and sign-out routes.
 
 Keys: 1 = A better, 2 = B better, 3 = tie, 4 = both poor, 5 = cannot judge (with a reason),
-S = clinically significant, C = comment, U = undo, Enter = next. After a
-vote the identities (when the study reveals them) are shown over each side and the next item
-follows on its own.
+S = clinically significant, C = comment, U = undo (only in a study that never reveals the
+names: the keys line and the Undo button follow the study's settings), Enter = next. After a
+vote the identities (when the study reveals them, which makes the vote final) are shown over
+each side and the next item follows on its own.
 """
 
 from __future__ import annotations
@@ -153,6 +154,8 @@ class Screen:
     message: str = ""
     can_vote: bool = False
     can_next: bool = True  # False at the end: nothing is left that this rater may rate
+    can_undo: bool = False  # the study keeps names hidden, so a vote may be withdrawn
+    keys: str = ""
 
 
 def _form(payload: dict[str, Any]) -> str:
@@ -186,6 +189,42 @@ def instruction_for(family: str, line: str = "") -> str:
     """The instruction line: the item's own (from its task's kind), else the family's."""
     line = line or INSTRUCTIONS.get(family, DEFAULT_INSTRUCTION)
     return f'<div class="rater-instruction" id="rater-instruction-line">{html.escape(line)}</div>'
+
+
+def keys_line(can_undo: bool, named_later: bool = False) -> str:
+    """The keys a rater has in this study: U = undo only where a vote can be withdrawn (names
+    never shown, or shown only once every rater of the item has voted: until then); where
+    names are revealed right after each vote, that vote is final at once."""
+    from medheb_app.study.session import UNDO_WINDOW_SECONDS
+
+    until = ", until the systems are named" if named_later else ""
+    undo = f"U = undo (within {UNDO_WINDOW_SECONDS:g} s of a vote{until}), " if can_undo else ""
+    final = (
+        "" if can_undo else " Each vote is final: the two systems' names are shown right after it."
+    )
+    return (
+        '<div id="rater-keys-line">Two anonymous systems answered the same query. Judge which '
+        "top-3 list is better for it. Click an image to see it at full resolution. Keys: "
+        "1 = A better, 2 = B better, 3 = tie, 4 = both poor, 5 = cannot judge (pick a reason "
+        f"first), S = clinically significant, C = comment, {undo}Enter = next; Tab reaches "
+        f"every control.{final}</div>"
+    )
+
+
+def _undo_rule(services: Services, study_id: int) -> tuple[bool, bool]:
+    """(can undo, names come later): a vote can be withdrawn while its names are unseen, so
+    in a study that never reveals them, or reveals them once all raters of an item voted
+    (several raters per item); with one rater per item and reveal on, never."""
+    from medheb_app.study import StudyError, find_study
+
+    try:
+        study = find_study(services.store, study_id)
+    except StudyError:
+        return False, False
+    if not study.reveal_after_vote:
+        return True, False
+    later = int(study.raters_per_item or 1) > 1
+    return later, later
 
 
 def _side(label: str, body: str, reveal: str = "") -> str:
@@ -246,6 +285,8 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
         return Screen(message=signed_out_html(services, auth, request))
     rater_id, study_id = who
     title = _title(services, study_id)
+    can_undo, named_later = _undo_rule(services, study_id)
+    keys = {"can_undo": can_undo, "keys": keys_line(can_undo, named_later)}
     try:
         view = next_item(services.store, study_id, rater_id)
     except StudyError as error:
@@ -260,6 +301,7 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
             header=_header(title, done, total),
             message=note + ui.notice_html("info", text),
             can_next=not finished,
+            **keys,
         )
     try:
         query, side_a, side_b = render_view(view)
@@ -269,6 +311,7 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
         return Screen(
             header=_header(title, view.done, view.total),
             message=note + ui.notice_html("error", "This item cannot be shown; it was logged."),
+            **keys,
         )
     return Screen(
         token=view.token,
@@ -282,6 +325,7 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
         message=note
         + (ui.notice_html("info", notice) if (notice := getattr(view, "notice", "")) else ""),
         can_vote=True,
+        **keys,
     )
 
 
@@ -409,7 +453,7 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
                 choice: gr.Button(label, elem_id=f"vote-{choice}", interactive=False)
                 for choice, label in CHOICE_LABELS.items()
             }
-            undo = gr.Button("Undo  [U]", size="sm", elem_id="vote-undo")
+            undo = gr.Button("Undo  [U]", size="sm", elem_id="vote-undo", visible=False)
             nxt = gr.Button("Next  [Enter]", variant="primary", size="sm", elem_id="vote-next")
         with gr.Row(elem_id="rater-options"):
             reason = gr.Radio(
@@ -426,18 +470,13 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
             significant = gr.Checkbox(
                 label="The difference matters clinically [S]", elem_id="rater-significant"
             )
-        gr.Markdown(
-            "Two anonymous systems answered the same query. Judge which top-3 list is better "
-            "for it. Click an image to see it at full resolution. Keys: 1 = A better, "
-            "2 = B better, 3 = tie, 4 = both poor, 5 = cannot judge (pick a reason first), "
-            "S = clinically significant, C = comment, U = undo, Enter = next; Tab reaches "
-            "every control."
-        )
+        keys = gr.HTML(elem_id="rater-keys")  # filled per study: U = undo only if it works
         token = gr.State("")
         advance = gr.State(False)
         vote_buttons = list(buttons.values())
         screen_outputs = [
-            token, header, instruction, query, side_a, side_b, message, *vote_buttons, nxt
+            token, header, instruction, query, side_a, side_b, message, *vote_buttons, nxt,
+            keys, undo,
         ]  # fmt: skip
 
         def _screen(screen: Screen) -> tuple:
@@ -452,6 +491,10 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
                 screen.message,
                 *[enabled] * len(vote_buttons),
                 gr.update(visible=screen.can_next),
+                screen.keys or gr.update(),
+                gr.update(visible=screen.can_undo, interactive=screen.can_undo)
+                if screen.keys
+                else gr.update(),
             )
 
         def show(request: gr.Request):
@@ -500,7 +543,7 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
         def do_undo(request: gr.Request):
             undone, note = undo_vote(services, auth, request)
             if not undone:
-                return (*[gr.update()] * 6, note, *[gr.update()] * (len(vote_buttons) + 1))
+                return (*[gr.update()] * 6, note, *[gr.update()] * (len(vote_buttons) + 3))
             return _screen(next_screen(services, auth, request, note))
 
         blocks.load(show, None, screen_outputs, api_name=False)
