@@ -55,6 +55,7 @@ def site(tmp_path_factory):
             "invitations": invitations,
             "rate": app.state.blocks["rate"],
             "auth": app.state.guards.auth,
+            "guards": app.state.guards,
         }
     services.jobs.shutdown(wait=False)
 
@@ -355,3 +356,24 @@ def test_cannot_judge_with_a_reason_comment_and_flag_reach_the_export(site):
     overall = [r for r in summary["rates"] if r["stratum"] == "all"]
     assert sum(r["n"] for r in overall) == summary["n_votes"]  # cannot-judge left out
     assert summary["n_votes"] == int((votes["outcome"] != "cannot_judge").sum())
+
+
+def test_a_link_from_elsewhere_never_swaps_a_signed_in_rater(site):
+    """The adversarial pass: a cross-site link to /rate?invite=<attacker's invitation> set the
+    attacker's rater identity in the victim's browser. A signed-in rater is now asked first;
+    the sign-in is kept until they choose, and their own page's link still signs in at once."""
+    from medheb_app.access.limits import RateLimiter
+    from medheb_app.study import create_invitations
+
+    site["guards"].rater_limit = RateLimiter(10, 60.0)  # this file's sign-ins share one client
+    own, other = create_invitations(site["services"].store, site["invited"], 2)
+    client = QueueClient(site["base"])
+    assert client.http.get(own.link).status_code == 303
+    before = dict(client.http.cookies)
+    for fetched_from in ("cross-site", "same-site"):
+        asked = client.http.get(other.link, headers={"Sec-Fetch-Site": fetched_from})
+        assert asked.status_code == 200 and "already signed in as a rater" in asked.text
+        assert "set-cookie" not in asked.headers and dict(client.http.cookies) == before
+        assert asked.headers["cache-control"] == "no-store"
+    chosen = client.http.get(other.link, headers={"Sec-Fetch-Site": "same-origin"})
+    assert chosen.status_code == 303 and "medheb_rater=" in chosen.headers["set-cookie"]

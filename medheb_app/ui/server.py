@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import logging
+import urllib.parse
 from dataclasses import dataclass
 
 import gradio as gr
@@ -227,6 +228,11 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             and request.url.path in (RATER_PATH, f"{RATER_PATH}/")
             and "invite" in request.query_params
         ):
+            fetched_from = (request.headers.get("sec-fetch-site") or "").lower()
+            if fetched_from in ("same-site", "cross-site") and auth.rater(request) is not None:
+                # a link on another page must not silently swap a signed-in rater for the
+                # invitation's (login CSRF, found by the adversarial pass): ask first
+                return _confirm_other_invitation(request.query_params["invite"])
             decision = guards.rater_limit.hit(client_key(request, hops))
             if not decision.allowed:
                 return _rater_refused(request, decision.message("sign-in attempts"), 429)
@@ -271,6 +277,24 @@ def add_upload_routes(app: FastAPI, services: Services) -> UploadIntake:
 
     app.add_middleware(NoUploadedFilesServed, intake=intake)
     return intake
+
+
+def _confirm_other_invitation(secret: str) -> HTMLResponse:
+    """The page a signed-in rater sees when a link from elsewhere carries an invitation."""
+    link = f"{RATER_PATH}?invite={urllib.parse.quote(secret, safe='')}"
+    body = _notice(
+        "warning",
+        "You are already signed in as a rater, and a link from another page carries a "
+        "different invitation. Keep rating as you are, or open that invitation instead "
+        "(it replaces your sign-in in this browser).",
+    ) + (
+        f'<p><a href="{RATER_PATH}/">Keep rating as I am</a> · '
+        f'<a href="{html.escape(link)}">Use the other invitation</a></p>'
+    )
+    response = page("Another invitation?", body)
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    return response
 
 
 def _links() -> str:
