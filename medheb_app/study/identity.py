@@ -252,11 +252,9 @@ def sign_in_open(
 def resume(store: Store, resume_secret: str | None) -> RaterSession | None:
     """The rater a resume secret (from the cookie) belongs to, or None when it is unknown,
     revoked, or its study is closed."""
-    if not resume_secret or len(resume_secret) > 200:
-        return None
     with store.session() as session:
-        rater = session.scalar(select(Rater).where(Rater.resume_hash == digest(resume_secret)))
-        if rater is None or rater.study_id is None:
+        rater = _rater_of(session, resume_secret)
+        if rater is None:
             return None
         study = session.get(PreferenceStudy, rater.study_id)
         if study is None or study.closed_at is not None or _revoked(session, rater):
@@ -274,11 +272,9 @@ def signed_out_reason(store: Store, resume_secret: str | None) -> str | None:
     """Why a cookie's resume secret no longer signs its rater in, in words for the rater:
     the invitation was revoked, or the study was closed (None for anything else: an unknown
     or replaced secret says nothing about anyone)."""
-    if not resume_secret or len(resume_secret) > 200:
-        return None
     with store.session() as session:
-        rater = session.scalar(select(Rater).where(Rater.resume_hash == digest(resume_secret)))
-        if rater is None or rater.study_id is None:
+        rater = _rater_of(session, resume_secret)
+        if rater is None:
             return None
         if _revoked(session, rater):
             return REVOKED_MESSAGE
@@ -286,6 +282,14 @@ def signed_out_reason(store: Store, resume_secret: str | None) -> str | None:
         if study is not None and study.closed_at is not None:
             return CLOSED_MESSAGE
         return None
+
+
+def _rater_of(session: Session, resume_secret: str | None) -> Rater | None:
+    """The rater of a study whose resume secret this is (None for none, or an absurd one)."""
+    if not resume_secret or len(resume_secret) > 200:
+        return None
+    rater = session.scalar(select(Rater).where(Rater.resume_hash == digest(resume_secret)))
+    return rater if rater is not None and rater.study_id is not None else None
 
 
 def active_rater(session: Session, study_id: int, rater_id: int) -> Rater:

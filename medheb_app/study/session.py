@@ -267,6 +267,18 @@ NAMED_WHEN_COMPLETE = (
 )
 
 
+def _in_force_per_item() -> Any:
+    """A correlated count of an item's votes in force, for queries over StudyItem."""
+    voted = aliased(Assignment)
+    return (
+        select(func.count())
+        .select_from(voted)
+        .where(voted.item_id == StudyItem.id, voted.vote_id.is_not(None))
+        .correlate(StudyItem)
+        .scalar_subquery()
+    )
+
+
 def _votes_in_force(session: Session, item_id: int) -> int:
     return session.scalar(
         select(func.count())
@@ -526,14 +538,7 @@ def _outlook(session: Session, study: PreferenceStudy, rater_id: int) -> dict[st
     rate that others hold now), `expires_at` (naive UTC: the latest moment the first of those
     claims runs out unvoted), `study_complete` (every item has its raters' votes) and
     `finished` (nothing is left that this rater may rate)."""
-    voted = aliased(Assignment)
-    in_force = (
-        select(func.count())
-        .select_from(voted)
-        .where(voted.item_id == StudyItem.id, voted.vote_id.is_not(None))
-        .correlate(StudyItem)
-        .scalar_subquery()
-    )
+    in_force = _in_force_per_item()
     live = (StudyItem.study_id == study.id, StudyItem.withdrawn_at.is_(None))
     mine = {
         item_id: (vote_id, released_at)
@@ -643,14 +648,7 @@ def _share(session: Session, study: PreferenceStudy, rater_id: int) -> Assignmen
     quiet_since = utcnow() - timedelta(seconds=SHARE_AFTER_SECONDS)
     last_seen = func.coalesce(Assignment.served_at, Assignment.created_at)
     voters = select(Vote.rater_id).where(Vote.study_id == study.id, Vote.kind == "vote")
-    voted = aliased(Assignment)
-    in_force = (
-        select(func.count())
-        .select_from(voted)
-        .where(voted.item_id == StudyItem.id, voted.vote_id.is_not(None))
-        .correlate(StudyItem)
-        .scalar_subquery()
-    )
+    in_force = _in_force_per_item()
     rows = session.execute(
         select(StudyItem.id, Assignment.rater_id.in_(voters), Assignment.served_at)
         .join(Assignment, Assignment.item_id == StudyItem.id)
