@@ -73,11 +73,6 @@ class QueueCallGuard:
             await self.app(scope, receive, send)
             return
         path, method = str(scope.get("path", "")), scope.get("method")
-        if method == "POST" and self._past_the_queue(path):
-            # Gradio's direct /api/<name> and /run/<name> answer a queued event with a bare
-            # 500 (found by the adversarial pass); programs use the queue, /call/ or /api/v1
-            await self._refuse(scope, send, 404, "a direct call past the queue")
-            return
         streamed = self._page(path, "data") if method == "GET" else None
         if streamed is not None:
             # Gradio answers an unknown session with an exception after the event stream has
@@ -120,13 +115,6 @@ class QueueCallGuard:
             return await receive()
 
         await self.app(scope, replay, send)
-
-    def _past_the_queue(self, path: str) -> bool:
-        return any(
-            path.startswith(f"{prefix}/gradio_api/{route}/")
-            for prefix in self.pages
-            for route in ("api", "run")
-        )
 
     async def _refuse(self, scope: dict, send: Any, status: int, problem: str) -> None:
         from starlette.responses import JSONResponse
