@@ -161,6 +161,13 @@ def test_no_route_answers_5xx_or_logs_a_traceback_for_malformed_requests(site, c
                         continue
                     if status >= 500:
                         failures.append((method, url, status))
+    # the adversarial pass: a well-formed direct call to a named event ran it outside the
+    # queue and answered a bare 500; the page's own /run/predict is not touched
+    search = ["pleural effusion", "oracle", "demo-cxr", 3, "auto", False]
+    for route in ("api", "run"):
+        reply = client.post(f"/gradio_api/{route}/search", json={"data": search})
+        if reply.status_code != 404:
+            failures.append(("direct", route, reply.status_code))
     for prefix in ("", "/rate"):
         for body in (
             {"fn_index": 99999, "session_hash": "a", "data": []},

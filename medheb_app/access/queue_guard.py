@@ -73,6 +73,13 @@ class QueueCallGuard:
             await self.app(scope, receive, send)
             return
         path, method = str(scope.get("path", "")), scope.get("method")
+        if method == "POST" and self._named_direct_call(path):
+            # Gradio's /run/<name> and /api/<name> run a named (queued) event outside the
+            # queue, past its per-client cap, and answered a bare 500 (adversarial pass);
+            # programs use the queue, /call/<name> or /api/v1. The page itself posts only
+            # /run/predict (events that skip the queue), which passes.
+            await self._refuse(scope, send, 404, "a direct call past the queue")
+            return
         streamed = self._page(path, "data") if method == "GET" else None
         if streamed is not None:
             # Gradio answers an unknown session with an exception after the event stream has
@@ -115,6 +122,14 @@ class QueueCallGuard:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    def _named_direct_call(self, path: str) -> bool:
+        for prefix in self.pages:
+            for route in ("run", "api"):
+                start = f"{prefix}/gradio_api/{route}/"
+                if path.startswith(start) and path[len(start) :].strip("/") != "predict":
+                    return True
+        return False
 
     async def _refuse(self, scope: dict, send: Any, status: int, problem: str) -> None:
         from starlette.responses import JSONResponse
