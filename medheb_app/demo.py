@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medheb_app.evidence.phantoms.saved import CorpusKey, corpora_root, ensure_saved
+from medheb_app.evidence.phantoms import saved  # saved.corpora_root: tests redirect it
+from medheb_app.evidence.phantoms.saved import CorpusKey, ensure_saved
 from medheb_app.index.build import build_index
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, load_index, query_vocabulary
 from medheb_app.index.sources import LoadedSource, phantom_source, phantom_volume_source
@@ -143,7 +144,9 @@ def ensure_demo(
     started = time.perf_counter()
     key = CorpusKey("cxr", n, seed)
     with _demo_lock(settings):
-        directory, generated = ensure_saved(corpora_root(settings), key, _stage(progress, 0.0, 0.3))
+        directory, generated = ensure_saved(
+            saved.corpora_root(settings), key, _stage(progress, 0.0, 0.3)
+        )
         corpus = key.record(directory)
         stages = len(specs) + (1 if with_3d else 0)
         entries = []
@@ -187,7 +190,7 @@ def _ensure_volume_index(
 ) -> dict[str, Any]:
     """The 3D demo index: CT, T1 and T2 MR volumes and CT projections of a few subjects."""
     key = CorpusKey("volumes", n_subjects, seed)
-    directory, _ = ensure_saved(corpora_root(settings), key, progress)
+    directory, _ = ensure_saved(saved.corpora_root(settings), key, progress)
     source = lambda: phantom_volume_source(settings, n_subjects, seed)  # noqa: E731
     return _ensure_index(DEMO_3D, spec, source, key.record(directory), settings, progress, stop)
 

@@ -36,8 +36,9 @@ from medheb_app.evidence.findings import (
     Vocabulary,
     scheme_of,
 )
+from medheb_app.evidence.phantoms import saved  # saved.corpora_root: tests redirect it
 from medheb_app.evidence.phantoms.corpus import load_corpus
-from medheb_app.evidence.phantoms.saved import CorpusKey, corpora_root, ensure_saved
+from medheb_app.evidence.phantoms.saved import CorpusKey, ensure_saved
 from medheb_app.evidence.study import Study
 from medheb_app.settings import Settings
 
@@ -115,7 +116,7 @@ def phantom_source(settings: Settings, n: int, seed: int) -> LoadedSource:
     Devices, Enlarged Cardiomediastinum and Pleural Other), whoever builds it (the demo, `index
     build --source phantom`, an admin job), so every build of one corpus answers alike."""
     key = CorpusKey("cxr", n, seed)
-    directory, _ = ensure_saved(corpora_root(settings), key)
+    directory, _ = ensure_saved(saved.corpora_root(settings), key)
     studies = load_corpus(directory)
     vocabulary = Vocabulary(CXR_RETRIEVE_10, scheme_of([s.findings for s in studies]), "phantom")
     spec = SourceSpec("phantom", n=n, text=f"phantom:{n}")
@@ -125,7 +126,7 @@ def phantom_source(settings: Settings, n: int, seed: int) -> LoadedSource:
 def phantom_volume_source(settings: Settings, n_subjects: int, seed: int) -> LoadedSource:
     """The saved CT / MR phantom subjects as a source (no finding labels: similarity only)."""
     key = CorpusKey("volumes", n_subjects, seed)
-    directory, _ = ensure_saved(corpora_root(settings), key)
+    directory, _ = ensure_saved(saved.corpora_root(settings), key)
     spec = SourceSpec("phantom-volumes", n=n_subjects, text=f"phantom-volumes:{n_subjects}")
     vocabulary = Vocabulary((), "none", "phantom-volumes")
     return LoadedSource(spec, load_corpus(directory), vocabulary, corpus=key.record(directory))

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from medheb_app.evidence.phantoms import saved  # saved.corpora_root: tests redirect it
 from medheb_app.evidence.phantoms.corpus import load_corpus
-from medheb_app.evidence.phantoms.saved import CorpusKey, corpora_root, ensure_saved
+from medheb_app.evidence.phantoms.saved import CorpusKey, ensure_saved
 from medheb_app.evidence.study import Study
 from medheb_app.settings import Settings
 from medheb_app.train.contrastive import (
@@ -83,7 +84,7 @@ def train_report(
             raise ValueError("train_report needs settings to find the saved phantom corpus.")
         report_stage(progress, f"drawing {config.n} phantom studies")
         key = CorpusKey("cxr", config.n, config.corpus_seed)
-        studies = load_corpus(ensure_saved(corpora_root(settings), key)[0])
+        studies = load_corpus(ensure_saved(saved.corpora_root(settings), key)[0])
         source = "phantom"
     check_stop(stop, "drawing the corpus")
     report_stage(progress, f"reading the pixels of {len(studies)} studies")
