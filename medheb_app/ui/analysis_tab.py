@@ -416,8 +416,7 @@ NO_ADMIN = (
     "This server has no admin, and study results are for admins only, so nobody can open "
     "them here (the demo study's included). To read them, give the server an admin and "
     "restart it: set the <code>ADMIN_PASSWORD</code> secret (on a Space: Settings, Variables "
-    'and secrets) and sign in at <a href="/auth/admin">/auth/admin</a> on the Space\'s own '
-    "address, or, on a Space, "
+    "and secrets), then sign in from the Admin tab that appears; or, on a Space, "
     "add <code>hf_oauth: true</code> to its README header and list Hugging Face user names in "
     "<code>ADMIN_USERS</code>, then sign in with Hugging Face in the Admin tab. Where you have "
     "a shell on the data folder, <code>python -m medheb_app study analyse</code> reads the "
