@@ -241,15 +241,12 @@ def bomb_phases(url: str, files: dict[str, list[Path]]) -> list[dict[str, object
     return rows
 
 
-def run_bombs(work: Path) -> None:
-    folder = work / "bombs"
-    folder.mkdir()
-    files = {kind: [write_bomb(kind, folder, i) for i in range(4)] for kind in BOMBS}
-    data_dir = work / "data"
-    port = free_port()
-    env = {
+def app_env(work: Path, port: int, **extra: str) -> dict[str, str]:
+    """The environment of the measured `python app.py`: a tiny oracle demo in work/data,
+    its own Gradio temp folder, on 127.0.0.1:port."""
+    return {
         **os.environ,
-        "DATA_DIR": str(data_dir),
+        "DATA_DIR": str(work / "data"),
         "MEDHEB_DEMO_SIZE": "20",
         "MEDHEB_DEMO_MODELS": "oracle",
         "MEDHEB_DEFAULT_MODEL": "oracle",
@@ -258,8 +255,17 @@ def run_bombs(work: Path) -> None:
         "GRADIO_TEMP_DIR": str(work / "gradio"),
         "HOST": "127.0.0.1",
         "PORT": str(port),
-        "TRUST_PROXY_HEADERS": "1",  # four client addresses, so no per-client limit interferes
+        **extra,
     }
+
+
+def run_bombs(work: Path) -> None:
+    folder = work / "bombs"
+    folder.mkdir()
+    files = {kind: [write_bomb(kind, folder, i) for i in range(4)] for kind in BOMBS}
+    port = free_port()
+    # four client addresses, so no per-client limit interferes
+    env = app_env(work, port, TRUST_PROXY_HEADERS="1")
     url = f"http://127.0.0.1:{port}"
     result = peak_rss_of_server(
         [sys.executable, str(ROOT / "app.py")],
@@ -319,20 +325,8 @@ def main() -> None:
             slices = write_zip(path, args.zip_mb, variant)
             zips.append(path)
         sizes = [round(p.stat().st_size / 2**20) for p in zips]
-        data_dir = work / "data"
-        env = {
-            **os.environ,
-            "DATA_DIR": str(data_dir),
-            "MEDHEB_DEMO_SIZE": "20",
-            "MEDHEB_DEMO_MODELS": "oracle",
-            "MEDHEB_DEFAULT_MODEL": "oracle",
-            "GRADIO_ANALYTICS_ENABLED": "False",
-            "HF_HUB_OFFLINE": "1",
-            "GRADIO_TEMP_DIR": str(work / "gradio"),
-            "HOST": "127.0.0.1",
-        }
         port = free_port()
-        env["PORT"] = str(port)
+        env = app_env(work, port)
         url = f"http://127.0.0.1:{port}"
         started = time.perf_counter()
         result = peak_rss_of_server(
