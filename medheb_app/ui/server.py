@@ -205,8 +205,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
 
     @app.api_route("/auth/signout", methods=["GET", "POST"], include_in_schema=False)
     def sign_out(request: Request) -> Response:
-        fetched_from = (request.headers.get("sec-fetch-site") or "").lower()
-        if request.method == "GET" and fetched_from in ("same-site", "cross-site"):
+        if request.method == "GET" and _from_another_page(request):
             # an <img> or link on another page (another port of this host counts as same-site)
             # must not end the session: ask, and sign out on the POST (origin-checked)
             form = (
@@ -228,8 +227,7 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             and request.url.path in (RATER_PATH, f"{RATER_PATH}/")
             and "invite" in request.query_params
         ):
-            fetched_from = (request.headers.get("sec-fetch-site") or "").lower()
-            if fetched_from in ("same-site", "cross-site") and auth.rater(request) is not None:
+            if _from_another_page(request) and auth.rater(request) is not None:
                 # a link on another page must not silently swap a signed-in rater for the
                 # invitation's (login CSRF, found by the adversarial pass): ask first
                 return _confirm_other_invitation(request.query_params["invite"])
@@ -277,6 +275,12 @@ def add_upload_routes(app: FastAPI, services: Services) -> UploadIntake:
 
     app.add_middleware(NoUploadedFilesServed, intake=intake)
     return intake
+
+
+def _from_another_page(request: Request) -> bool:
+    """Whether a browser sent this GET from another site's page, or another port of this
+    host (Sec-Fetch-Site same-site / cross-site): such a GET must not change who is signed in."""
+    return (request.headers.get("sec-fetch-site") or "").lower() in ("same-site", "cross-site")
 
 
 def _confirm_other_invitation(secret: str) -> HTMLResponse:
