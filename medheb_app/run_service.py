@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from medheb_app.eval.colours import run_colours
-from medheb_app.eval.estimate import Estimate
+from medheb_app.eval.estimate import Estimate, estimate_run, rates_from_store
 from medheb_app.eval.results import Summary
+from medheb_app.services import bench_suite
 from medheb_app.store.colours import model_slots
+from medheb_app.store.runs import run_listing, run_out_dir
+from medheb_app.store.study_tables import PreferenceStudy
 
 
 def finished_run_choices(services: Any, limit: int = 200) -> list[tuple[str, int]]:
     """Finished runs, newest first, as (label, run id) for a picker."""
-    from medheb_app.store.runs import run_listing
-
     return [
         (
             f"Run {row['id']}: {row['suite']} · {', '.join(row['models'])} · "
@@ -33,8 +34,6 @@ def finished_run_choices(services: Any, limit: int = 200) -> list[tuple[str, int
 
 def run_summary(services: Any, run_id: int) -> Summary:
     """The Summary of a stored run, read from its folder; KeyError for an unknown id."""
-    from medheb_app.store.runs import run_out_dir
-
     return Summary.from_disk(run_out_dir(services.store, int(run_id)))
 
 
@@ -49,9 +48,6 @@ def bench_estimate(
     and model, the items it embeds, how many the embedding cache holds, and the seconds the
     rest take at each model's measured rate (eval/estimate.py). Builds the tasks as the run
     would (real-data tasks that cannot be built are listed as skipped); loads no model."""
-    from medheb_app.eval.estimate import estimate_run, rates_from_store
-    from medheb_app.services import bench_suite
-
     if not models:
         raise ValueError("Pick at least one model to estimate.")
     params = {"suite": suite, "tasks": tasks or [], "families": families or []}
@@ -150,8 +146,6 @@ def open_study_sources(services: Any) -> set[str]:
     """The resolved run folders of every reader study that is not closed: the runs whose
     per-query results stay hidden from non-admins (ui/blinding.py)."""
     from sqlalchemy import select
-
-    from medheb_app.store.study_tables import PreferenceStudy
 
     with services.store.session() as session:
         studies = session.scalars(select(PreferenceStudy)).all()

@@ -15,13 +15,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from medheb_app.access.auth import oauth_available
+from medheb_app.demo import bootstrap_app
+from medheb_app.eval.runner import run_suite
+from medheb_app.index.build import build_from_source
+from medheb_app.index.catalog import check_index_name, list_indices
+from medheb_app.jobs import JobCancelled, JobRunner
+from medheb_app.models import registry
+from medheb_app.models.registry import list_models, spec_of_folder
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
+from medheb_app.study.payloads import Renderer, describe_with_tasks
+from medheb_app.tasks.cxr_retrieve import SUITE_NAME, CxrRetrieveSuite
+from medheb_app.tasks.medheb import SUITES
+from medheb_app.train.config import config_from_sources
+from medheb_app.train.loop import TrainingProgress
+from medheb_app.train.recipes import get_recipe
 
 if TYPE_CHECKING:
-    from medheb_app.jobs import JobRunner
     from medheb_app.models.base import Embedder
-    from medheb_app.study.payloads import Renderer
 
 log = logging.getLogger(__name__)
 Progress = Callable[[float, str], None]
@@ -68,8 +80,6 @@ class DemoBootstrap:
         try:
             ensure = self._ensure
             if ensure is None:
-                from medheb_app.demo import bootstrap_app
-
                 ensure = bootstrap_app
             self.result = ensure(self.settings, self._progress)
             final = BootstrapState(fraction=1.0, message="demo ready", done=True)
@@ -105,9 +115,7 @@ class DemoBootstrap:
 
 def _registry_loader(settings: Settings) -> Callable[[str], Embedder]:
     def load(spec: str) -> Embedder:
-        from medheb_app.models.registry import load_embedder
-
-        return load_embedder(spec, settings)
+        return registry.load_embedder(spec, settings)
 
     return load
 
@@ -126,8 +134,6 @@ class Services:
     def admin_enabled(self) -> bool:
         """Admin controls exist only when ADMIN_PASSWORD or ADMIN_USERS is set (a public demo
         has none)."""
-        from medheb_app.access.auth import oauth_available
-
         return bool(
             self.settings.admin_password or (self.settings.admin_users and oauth_available())
         )
@@ -140,14 +146,10 @@ class Services:
 
     def list_models(self) -> list[dict[str, Any]]:
         """Every embedder spec the pickers offer, read fresh so new checkpoints appear."""
-        from medheb_app.models.registry import list_models
-
         return list_models(self.settings)
 
     def list_indices(self) -> list[Any]:
         """Every built index, read fresh so a new index build appears without restart."""
-        from medheb_app.index.catalog import list_indices
-
         return list_indices(self.settings)
 
 
@@ -157,8 +159,6 @@ def create_services(
     start_bootstrap: bool = True,
 ) -> Services:
     """Open the store, recover interrupted jobs, and start the demo bootstrap in the background."""
-    from medheb_app.jobs import JobRunner
-
     settings = settings or Settings.from_env()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(settings.database_url)
@@ -198,9 +198,6 @@ BENCH_SUITES = ("medheb-lite", "cxr-retrieve")
 
 def bench_suite(settings: Settings, params: dict[str, Any]):
     """The suite a job's params name, and the tasks chosen (--task / --family alike)."""
-    from medheb_app.tasks.cxr_retrieve import SUITE_NAME, CxrRetrieveSuite
-    from medheb_app.tasks.medheb import SUITES
-
     suite = str(params["suite"])
     if suite == SUITE_NAME:
         return (
@@ -228,9 +225,6 @@ def bench_job(settings: Settings) -> JobFn:
     results land in the store and runs_dir. Logs one line per task (scored or skipped, why)."""
 
     def run(params, progress, log, stop) -> dict:
-        from medheb_app.eval.runner import run_suite
-        from medheb_app.jobs import JobCancelled
-
         suite, only = bench_suite(settings, params)
         models = [str(m) for m in params["models"]]
         out = settings.runs_dir / f"{suite.name}-{_stamp()}"
@@ -250,8 +244,6 @@ def bench_job(settings: Settings) -> JobFn:
 
 def _training_progress(progress, log) -> Callable[[int, int, float], None]:
     """Adapt the trainer's (step, total, loss) callback and its stages to the job's progress."""
-    from medheb_app.train.loop import TrainingProgress
-
     return TrainingProgress(progress, log)
 
 
@@ -259,10 +251,6 @@ def train_job(settings: Settings) -> JobFn:
     """Train a checkpoint; it registers itself (dual-lite@<tag> or medemb-lite@<tag>) when saved."""
 
     def run(params, progress, log, stop) -> dict:
-        from medheb_app.jobs import JobCancelled
-        from medheb_app.train.config import config_from_sources
-        from medheb_app.train.recipes import get_recipe
-
         recipe = get_recipe(str(params["recipe"]))
         tag = str(params["tag"]).strip()
         if not tag or not tag.replace("-", "").replace("_", "").isalnum():
@@ -275,7 +263,6 @@ def train_job(settings: Settings) -> JobFn:
         result = recipe.run(config, out, settings, _training_progress(progress, log), stop)
         if stop.is_set() or result.card is None:
             raise JobCancelled(f"stopped after step {result.steps}; no checkpoint saved")
-        from medheb_app.models.registry import spec_of_folder
 
         spec = spec_of_folder(out, settings)  # the name the resolver registers it under
         if spec is None:  # its tag is taken by a committed checkpoint: load it by path
@@ -302,10 +289,6 @@ def index_job(settings: Settings) -> JobFn:
     search pickers then offer it."""
 
     def run(params, progress, log, stop) -> dict:
-        from medheb_app.index.build import build_from_source
-        from medheb_app.index.catalog import check_index_name
-        from medheb_app.jobs import JobCancelled
-
         name, spec = check_index_name(str(params["name"])), str(params["model"])
         source = index_source(settings, params)
         log(f"index {name}: source {source}, model {spec}")
@@ -344,9 +327,6 @@ def describe_for_run(settings: Settings, suite: str) -> Renderer:
     medheb_app.study.payloads (salted file names, so no path names a task or an item). For a
     run of a suite this checkout cannot rebuild, the run files' own payloads are rendered;
     items that cannot be shown are withheld from the study."""
-    from medheb_app.study.payloads import Renderer, describe_with_tasks
-    from medheb_app.tasks.medheb import SUITES
-
     media_dir = settings.data_dir / "study-media" / _stamp()
     if suite not in SUITES:
         return Renderer(media_dir)

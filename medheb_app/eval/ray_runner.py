@@ -29,8 +29,12 @@ from typing import Any
 import numpy as np
 
 from medheb_app.eval.rankers import Progress, Ranker, load_ranker, unread_forms
+from medheb_app.index.cache import EmbeddingCache
+from medheb_app.index.ray_engine import connect
 from medheb_app.models.base import ModelCard
+from medheb_app.ranking.probes import ProbeConfig
 from medheb_app.settings import Settings
+from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
 
 POLL_S = 0.5  # how often a waiting driver looks at `stop`
 BASELINES = ("random", "oracle")
@@ -65,10 +69,6 @@ def score_cxr_model(
 ) -> Scored:
     """Ray task body: one model (loaded in this worker, logic: probes fit here) scores the
     145 CXR-Retrieve queries over the gallery."""
-    from medheb_app.index.cache import EmbeddingCache
-    from medheb_app.ranking.probes import ProbeConfig
-    from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
-
     ranker = (
         load_ranker(
             model,
@@ -140,8 +140,6 @@ class RayPool:
         """Connected for the block; units still queued at its end (an error, a cancel) are
         cancelled, and a cluster started here is stopped."""
         import ray
-
-        from medheb_app.index.ray_engine import connect
 
         started_here = connect(address)
         pool = cls(settings, stop)

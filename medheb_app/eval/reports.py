@@ -258,6 +258,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 def render_cxr_report(summary: Summary) -> str:
     """A cxr-retrieve run as markdown: provenance, then the tables `cxr-retrieve eval` prints,
     read from the run's per-model report files."""
+    # deferred: pandas
     from medheb_app.eval.cxr_tables import render_tables
 
     reports = [summary.cxr_report(model) for model in summary.models]

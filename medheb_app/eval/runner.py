@@ -22,17 +22,31 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from medheb_app.eval.estimate import new_vectors_key
+from medheb_app.eval.cxr_retrieve import cxr_model_summary, evaluate
+from medheb_app.eval.estimate import (
+    estimate_cxr,
+    estimate_medheb,
+    model_cards,
+    new_vectors_key,
+    rates_from_store,
+)
 from medheb_app.eval.medheb_scoring import (  # re-exported: the runner's public API
     evaluate_task,
     instruction_for,
     rank,
     summarise_model,
 )
+from medheb_app.eval.progress import WorkProgress
 from medheb_app.eval.rankers import Progress, Ranker, load_ranker, unread_forms
+from medheb_app.eval.ray_runner import RayPool
+from medheb_app.eval.reports import render_report
 from medheb_app.eval.results import ModelSummary, Summary, TaskRun, model_dirname, now_iso
 from medheb_app.index.cache import EmbeddingCache
+from medheb_app.models.device import resolve_device
+from medheb_app.ranking.probes import ProbeConfig
 from medheb_app.settings import Settings
+from medheb_app.store import runs as run_table
+from medheb_app.store.db import Store
 from medheb_app.tasks.base import Suite, Task
 from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
@@ -66,24 +80,16 @@ class RunRecord:
 
     def start(self, suite: str, specs: list[str], out_dir: Path, settings: dict) -> None:
         """The tasks are built: note how long that took and open the run's store row."""
-        from medheb_app.store import runs as run_table
-
         self.build_s = time.perf_counter() - self.clock
         if self.record:
-            from medheb_app.store.db import Store
-
             self.store = Store.open(self.settings.database_url)
             self.run_id = run_table.start_run(self.store, suite, specs, str(out_dir), settings)
 
     def add(self, **values: Any) -> None:
-        from medheb_app.store import runs as run_table
-
         if self.store is not None and self.run_id is not None:
             run_table.add_task_result(self.store, self.run_id, **values)
 
     def finish(self, error: BaseException | None = None) -> None:
-        from medheb_app.store import runs as run_table
-
         if self.store is None or self.run_id is None:
             return
         if error is None:
@@ -175,8 +181,6 @@ def run_suite(
     Ray tasks on the cluster at `ray_address` ("auto", host:port; a local one is started and
     stopped when None); this process ranks, writes the same files and store rows.
     """
-    from medheb_app.eval.reports import render_report
-
     if engine not in ENGINES:
         raise ValueError(f"Unknown engine {engine!r}; use {' or '.join(ENGINES)}.")
     if ray_address and engine != "ray":
@@ -190,8 +194,6 @@ def run_suite(
     ctx = RunContext(specs, out_dir, settings, report, note, stop, only, record)
     runner = _run_cxr_retrieve if isinstance(suite, CxrRetrieveSuite) else _run_medheb
     if engine == "ray":
-        from medheb_app.eval.ray_runner import RayPool
-
         with RayPool.connect(ray_address, settings, stop) as pool:
             summary = runner(suite, models, replace(ctx, pool=pool))
         # its per-model seconds are waits on units that ran side by side, not a model's rate
@@ -297,9 +299,6 @@ def _medheb_meter(
     """Progress weighted by the run's own estimate: one stage per (model, task), its weight
     the seconds the estimate gives it (per input kind, baselines zero), so a baseline that
     takes a second no longer fills half the bar."""
-    from medheb_app.eval.estimate import estimate_medheb, model_cards, rates_from_store
-    from medheb_app.eval.progress import WorkProgress
-
     rates = rates_from_store(recorder.store, specs) if recorder.store is not None else {}
     plan = estimate_medheb(suite_name, tasks, specs, model_cards(settings), cache, rates)
     work: dict[tuple[str, str], float] = {}
@@ -315,8 +314,6 @@ def task_work(task: Any) -> int:
 
 def run_settings(settings: Settings) -> dict[str, Any]:
     """What of the settings a run's numbers depend on (kept in summary.json and the store)."""
-    from medheb_app.models.device import resolve_device
-
     return {
         "data_dir": str(settings.data_dir),
         "device": resolve_device(settings.device),  # what "auto" became on this machine
@@ -328,10 +325,6 @@ def _run_cxr_retrieve(
     suite: CxrRetrieveSuite, models: Sequence[str | Ranker], ctx: RunContext
 ) -> Summary:
     out_dir, settings, report, note, stop, record = ctx.unpack()
-    from medheb_app.eval.cxr_retrieve import cxr_model_summary, evaluate
-    from medheb_app.eval.estimate import estimate_cxr, model_cards, rates_from_store
-    from medheb_app.eval.progress import WorkProgress
-    from medheb_app.ranking.probes import ProbeConfig
 
     if ctx.only:
         raise ValueError("The cxr-retrieve suite is one task; --task does not apply.")

@@ -41,6 +41,7 @@ from medheb_app.run_service import (
 )
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
+from medheb_app.ui.blinding import run_is_blinded
 from medheb_app.ui.drilldown_view import drilldown_html
 
 log = logging.getLogger(__name__)
@@ -335,8 +336,6 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         return skipped_frame(services, summary, admin), line
 
     def _blinded(summary, request: gr.Request) -> bool:
-        from medheb_app.ui.blinding import run_is_blinded
-
         admin = auth is not None and auth.is_admin(request)
         return not admin and run_is_blinded(services, getattr(summary, "out_dir", None))
 
