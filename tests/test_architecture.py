@@ -100,8 +100,14 @@ def test_the_checker_sees_a_forbidden_edge(tmp_path: Path) -> None:
 
 # The app's bootstrap and application context: only the top layer may import them.
 BOOTSTRAP = ("medheb_app.demo", "medheb_app.demo_showcase", "medheb_app.services")
-TOP_LAYER = ("medheb_app.ui", "medheb_app.commands", "medheb_app.api", "medheb_app.cli")
-TOP_MODULES = (*BOOTSTRAP, "medheb_app.run_service", "medheb_app.__main__")
+TOP_LAYER = (
+    "medheb_app.ui",
+    "medheb_app.commands",
+    "medheb_app.api",
+    "medheb_app.cli",
+    "medheb_app.services",
+)
+TOP_MODULES = (*BOOTSTRAP, "medheb_app.__main__")
 # Cycles named instead of failed on (a frozenset of modules each); empty since the upload
 # decoders' shared pieces moved into the leaf evidence/pixels.py. Keep it empty.
 KNOWN_CYCLES: tuple[frozenset[str], ...] = ()
@@ -197,7 +203,7 @@ def test_nothing_below_the_top_layer_imports_the_bootstrap() -> None:
         for module, targets in _module_edges(import_graph()).items()
         if not _is_top(module)
         for target in targets
-        if target in BOOTSTRAP
+        if any(target == b or target.startswith(b + ".") for b in BOOTSTRAP)
     )
     assert edges == []
 
@@ -331,3 +337,44 @@ def test_the_import_counter_sees_local_imports_and_their_reasons(tmp_path: Path)
         "    from medheb_app.index import catalog  # cycle: catalog imports this module\n"
     )
     assert function_level_imports(probe) == [(4, False), (7, True), (8, True), (11, True)]
+
+
+# ---------------------------------------------------------------- one cancellation, no env fallback
+
+
+def _nodes(path: Path) -> list[ast.AST]:
+    return [node for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))]
+
+
+def test_work_that_stops_raises_the_one_cancellation_type() -> None:
+    """Library code raises medheb_app.cancellation.Cancelled, never a bare InterruptedError,
+    and defines no other exception for a stop."""
+    raises, types = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in _nodes(path):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                called = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(called, ast.Name) and called.id == "InterruptedError":
+                    raises.append(f"{_module_name(path)}:{node.lineno}")
+            if isinstance(node, ast.ClassDef) and any(
+                word in node.name.lower() for word in ("cancel", "stop", "interrupt")
+            ):
+                types.append(f"{_module_name(path)}.{node.name}")
+    assert raises == []
+    assert types == ["medheb_app.cancellation.Cancelled"]
+
+
+def test_only_the_cli_reads_settings_from_the_environment() -> None:
+    """Library functions take Settings; only the CLI entry point (and app.py, outside the
+    package) calls Settings.from_env()."""
+    callers = sorted(
+        f"{_module_name(path)}:{node.lineno}"
+        for path in PACKAGE.rglob("*.py")
+        for node in _nodes(path)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "from_env"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "Settings"
+    )
+    assert [place for place in callers if not place.startswith("medheb_app.cli:")] == []

@@ -2,7 +2,8 @@
 studies (creation, invitations, analysis) and the audit log. Every action is audited.
 
 Jobs go through services.jobs with the same job functions the admin tab submits
-(services.JOB_FACTORIES); studies through medheb_app.study, as `study create/invite/analyse`.
+(services.admin_jobs.JOB_FACTORIES); studies through medheb_app.study, as `study
+create/invite/analyse`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from medheb_app.api.schemas import (
 from medheb_app.api.search_routes import ERRORS
 from medheb_app.api.security import Principal, access, services_of
 from medheb_app.jobs import JobError
-from medheb_app.run_service import run_summary
-from medheb_app.services import JOB_FACTORIES, Services, describe_for_run
+from medheb_app.services import Services
+from medheb_app.services.admin_jobs import JOB_FACTORIES
+from medheb_app.services.runs import describe_for_run, run_summary
 from medheb_app.study import create_invitations, create_study, find_study, list_studies
 from medheb_app.study.analysis import summarise
 from medheb_app.study.export import votes_frame

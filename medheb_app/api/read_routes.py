@@ -35,8 +35,8 @@ from medheb_app.eval.leaderboard import cxr_leaderboard, leaderboard, task_frame
 from medheb_app.evidence.readers import read_any
 from medheb_app.index.build import FAILED_FILE
 from medheb_app.index.catalog import CATALOG_FILE
-from medheb_app.run_service import run_skipped, run_summary
 from medheb_app.services import Services
+from medheb_app.services.runs import run_skipped, run_summary
 from medheb_app.store.runs import run_listing
 from medheb_app.study.payloads import montage, to_uint8
 from medheb_app.ui.blinding import run_is_blinded

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from medheb_app.cancellation import Cancelled
 from medheb_app.eval.rankers import Progress, Ranker, load_ranker, unread_forms
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.ray_engine import connect
@@ -197,7 +198,7 @@ class RayPool:
 
         while not ray.wait([ref], timeout=POLL_S)[0]:
             if self.stop is not None and self.stop.is_set():
-                raise InterruptedError("Benchmark run was cancelled.")
+                raise Cancelled("Benchmark run was cancelled.")
         try:
             return ray.get(ref)
         except RayTaskError as error:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from medheb_app.cancellation import Cancelled
 from medheb_app.eval.cxr_retrieve import cxr_model_summary, evaluate
 from medheb_app.eval.estimate import (
     estimate_cxr,
@@ -95,12 +96,12 @@ class RunRecord:
         if error is None:
             run_table.finish_run(self.store, self.run_id, "finished")
         else:
-            status = "cancelled" if isinstance(error, InterruptedError) else "failed"
+            status = "cancelled" if isinstance(error, Cancelled) else "failed"
             run_table.finish_run(self.store, self.run_id, status, error=str(error))
 
     @contextmanager
     def guard(self) -> Iterator[None]:
-        """Mark the run cancelled (InterruptedError) or failed when the block raises; re-raise."""
+        """Mark the run cancelled (Cancelled) or failed when the block raises; re-raise."""
         try:
             yield
         except BaseException as error:
@@ -175,7 +176,8 @@ def run_suite(
 
     `models` are spec strings (see eval.rankers.load_ranker) or ready Ranker objects.
     Runs are recorded in the SQL store (`record`). Cancelling through `stop` raises
-    InterruptedError after marking the run cancelled; finished task files stay on disk.
+    Cancelled (medheb_app.cancellation) after marking the run cancelled; finished task files
+    stay on disk.
     `log` gets one line per task (what was scored, its main score, or why it was skipped).
     `engine` "ray" scores every task x model pair (every model, for cxr-retrieve) at once as
     Ray tasks on the cluster at `ray_address` ("auto", host:port; a local one is started and
@@ -216,7 +218,7 @@ def _run_medheb(
 
         def building(name: str, i: int, n: int) -> None:
             if stop is not None and stop.is_set():
-                cancelled = InterruptedError(f"cancelled while building tasks ({i} of {n})")
+                cancelled = Cancelled(f"cancelled while building tasks ({i} of {n})")
                 recorder.start(suite_name, ctx.specs, out_dir, run_settings(settings))
                 recorder.finish(cancelled)  # the run's row says it was cancelled, and when
                 raise cancelled
@@ -244,7 +246,7 @@ def _run_medheb(
             runs: list[TaskRun] = []
             for t, task in enumerate(tasks):
                 if stop is not None and stop.is_set():
-                    raise InterruptedError("Benchmark run was cancelled.")
+                    raise Cancelled("Benchmark run was cancelled.")
                 stage = m * len(tasks) + t
                 meter.at(stage, 0.0, f"{spec}: {task.name}")
                 missing = unread_forms(task, ranker.card.modalities)
@@ -345,7 +347,7 @@ def _run_cxr_retrieve(
     with recorder.guard():
         for model in models:
             if stop is not None and stop.is_set():
-                raise InterruptedError("Benchmark run was cancelled.")
+                raise Cancelled("Benchmark run was cancelled.")
             model_started = time.perf_counter()
             spec = model if isinstance(model, str) else model.spec
             *fit, images, queries = stages[spec]

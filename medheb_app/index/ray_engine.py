@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from medheb_app.cancellation import Cancelled
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.shards import Shard, ShardResult, decode, failure_reason, shard_result
 from medheb_app.models import registry
@@ -230,7 +231,7 @@ def _run(
         )
         for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
             if stop is not None and stop.is_set():
-                raise InterruptedError("The index build was cancelled.")
+                raise Cancelled("The index build was cancelled.")
             for shard, key, item_id, label, vector, error in zip(
                 batch["shard"], batch["key"], batch["id"], batch["label"],
                 batch["vector"], batch["error"], strict=True,

@@ -172,7 +172,9 @@ def init_folder(init: str, settings: Settings | None = None) -> Path | None:
         return path
 
     tag = init.removeprefix(f"{DUAL_LITE}@")
-    folders = checkpoint_folders(settings or Settings.from_env())
+    if settings is None:
+        raise ValueError(f"init {init!r} names a checkpoint tag; looking it up needs settings.")
+    folders = checkpoint_folders(settings)
     if tag not in folders:
         raise FileNotFoundError(
             f"init {init!r} is neither a dual-lite checkpoint folder nor a known tag; "
@@ -359,7 +361,7 @@ def train_contrastive(
     report_stage(progress, f"loading the towers for {len(images)} training images")
     embedder = build_embedder(config, init)
 
-    embedder.to_device(resolve_device((settings or Settings.from_env()).device))
+    embedder.to_device(resolve_device(settings.device if settings is not None else "auto"))
     init_info = None
     if init is not None:
         init_info = {

@@ -14,7 +14,8 @@ import pandas as pd
 
 from medheb_app.access.auth import Authenticator
 from medheb_app.api import audit
-from medheb_app.services import Services, describe_for_run
+from medheb_app.services import Services
+from medheb_app.services.runs import describe_for_run
 from medheb_app.study import (
     StudyError,
     create_invitations,

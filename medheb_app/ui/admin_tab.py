@@ -18,14 +18,15 @@ import pandas as pd
 
 from medheb_app.access.auth import Authenticator
 from medheb_app.api import audit
-from medheb_app.run_service import (
+from medheb_app.services import Services
+from medheb_app.services.admin_jobs import BENCH_SUITES, INDEX_CORPORA, JOB_FACTORIES
+from medheb_app.services.runs import (
     SKIPPED_COLUMNS,
     bench_estimate,
     finished_run_choices,
     job_skipped,
     shared_data_line,
 )
-from medheb_app.services import BENCH_SUITES, INDEX_CORPORA, JOB_FACTORIES, Services
 from medheb_app.serving import build_default_model, default_demo_models
 from medheb_app.tasks.base import FAMILIES
 from medheb_app.tasks.medheb import get_suite

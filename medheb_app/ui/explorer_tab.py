@@ -1,6 +1,6 @@
 """Benchmark explorer: leaderboards and charts from stored runs, and a per-query drill-down.
 
-Runs of both kinds (MedHEB suites, CXR-Retrieve) come through medheb_app.run_service (the UI
+Runs of both kinds (MedHEB suites, CXR-Retrieve) come through medheb_app.services.runs (the UI
 never queries the store) as Summary files; the paper tables come from medheb_app.eval.reports
 and eval.cxr_tables, the drill-down's data from medheb_app.eval.drilldown. The filtered
 leaderboard and the per-family / per-split bars are task-macro averages over the tasks that
@@ -31,7 +31,8 @@ from medheb_app.eval.leaderboard import (  # noqa: F401
     task_frame,
 )
 from medheb_app.eval.results import Summary
-from medheb_app.run_service import (
+from medheb_app.services import Services
+from medheb_app.services.runs import (
     SKIPPED_COLUMNS,
     finished_run_choices,
     recorded_colours,
@@ -39,7 +40,6 @@ from medheb_app.run_service import (
     run_skipped,
     run_summary,
 )
-from medheb_app.services import Services
 from medheb_app.ui import components as ui
 from medheb_app.ui.blinding import run_is_blinded
 from medheb_app.ui.drilldown_view import drilldown_html
