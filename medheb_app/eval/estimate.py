@@ -29,6 +29,7 @@ from medheb_app.eval.rankers import content_key, item_kind, unread_forms
 from medheb_app.eval.results import Summary
 from medheb_app.index.cache import EmbeddingCache, cache_key
 from medheb_app.models import registry
+from medheb_app.models.baselines import BASELINES
 from medheb_app.models.registry import list_models
 from medheb_app.ranking.logic_aware import probe_file
 from medheb_app.ranking.probes import ProbeConfig
@@ -40,7 +41,6 @@ from medheb_app.settings import Settings
 # 145 texts, logic:dual-lite 0.30 s/item on 2,503 images and crops (cxr-retrieve, phantom)
 DEFAULT_SECONDS_PER_ITEM = 0.3
 READ_SECONDS_PER_ITEM = 0.0005  # reading one cached vector (progress weights only)
-BASELINES = ("oracle", "random")  # baselines: they embed nothing, in every suite
 KINDS = ("text", "image", "volume", "crop")
 # how far a rate may be off, by where it comes from: (low, high) multipliers of the estimate,
 # from estimate vs actual on this machine (BENCHMARKS.md, "Estimates")

@@ -33,12 +33,12 @@ from medheb_app.eval.rankers import Progress, Ranker, load_ranker, unread_forms
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.ray_engine import connect
 from medheb_app.models.base import ModelCard
+from medheb_app.models.baselines import BASELINES
 from medheb_app.ranking.probes import ProbeConfig
 from medheb_app.settings import Settings
 from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
 
 POLL_S = 0.5  # how often a waiting driver looks at `stop`
-BASELINES = ("random", "oracle")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import numpy as np
 
 from medheb_app.eval import metrics
 from medheb_app.eval.results import Summary
+from medheb_app.models.baselines import BASELINES
 from medheb_app.tasks.base import ESTABLISHED_FAMILIES, FAMILIES, UNDEREXPLORED_FAMILIES
 
 SPLITS: tuple[str, ...] = ("ID", "held-out-source", "all")
@@ -26,7 +27,6 @@ DIFFICULTY_BUCKETS: tuple[tuple[str, float, float], ...] = (
     ("Tractable", 30.0, float("inf")),
 )
 NOT_MODELS = ("oracle",)
-BASELINES = ("random", "oracle")
 DASH = "–"
 
 

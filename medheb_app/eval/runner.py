@@ -51,7 +51,6 @@ from medheb_app.store.db import Store
 from medheb_app.tasks.base import Suite, Task
 from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
-BASELINE_SPECS = ("random", "oracle")
 ENGINES = ("local", "ray")
 
 
@@ -425,7 +424,6 @@ def _run_cxr_retrieve(
 
 
 __all__ = [
-    "BASELINE_SPECS",
     "evaluate_task",
     "instruction_for",
     "model_dirname",

@@ -16,6 +16,10 @@ from medheb_app.evidence.study import EmbedItem, Evidence, Study, as_evidence
 from medheb_app.models.base import ModelCard, l2_normalise
 from medheb_app.query.parser import parse_query
 
+# The baseline specs: they embed nothing (labels or seeded noise), run in every suite, and are
+# left out where a report or a picker speaks of the real models. The one list of them.
+BASELINES = ("random", "oracle")
+
 RANDOM_DIMS = 256
 
 

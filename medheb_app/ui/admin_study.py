@@ -7,6 +7,7 @@ protection, since any handler is callable by fn_index from any session.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import gradio as gr
@@ -15,7 +16,7 @@ import pandas as pd
 from medheb_app.access.auth import Authenticator
 from medheb_app.api import audit
 from medheb_app.services import Services
-from medheb_app.services.runs import describe_for_run
+from medheb_app.services.runs import describe_for_run, run_summary
 from medheb_app.study import (
     StudyError,
     create_invitations,
@@ -27,9 +28,10 @@ from medheb_app.study.items import GOLD_SHARE_HELP, fraction, item_counts
 from medheb_app.study.items import create_study as create
 from medheb_app.study.sizing import creation_note
 from medheb_app.ui import components as ui
-from medheb_app.ui.explorer_tab import load_summary
 
 NOT_ADMIN = "Sign in as admin first."
+
+log = logging.getLogger(__name__)
 
 
 def create_study(
@@ -55,7 +57,7 @@ def create_study(
     if run_id in (None, ""):
         return ui.notice_html("error", "Pick a finished benchmark run.")
     try:
-        summary = load_summary(services, int(run_id))
+        summary = run_summary(services, int(run_id))
         created = create(
             services.store,
             name or "",
@@ -203,8 +205,9 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
         if run_id in (None, "") or not auth.is_admin(request):
             return gr.update(choices=[], value=[])
         try:
-            names = list(load_summary(services, int(run_id)).models)
-        except Exception:
+            names = list(run_summary(services, int(run_id)).models)
+        except (KeyError, OSError, ValueError) as error:  # an unknown run, or its files gone
+            log.warning("run %s has no readable summary for the study picker: %s", run_id, error)
             return gr.update(choices=[], value=[])
         return gr.update(choices=names, value=names[:2])
 

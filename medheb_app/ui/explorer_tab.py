@@ -19,8 +19,6 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from medheb_app.eval import drilldown, figures, reports
-
-# re-exported: the explorer's tables are eval's functions
 from medheb_app.eval.leaderboard import (  # noqa: F401
     METRICS,
     cxr_finding_table,
@@ -31,6 +29,9 @@ from medheb_app.eval.leaderboard import (  # noqa: F401
     task_frame,
 )
 from medheb_app.eval.results import Summary
+
+# re-exported: the explorer's tables are eval's functions
+from medheb_app.models.baselines import BASELINES
 from medheb_app.services import Services
 from medheb_app.services.runs import (
     SKIPPED_COLUMNS,
@@ -177,7 +178,7 @@ def _options(frame: pd.DataFrame, column: str) -> list[str]:
 
 def _real_models(names: list[str]) -> list[str]:
     """The run's models without the baselines (drawn as floor / ceiling marks, not bars)."""
-    return [name for name in names if name not in reports.BASELINES] or names
+    return [name for name in names if name not in BASELINES] or names
 
 
 BLINDED_NOTE = (
