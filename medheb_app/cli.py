@@ -44,6 +44,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class StderrProgress:
+    """A build's progress as lines on stderr (stdout stays one JSON document): one line per new
+    step (a message's first word: "embedding", "writing", ...) and one per 10%, so a long
+    embedding pass prints a dozen lines, not thousands. `index build` and `demo build` use it."""
+
+    def __init__(self) -> None:
+        self.last_step, self.last_decile = "", -1
+
+    def __call__(self, fraction: float, message: str) -> None:
+        step = message.split(" ", 1)[0]
+        decile = int(fraction * 10)
+        if step != self.last_step or decile != self.last_decile:
+            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+        self.last_step, self.last_decile = step, decile
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     """Every command takes --json; subcommands call this so the flag sits after them."""
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
