@@ -18,7 +18,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import (
     IndexNotFoundError,
@@ -244,23 +243,10 @@ def vocabulary_warnings(
     return []
 
 
-def _encode_text(
-    text: str,
-    embedder: Embedder,
-    spec: str,
-    vocabulary: tuple[str, ...] = CXR_RETRIEVE_10,
-    threads: int = 0,
-) -> tuple[np.ndarray, ParsedQuery]:
-    text = text.strip()
-    if not text:
-        raise SearchError(
-            "The query is empty; describe the findings, e.g. 'pleural effusion and no "
-            "cardiomegaly'."
-        )
+def _encode_text(text: str, embedder: Embedder, spec: str, threads: int = 0) -> np.ndarray:
     _check_modality(embedder, "text", spec)
     with intra_op_threads(threads):
-        vector = embedder.encode([text])
-    return vector, parse_query(text, vocabulary)
+        return embedder.encode([text])
 
 
 PROJECTION_MODALITIES = {"CR", "DX", "XR", "RG"}
@@ -501,10 +487,12 @@ def rank(
     started = time.perf_counter()
     parsed: ParsedQuery | None = None
     threads = settings.query_threads
-    if request.text is not None:
-        vector, parsed = _encode_text(
-            request.text, embedder, request.model, query_vocabulary(loaded), threads
-        )
+    vocabulary = index_vocabulary(loaded)
+    labelled = vocabulary is None or vocabulary.labelled
+    if request.text is not None:  # validate checked it is not empty
+        parsed = parse_query(request.text, query_vocabulary(loaded))
+        refuse_unanswerable(parsed, loaded.name, labelled, request.ranking)  # before encoding
+        vector = _encode_text(request.text, embedder, request.model, threads)
     else:
         try:
             vector = _encode_study(request.study, embedder, request.model, threads)  # type: ignore[arg-type]
@@ -512,16 +500,12 @@ def rank(
             raise SearchError(str(error)) from error
     encoded = time.perf_counter()
     notes = upload_mismatch(request.study, loaded) if request.study is not None else []
-    vocabulary = index_vocabulary(loaded)
-    labelled = vocabulary is None or vocabulary.labelled
-    if parsed is not None:
-        refuse_unanswerable(parsed, loaded.name, labelled, request.ranking)
-        if parsed.unlabelled:  # similarity, asked for: ranked, but hits cannot be checked
-            labelled = False
-            notes.append(
-                f"This index has no labels for {_and_list(parsed.unlabelled)}, so hits are "
-                "ranked by similarity to the whole query and not checked against its findings."
-            )
+    if parsed is not None and parsed.unlabelled:  # similarity, asked for: hits not checked
+        labelled = False
+        notes.append(
+            f"This index has no labels for {_and_list(parsed.unlabelled)}, so hits are "
+            "ranked by similarity to the whole query and not checked against its findings."
+        )
     notes.extend(vocabulary_warnings(loaded, parsed, request.setting, request.ranking))
     if request.ranking == "logic" and parsed is None:
         notes.append(FILE_LOGIC_WARNING)
