@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from medheb_app.evidence.file_study import study_from_file
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import (
     IndexNotFoundError,
@@ -36,6 +37,12 @@ from medheb_app.query.parser import (
     parse_query,
     satisfies,
     violations,
+)
+from medheb_app.ranking.index_logic import (
+    IndexLogicError,
+    ProbesNotReady,
+    logic_search,
+    training_ids,
 )
 from medheb_app.serving import default_model, offered
 from medheb_app.settings import Settings
@@ -304,8 +311,6 @@ def _encode_study(study: Study, embedder: Embedder, spec: str, threads: int = 0)
 
 
 def _read_file(path: Path, settings: Settings) -> Study:
-    from medheb_app.evidence.readers import study_from_file
-
     return study_from_file(path, max_bytes=settings.max_upload_bytes)
 
 
@@ -585,8 +590,6 @@ def _logic(
     """The logic-aware top k (scores, ids, how each p was obtained), or None (with a note)
     when this index cannot give it now. A public request only reads probes prepared in
     advance (the index builder fits them)."""
-    from medheb_app.ranking.index_logic import IndexLogicError, ProbesNotReady, logic_search
-
     try:
         found = logic_search(
             loaded, embedder, parsed, vector, request.k, settings, fit=not request.public,
@@ -652,8 +655,6 @@ def _mark_training(hits: list[SearchHit], ranked: Ranked, loaded: LoadedIndex) -
     vocabulary = index_vocabulary(loaded)
     if vocabulary is not None and not vocabulary.labelled:
         return  # no labels, no probes: nothing was trained on
-    from medheb_app.ranking.index_logic import training_ids
-
     names = query_vocabulary(loaded)
     for hit, mark in zip(hits, training_ids(loaded, names, [h.id for h in hits]), strict=True):
         hit.training = mark
