@@ -71,7 +71,7 @@ def _shape(services: Services, payload: dict[str, Any]) -> dict[str, Any]:
                 **hit,
                 "score_kind": kind,
                 "text": row.get("text"),
-                "is_training_study": hit.get("split") == "train",
+                "is_training_study": bool(hit.get("training")),
                 "links": study_links(payload["index"], hit["id"]),
             }
         )
@@ -91,6 +91,7 @@ def searched(
     ranking: str,
     setting: str,
     knobs: dict[str, int | None] | None = None,
+    include_training: bool = False,
 ) -> dict[str, Any]:
     """Run one search for `caller` (its scope decides what it may pick), shape and audit it."""
     settings = services.settings
@@ -110,6 +111,7 @@ def searched(
             ranking=ranking,
             setting=setting,
             public=caller.anonymous,
+            include_training=include_training,
             **(knobs or {}),
         )
     except (adapter.SearchError, adapter.EvidenceError) as error:
@@ -151,6 +153,7 @@ def search_text(
         ranking=body.ranking,
         setting=body.setting,
         knobs=knobs,
+        include_training=body.include_training,
     )
 
 

@@ -71,6 +71,10 @@ IN_SAMPLE_NOTE = (
     "This study is one of the index's training studies: the probes were fit on its labels, so "
     "its p is optimistic."
 )
+OUT_OF_FOLD_NOTE = (
+    "This study is one of the index's training studies: the probes were fit on its labels; its "
+    "p comes from the cross-fitted probe that left it out."
+)
 RANKING_CHOICES = [
     ("Best for this index (logic-aware where it has probes)", "auto"),
     ("Similarity (cosine to the query)", "similarity"),
@@ -209,6 +213,7 @@ def _ranked(answer: SearchResponse) -> tuple[list[dict], list[tuple]]:
         broken = ui.violation_words(hit.violations)
         record.update(broken=broken, positive=answer.positive, negative=answer.negative)
         text = caption(hit.rank, hit.typed_score, hit.satisfies, broken)
+        text += " · training study" if hit.training else ""  # issue 23: the typed mark
         hits.append(record)
         gallery.append((thumbnail(hit.path, hit.synthetic), text))
     return hits, gallery
@@ -313,8 +318,9 @@ def hit_detail(hits: list[dict[str, Any]] | None, position: int | None):
             if hit.get("broken") or hit.get("satisfies") is False
             else ""
         )
-        if logic and hit.get("split") == "train":
-            verdict += ui.notice_html("info", IN_SAMPLE_NOTE)
+        if logic and hit.get("training"):
+            in_sample = hit.get("p_fit") == "in-sample"
+            verdict += ui.notice_html("info", IN_SAMPLE_NOTE if in_sample else OUT_OF_FOLD_NOTE)
         report = hit.get("text") or "No report text stored for this study."
         chips = ui.finding_chips_html(
             hit.get("findings") or {}, hit.get("positive") or [], hit.get("negative") or []
