@@ -40,14 +40,12 @@ from medheb_app.evidence.phantoms import saved  # saved.corpora_root: tests redi
 from medheb_app.evidence.phantoms.corpus import load_corpus
 from medheb_app.evidence.phantoms.saved import CorpusKey, ensure_saved
 from medheb_app.evidence.sources.chexpert import load_chexpert
-from medheb_app.evidence.sources.dicom_folder import load_dicom_folder
 from medheb_app.evidence.sources.layout import read_table
 from medheb_app.evidence.sources.medmnist import MEDMNIST, dataset_name, load_medmnist
 from medheb_app.evidence.sources.mimic import load_mimic
 from medheb_app.evidence.sources.nih import load_nih
 from medheb_app.evidence.study import Study
 from medheb_app.settings import Settings
-from medheb_app.tasks.manifest import read_rows
 
 SOURCE_KINDS = ("phantom", "nih", "mimic", "chexpert", "dicom", "folder", "medmnist", "manifest")
 SCHEMES = ("positive-only", "coded", "none")
@@ -234,6 +232,9 @@ def _chexpert(spec: SourceSpec, settings: Settings) -> LoadedSource:
 
 
 def _dicom(spec: SourceSpec, settings: Settings) -> LoadedSource:
+    # deferred: pydicom and its pixel handlers (`index info` reads this module)
+    from medheb_app.evidence.sources.dicom_folder import load_dicom_folder
+
     folder = load_dicom_folder(spec.path)  # type: ignore[arg-type]
     failed = [{"item": "DICOM series", "reason": reason} for reason in folder.skipped]
     studies = folder.studies
@@ -307,6 +308,9 @@ def load_item_manifest(path: Path) -> tuple[list[Study], list[dict[str, str]]]:
     """Rows {"id", "image" | "volume" | "text", "findings": {name: 1|0|-1|null}, "split",
     "patient_id"}; file paths are relative to the manifest. Rows of a task manifest
     ({"query", "candidates"}) contribute their candidate items."""
+    # deferred: pydantic (tasks.manifest validates rows with it)
+    from medheb_app.tasks.manifest import read_rows
+
     try:
         rows = read_rows(path)
     except (ValueError, OSError) as error:
