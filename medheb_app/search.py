@@ -30,6 +30,7 @@ from medheb_app.index.catalog import (
 from medheb_app.models import registry
 from medheb_app.models.base import Embedder
 from medheb_app.models.device import intra_op_threads
+from medheb_app.models.query_cache import encode_query_text
 from medheb_app.query.parser import (
     ParsedQuery,
     QueryTooLong,
@@ -237,6 +238,7 @@ def _encode_text(
     spec: str,
     vocabulary: tuple[str, ...] = CXR_RETRIEVE_10,
     threads: int = 0,
+    cache: int = 0,
 ) -> tuple[np.ndarray, ParsedQuery]:
     text = text.strip()
     if not text:
@@ -245,8 +247,7 @@ def _encode_text(
             "cardiomegaly'."
         )
     _check_modality(embedder, "text", spec)
-    with intra_op_threads(threads):
-        vector = embedder.encode([text])
+    vector = encode_query_text(embedder, text, spec, cache, threads)  # models/query_cache.py
     return vector, parse_query(text, vocabulary)
 
 
@@ -477,8 +478,9 @@ def rank(
     threads = settings.query_threads
     if request.text is not None:
         vector, parsed = _encode_text(
-            request.text, embedder, request.model, query_vocabulary(loaded), threads
-        )
+            request.text, embedder, request.model, query_vocabulary(loaded), threads,
+            settings.query_cache,
+        )  # fmt: skip
     else:
         try:
             vector = _encode_study(request.study, embedder, request.model, threads)  # type: ignore[arg-type]
