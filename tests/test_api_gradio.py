@@ -93,3 +93,57 @@ def test_the_page_search_button_still_renders_its_gallery(site):
         assert len(result["output"]["output"]["data"][2]) == 4  # the gallery of 4 hits
     finally:
         client.close()
+
+
+def _open_hit(client: QueueClient, index: int, position: int) -> dict:
+    """The page's gallery click: the select event with the clicked position, same session."""
+    import json
+
+    body = {
+        "data": [None],  # the hits are the session's state, never sent by the browser
+        "fn_index": index,
+        "session_hash": client.session_hash,
+        "event_data": {"index": position, "value": None, "selected": True},
+        "trigger_id": None,
+    }
+    event_id = client.http.post("/gradio_api/queue/join", json=body).json()["event_id"]
+    with client.http.stream(
+        "GET", "/gradio_api/queue/data", params={"session_hash": client.session_hash}
+    ) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if message.get("event_id") == event_id and message["msg"] == "process_completed":
+                    return message
+    raise AssertionError("the select event did not complete")
+
+
+def test_opening_a_hit_on_the_page_is_audited_on_real_indices_only(site):
+    from medheb_app.api.audit import events
+    from tests.web_client import fn_index
+
+    base, blocks, services = site
+    page = next(d["id"] for d in _dependencies(blocks) if d["api_name"] == "search_page")
+    select = fn_index(blocks, "build_search_tab.<locals>._select")
+    before = len(events(services.store))
+    client = QueueClient(base)
+    try:
+        searched = client.call(page, ["lungs", None, "random", "ward-cxr", 3, "auto", False,
+                                      "volume", 0])  # fmt: skip
+        assert searched["output"]["success"], searched["text"]
+        opened = _open_hit(client, select, 1)
+        assert opened["success"] and "<h4>Report</h4>" in opened["output"]["data"][1]
+        second_id = opened["output"]["data"][1].split(" · ")[1]
+        assert _open_hit(client, select, 7)["output"]["data"][1] == ""  # no such hit: nothing
+        demo = client.call(page, list(PAGE_VALUES))  # the synthetic demo: never logged
+        assert demo["output"]["success"]
+        assert _open_hit(client, select, 0)["output"]["data"][1]
+    finally:
+        client.close()
+    logged = [
+        (e.channel, e.action, e.index, e.query, e.count)
+        for e in events(services.store)[before:]
+        if e.action == "record"
+    ]
+    assert logged == [("ui", "record", "ward-cxr", second_id, 1)]
+    assert all(e.who.startswith("anonymous:") for e in events(services.store)[before:])

@@ -208,6 +208,7 @@ def _ranked(answer: SearchResponse) -> tuple[list[dict], list[tuple]]:
         record = asdict(hit)
         broken = ui.violation_words(hit.violations)
         record.update(broken=broken, positive=answer.positive, negative=answer.negative)
+        record["index"] = answer.index  # opening the hit is audited against it
         text = caption(hit.rank, hit.typed_score, hit.satisfies, broken)
         hits.append(record)
         gallery.append((thumbnail(hit.path, hit.synthetic), text))
@@ -479,8 +480,12 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
         hidden = gr.update(visible=False)
         return None, gr.update(value=None, visible=False), hidden, hidden, "", hidden
 
-    def _select(hits, evt: gr.SelectData):
-        return hit_detail(hits, evt.index if isinstance(evt.index, int) else None)
+    def _select(hits, evt: gr.SelectData, request: gr.Request):
+        position = evt.index if isinstance(evt.index, int) else None
+        image, body = hit_detail(hits, position)
+        if body:  # a record shown: a read of a real study is audited (api/audit.py)
+            audit.ui_record(services, client_key(request, hops), hits[position])
+        return image, body
 
     outputs = [parsed, notice, gallery, compare_gallery, hits_state, large, detail]
     inputs = [query, upload_state, model, index, k, ranking, compare, volume_mode, slice_slider]
