@@ -94,3 +94,19 @@ def test_a_repeated_search_over_http_hits_the_cache_and_ranks_the_same(site):
     assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
     ranked = [[(h["id"], h["score"]) for h in r.json()["results"]] for r in (first, second)]
     assert ranked[0] == ranked[1] and len(ranked[0]) == 4
+
+
+def test_a_hits_json_is_what_asdict_gives_without_sharing_its_containers():
+    from dataclasses import asdict
+
+    from medheb_app.search import SearchHit, SearchResponse
+
+    box = {"finding": "Pleural Effusion", "x": 33.0, "y": 140.0, "w": 80.0, "h": 44.0}
+    hit = SearchHit(1, "s1", -0.2, {"Pleural Effusion": 1, "Edema": None}, "demo", True,
+                    violations={"Edema": "present"}, boxes=[box], score_kind="log_p",
+                    p_query=0.8, log_odds=1.4, text="report")  # fmt: skip
+    document = SearchResponse("q", "text", "m", "f", "ix", 1, results=[hit]).to_json()
+    assert document["results"] == [asdict(hit)]
+    document["results"][0]["boxes"][0]["x"] = 0.0
+    document["results"][0]["findings"]["Edema"] = 1
+    assert box["x"] == 33.0 and hit.findings["Edema"] is None
