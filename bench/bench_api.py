@@ -112,6 +112,7 @@ LEVELS = (1, 4, 8, 16)
 MARKERS = ("<!-- bench_api:start -->", "<!-- bench_api:end -->")
 NOCACHE_MARKERS = ("<!-- bench_api_nocache:start -->", "<!-- bench_api_nocache:end -->")
 _addresses = itertools.count(1)
+reasons: list[str] = []  # why requests failed, reported per level
 
 
 def address() -> str:
@@ -129,11 +130,15 @@ async def rest_search(client: httpx.AsyncClient, query: str, search_ms: list[flo
         "/api/v1/search", json={"text": query, "k": 10}, headers={"x-forwarded-for": address()}
     )
     if reply.status_code != 200:
+        reasons.append(f"HTTP {reply.status_code}: {reply.text[:120]}")
         return False
     body = reply.json()
     timings = body.get("timings_ms", {})
     search_ms.append((float(timings.get("encode", 0.0)), float(timings.get("search", 0.0))))
-    return len(body["results"]) == 10
+    if len(body["results"]) != 10:
+        reasons.append(f"{len(body['results'])} hits for {query!r}")
+        return False
+    return True
 
 
 async def gradio_search(client: httpx.AsyncClient, fn_index: int, query: str) -> bool:
@@ -197,12 +202,14 @@ async def level(base: str, clients: int, seconds: float, call) -> dict[str, floa
                 started = time.perf_counter()
                 try:
                     ok = await call(client, next(counter))
-                except httpx.HTTPError:
+                except httpx.HTTPError as error:
+                    reasons.append(type(error).__name__)
                     ok = False
                 latencies.append(time.perf_counter() - started)
                 errors += 0 if ok else 1
 
         began = time.perf_counter()
+        reasons.clear()
         await asyncio.gather(*(loop() for _ in range(clients)))
         elapsed = time.perf_counter() - began
     return {
@@ -212,6 +219,7 @@ async def level(base: str, clients: int, seconds: float, call) -> dict[str, floa
         "p50": 1000 * percentile(latencies, 0.50),
         "p95": 1000 * percentile(latencies, 0.95),
         "errors": errors,
+        "reasons": sorted(set(reasons))[:5],
     }
 
 
