@@ -144,7 +144,8 @@ def test_a_query_is_encoded_at_the_configured_thread_count_and_the_callers_is_re
         return original(self, items)
 
     monkeypatch.setattr(type(embedder), "encode", recording_encode)
-    settings = dataclasses.replace(demo, query_threads=threads)
+    # the cache off: the parametrised run repeats the query, and a cache hit encodes nothing
+    settings = dataclasses.replace(demo, query_threads=threads, query_cache=0)
     before = torch.get_num_threads()
     torch.set_num_threads(3)  # a caller's own count, different from both settings
     try:

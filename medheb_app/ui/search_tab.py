@@ -212,6 +212,7 @@ def _ranked(answer: SearchResponse) -> tuple[list[dict], list[tuple]]:
         record = asdict(hit)
         broken = ui.violation_words(hit.violations)
         record.update(broken=broken, positive=answer.positive, negative=answer.negative)
+        record["index"] = answer.index  # opening the hit is audited against it
         text = caption(hit.rank, hit.typed_score, hit.satisfies, broken)
         text += " · training study" if hit.training else ""  # issue 23: the typed mark
         hits.append(record)
@@ -485,36 +486,47 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
         hidden = gr.update(visible=False)
         return None, gr.update(value=None, visible=False), hidden, hidden, "", hidden
 
-    def _select(hits, evt: gr.SelectData):
-        return hit_detail(hits, evt.index if isinstance(evt.index, int) else None)
+    def _select(hits, evt: gr.SelectData, request: gr.Request):
+        position = evt.index if isinstance(evt.index, int) else None
+        image, body = hit_detail(hits, position)
+        if body:  # a record shown: a read of a real study is audited (api/audit.py)
+            audit.ui_record(services, client_key(request, hops), hits[position])
+        return image, body
 
     outputs = [parsed, notice, gallery, compare_gallery, hits_state, large, detail]
     inputs = [query, upload_state, model, index, k, ranking, compare, volume_mode, slice_slider]
     search_events = dict(concurrency_limit=SEARCH_CONCURRENCY, concurrency_id="search")
-    button.click(_search, inputs, outputs, api_name="search", **search_events)
-    query.submit(_search, inputs, outputs, api_name=False, **search_events)
-    examples.load_input_event.then(_search, inputs, outputs, api_name=False, **search_events)
+    button.click(
+        _search, inputs, outputs, api_name="search_page", api_visibility="private", **search_events
+    )
+    query.submit(_search, inputs, outputs, api_visibility="private", **search_events)
+    examples.load_input_event.then(
+        _search, inputs, outputs, api_visibility="private", **search_events
+    )
     upload_outputs = [upload_state, preview, slice_slider, volume_mode, notice, clear_upload]
     upload_file.upload(
         _upload,
         [upload_file],
         upload_outputs,
-        api_name=False,
+        api_visibility="private",
         concurrency_limit=UPLOAD_CONCURRENCY,
         concurrency_id="upload",
     )
-    clear_upload.click(_clear, None, upload_outputs, api_name=False)
-    slice_slider.change(on_slice, [upload_state, slice_slider], [preview], api_name=False)
-    volume_mode.change(on_volume_mode, [volume_mode], [slice_slider], api_name=False)
-    gallery.select(_select, [hits_state], [large, detail], api_name=False)
+    clear_upload.click(_clear, None, upload_outputs, api_visibility="private")
+    slice_slider.change(on_slice, [upload_state, slice_slider], [preview], api_visibility="private")
+    volume_mode.change(on_volume_mode, [volume_mode], [slice_slider], api_visibility="private")
+    gallery.select(_select, [hits_state], [large, detail], api_visibility="private")
     index.change(
-        lambda m, i: refresh_pickers(services, m, i), [model, index], [model, index], api_name=False
+        lambda m, i: refresh_pickers(services, m, i),
+        [model, index],
+        [model, index],
+        api_visibility="private",
     )
     timer.tick(
         lambda m, i: bootstrap_status(services, m, i),
         [model, index],
         [status, timer, model, index],
-        api_name=False,
+        api_visibility="private",
     )
     return {
         "query": query,
