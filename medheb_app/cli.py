@@ -79,8 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"error: {message}", file=sys.stderr)
         return 2
-    except Exception as error:  # the contract is one line, never a traceback
-        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+    except Exception as error:  # the contract is one line, never a traceback or a class name
+        detail = str(error).strip() or "no further detail"
+        print(f"error: the command failed unexpectedly ({detail})", file=sys.stderr)
         return 1
     if getattr(args, "json", False):
         print(json.dumps(payload, indent=2, default=_json_default))
