@@ -137,6 +137,8 @@ def _read_header(path: Path, relative: str) -> _Header | tuple[str, str]:
     except Exception as error:  # a damaged header: the file cannot join any series
         return UNREADABLE, f"damaged DICOM header ({type(error).__name__})"
     has_pixels = tag in (b"\xe0\x7f", b"\x7f\xe0")
+    if not any(k in ds for k in ("SOPClassUID", "Modality", "Rows")):  # pydicom is lenient
+        return UNREADABLE, "damaged or truncated DICOM header"
     if not has_pixels:
         kind = getattr(getattr(ds, "SOPClassUID", None), "name", "") or "non-image object"
         return NO_PIXEL_DATA, f"DICOM without pixel data ({kind})"
