@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
@@ -79,16 +80,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 class _Progress:
-    """One stderr line per new step and per 10% (stdout stays one JSON document)."""
+    """One stderr line per new step and per 10%, and one at least every LIVENESS_S while a
+    long step (reading a large DICOM folder's headers) stays in one decile (stdout stays one
+    JSON document)."""
+
+    LIVENESS_S = 10.0
 
     def __init__(self) -> None:
-        self.last_step, self.last_decile = "", -1
+        self.last_step, self.last_decile, self.last_time = "", -1, 0.0
 
     def __call__(self, fraction: float, message: str) -> None:
         step = message.split(" ", 1)[0]
         decile = int(fraction * 10)
-        if step != self.last_step or decile != self.last_decile:
+        now = time.monotonic()
+        if (
+            step != self.last_step
+            or decile != self.last_decile
+            or now - self.last_time >= self.LIVENESS_S
+        ):
             print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+            self.last_time = now
         self.last_step, self.last_decile = step, decile
 
 
