@@ -20,6 +20,7 @@ import datetime as dt
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -119,6 +120,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--tmp", default=tempfile.gettempdir(), help="where the films go")
     args = parser.parse_args()
+    # a `timeout` or kill ends through the finally below, so 16 GB of films never stay behind
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="bench-dicom-stream-", dir=args.tmp))
     pixels = np.random.default_rng(0).integers(0, 4096, (SIDE, SIDE), dtype=np.uint16)
     rows = []
