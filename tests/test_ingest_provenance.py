@@ -25,7 +25,7 @@ from medheb_app.api.tokens import create_token
 from medheb_app.cli import main
 from medheb_app.index.catalog import load_index
 from medheb_app.index.provenance import pseudonym, pseudonym_key
-from medheb_app.services import index_job
+from medheb_app.services.admin_jobs import index_job
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 from tests.ingest_fixtures import PATIENT_FOLDER, film, image

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
+from medheb_app.evidence.findings import Vocabulary
 from medheb_app.settings import Settings
 
 KINDS = ("auto", "exact", "ivf", "hnsw", "ivfpq")
@@ -104,7 +105,7 @@ class _Progress:
 
 
 def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.evidence.findings import Vocabulary
+    # deferred: faiss, pandas
     from medheb_app.index.build import build_from_source
     from medheb_app.index.sources import describe_vocabulary
     from medheb_app.serving import build_default_model
@@ -147,6 +148,7 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[dict[str, Any]]]:
+    # deferred: faiss
     from medheb_app.index.catalog import list_indices
 
     entries = list_indices(settings)
@@ -167,7 +169,7 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[di
 def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     from pathlib import Path
 
-    from medheb_app.evidence.findings import Vocabulary
+    # deferred: faiss, pandas
     from medheb_app.index.build import FAILED_FILE
     from medheb_app.index.catalog import CATALOG_FILE, IndexNotFoundError, list_indices
     from medheb_app.index.sources import describe_vocabulary
@@ -203,6 +205,7 @@ def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
 
 
 def run_remove(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    # deferred: faiss
     from medheb_app.index.catalog import remove_index
 
     models = remove_index(args.name, settings)
