@@ -217,6 +217,7 @@ def run_remove(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
 
 def run_resolve(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     """`index resolve NAME ID`: the item's file, or its study / series / instance UIDs."""
+    # deferred: SQLAlchemy and the store, needed only when resolving
     from medheb_app.index.provenance import resolve_reference
 
     try:

@@ -22,6 +22,8 @@ import secrets
 from pathlib import Path
 
 from medheb_app.settings import Settings
+from medheb_app.store.db import Store
+from medheb_app.store.source_refs import find_reference, replace_references
 
 KEY_FILE = "pseudonym.key"
 ID_SCHEME = "hmac-sha256-v1"  # recorded in catalog.json of indices whose ids are pseudonyms
@@ -94,9 +96,6 @@ def save_references(
 ) -> int:
     """Write the source references of the items `ids` of `index_name` to the server's store
     (replacing the index's earlier rows); returns how many were written."""
-    from medheb_app.store.db import Store  # deferred: the store pulls SQLAlchemy in
-    from medheb_app.store.source_refs import replace_references
-
     rows = [{"item_id": item_id, **references[item_id]} for item_id in ids if item_id in references]
     store = Store.open(settings.database_url)
     try:
@@ -109,9 +108,6 @@ def resolve_reference(settings: Settings, index_name: str, item_id: str) -> dict
     """The source of one item of an index (root, relative path, file, UIDs); LookupError
     with a sentence when the index or item has no reference (built before references were
     kept, a phantom or shipped-layout index, or a wrong id)."""
-    from medheb_app.store.db import Store
-    from medheb_app.store.source_refs import find_reference
-
     store = Store.open(settings.database_url)
     try:
         found = find_reference(store, index_name, item_id)
