@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 from typing import Any
 
-from medheb_app.cli import UserError, add_json_flag
+from medheb_app.cli import StderrProgress, UserError, add_json_flag
 from medheb_app.evidence.findings import Vocabulary
 from medheb_app.settings import Settings
 
@@ -80,30 +78,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     remove.set_defaults(handler=run_remove)
 
 
-class _Progress:
-    """One stderr line per new step and per 10%, and one at least every LIVENESS_S while a
-    long step (reading a large DICOM folder's headers) stays in one decile (stdout stays one
-    JSON document)."""
-
-    LIVENESS_S = 10.0
-
-    def __init__(self) -> None:
-        self.last_step, self.last_decile, self.last_time = "", -1, 0.0
-
-    def __call__(self, fraction: float, message: str) -> None:
-        step = message.split(" ", 1)[0]
-        decile = int(fraction * 10)
-        now = time.monotonic()
-        if (
-            step != self.last_step
-            or decile != self.last_decile
-            or now - self.last_time >= self.LIVENESS_S
-        ):
-            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
-            self.last_time = now
-        self.last_step, self.last_decile = step, decile
-
-
 def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     # deferred: faiss, pandas
     from medheb_app.index.build import build_from_source
@@ -125,7 +99,7 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
         batch_size=args.batch_size,
         kind=args.kind,
         shard_size=args.shard_size,
-        progress=_Progress(),
+        progress=StderrProgress(),
         ray_actors=args.ray_actors,
     )
     payload = report.to_json()

@@ -42,7 +42,6 @@ from medheb_app.evidence.phantoms import saved  # saved.corpora_root: tests redi
 from medheb_app.evidence.phantoms.corpus import load_corpus
 from medheb_app.evidence.phantoms.saved import CorpusKey, ensure_saved
 from medheb_app.evidence.sources.chexpert import load_chexpert
-from medheb_app.evidence.sources.dicom_folder import load_dicom_folder
 from medheb_app.evidence.sources.layout import read_table
 from medheb_app.evidence.sources.medmnist import MEDMNIST, dataset_name, load_medmnist
 from medheb_app.evidence.sources.mimic import load_mimic
@@ -56,7 +55,6 @@ from medheb_app.index.provenance import (
     source_root,
 )
 from medheb_app.settings import Settings
-from medheb_app.tasks.manifest import read_rows
 
 Progress = Callable[[str], None]
 
@@ -292,6 +290,9 @@ def _dicom(spec: SourceSpec, settings: Settings, progress: Progress | None = Non
     """A DICOM tree, one DicomStudy per series (pixels decoded later, batch by batch); with a
     labels CSV keyed by SeriesInstanceUID, StudyInstanceUID or a file path, the CSV's own
     finding columns are the index's vocabulary."""
+    # deferred: pydicom and its pixel handlers (`index info` reads this module)
+    from medheb_app.evidence.sources.dicom_folder import load_dicom_folder
+
     root = spec.path
     assert root is not None
     key = pseudonym_key(settings)
@@ -422,6 +423,9 @@ def load_item_manifest(path: Path) -> tuple[list[Study], list[dict[str, str]]]:
     """Rows {"id", "image" | "volume" | "text", "findings": {name: 1|0|-1|null}, "split",
     "patient_id"}; file paths are relative to the manifest. Rows of a task manifest
     ({"query", "candidates"}) contribute their candidate items."""
+    # deferred: pydantic (tasks.manifest validates rows with it)
+    from medheb_app.tasks.manifest import read_rows
+
     try:
         rows = read_rows(path)
     except (ValueError, OSError) as error:
