@@ -13,6 +13,7 @@ import importlib
 import json
 import pkgutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,16 +48,26 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 class StderrProgress:
     """A build's progress as lines on stderr (stdout stays one JSON document): one line per new
     step (a message's first word: "embedding", "writing", ...) and one per 10%, so a long
-    embedding pass prints a dozen lines, not thousands. `index build` and `demo build` use it."""
+    embedding pass prints a dozen lines, not thousands; and one at least every LIVENESS_S while
+    a long step stays in one decile (reading a large DICOM folder's headers).
+    `index build` and `demo build` use it."""
+
+    LIVENESS_S = 10.0
 
     def __init__(self) -> None:
-        self.last_step, self.last_decile = "", -1
+        self.last_step, self.last_decile, self.last_time = "", -1, 0.0
 
     def __call__(self, fraction: float, message: str) -> None:
         step = message.split(" ", 1)[0]
         decile = int(fraction * 10)
-        if step != self.last_step or decile != self.last_decile:
+        now = time.monotonic()
+        if (
+            step != self.last_step
+            or decile != self.last_decile
+            or now - self.last_time >= self.LIVENESS_S
+        ):
             print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+            self.last_time = now
         self.last_step, self.last_decile = step, decile
 
 

@@ -62,8 +62,11 @@ def study_content_key(study: Study) -> str:
     studies), so two corpora that reuse an id for different content never share a vector.
     """
     digest = hashlib.sha1(study.form.encode())
+    content = getattr(study, "content_digest", "")  # streamed DICOM: SOP instances + sizes
     if study.form == "text":
         digest.update((study.text or "").encode("utf-8"))
+    elif content:
+        digest.update(f"{content}:{getattr(study, 'working_side', '')}".encode())
     elif study.pixels is not None:
         pixels = np.ascontiguousarray(study.pixels, dtype=np.float32)
         digest.update(str(pixels.shape).encode())
@@ -86,7 +89,9 @@ def study_metadata(study: Study) -> dict[str, Any]:
         "findings": dict(study.findings),
         "source": study.source,
         "split": study.split,
-        "path": study.path,
+        # pseudonymous sources (folder, DICOM) keep no path here: it may name a patient's
+        # folder; admins resolve it through the server's source references (`index resolve`)
+        "path": None if study.meta.get("pseudonymous") else study.path,
         "text": study.text,
         "synthetic": bool(study.synthetic),
         "boxes": [asdict(box) for box in study.boxes],
