@@ -144,3 +144,14 @@ def test_the_api_resolves_for_read_tokens_only(settings, tmp_path, api) -> None:
         "/indices/pngs/items/folder-0/source", headers={"Authorization": f"Bearer {read}"}
     )
     assert missing.status_code == 404
+
+
+def test_the_server_finds_a_pseudonymous_hits_file_to_show_its_image(settings, tmp_path) -> None:
+    folder = tmp_path / "pngs" / PATIENT_FOLDER
+    chest = image(folder / "sub" / "chest.png")
+    assert main(["index", "build", "--source", f"folder:{folder}", "--model", "random",
+                 "--name", "pngs"]) == 0  # fmt: skip
+    loaded = load_index("pngs", RANDOM, settings)
+    item = pseudonym(pseudonym_key(settings), "folder", "sub/chest.png")
+    assert loaded.items[item].get("path") is None  # the index folder names no file
+    assert loaded.item(item)["path"] == str(chest.resolve())  # the server's references do

@@ -45,7 +45,7 @@ from medheb_app.index.catalog import (
     write_index,
 )
 from medheb_app.index.faiss_index import VectorIndex, resolve_kind
-from medheb_app.index.provenance import save_references
+from medheb_app.index.provenance import save_references, source_files
 from medheb_app.index.ray_engine import ray_engine  # deferred: ray is heavy, optional
 from medheb_app.index.shards import (
     Shard,
@@ -283,6 +283,7 @@ def build_index(
     )
     if loaded.references:  # server-side: which file or DICOM UIDs each pseudonym is
         save_references(settings, name, loaded.references, list(written.index.ids))
+        written.files = source_files(settings, name)  # the memoised load, read before they were
     say(
         1.0,
         f"index {name} built: {report.n_items} items ({report.failed} failed: "

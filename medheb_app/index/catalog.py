@@ -18,7 +18,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import numpy as np
 from medheb_app.evidence.findings import CXR_RETRIEVE_10, Vocabulary
 from medheb_app.evidence.study import Study
 from medheb_app.index.faiss_index import VectorIndex
+from medheb_app.index.provenance import ID_SCHEME, source_files
 from medheb_app.models.base import Embedder
 from medheb_app.settings import Settings
 
@@ -153,6 +154,7 @@ class LoadedIndex:
     index: VectorIndex
     items: Mapping[str, dict[str, Any]]
     info: dict[str, Any]
+    files: Mapping[str, str] = field(default_factory=dict)  # pseudonymous items' server files
 
     @property
     def fingerprint(self) -> str:
@@ -163,7 +165,12 @@ class LoadedIndex:
         return str(self.info.get("model", {}).get("name", ""))
 
     def item(self, item_id: str) -> dict[str, Any]:
-        return self.items[item_id]
+        """An item's metadata row; a pseudonymous item's `path` comes from the server's source
+        references (index/provenance.py), since its index folder names no file."""
+        row = self.items[item_id]
+        if row.get("path") is None and item_id in self.files:
+            return {**row, "path": self.files[item_id]}
+        return row
 
     def search(
         self,
@@ -314,7 +321,9 @@ def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIn
             for line in handle:
                 row = json.loads(line)
                 items[row["id"]] = row
-    loaded = LoadedIndex(name=name, directory=directory, index=index, items=items, info=info)
+    pseudonymous = (info.get("corpus") or {}).get("ids") == ID_SCHEME
+    files = source_files(settings, name) if pseudonymous else {}
+    loaded = LoadedIndex(name, directory, index, items, info, files)
     with _loaded_lock:
         for stale in [k for k in _loaded if k[0] == key[0]]:
             del _loaded[stale]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
-from medheb_app.store.source_refs import find_reference, replace_references
+from medheb_app.store.source_refs import files_of, find_reference, replace_references
 
 KEY_FILE = "pseudonym.key"
 ID_SCHEME = "hmac-sha256-v1"  # recorded in catalog.json of indices whose ids are pseudonyms
@@ -122,3 +122,13 @@ def resolve_reference(settings: Settings, index_name: str, item_id: str) -> dict
     root = Path(str(found["root_path"]))
     found["file"] = str(root / str(found["relative_path"])) if found["relative_path"] else None
     return found
+
+
+def source_files(settings: Settings, index_name: str) -> dict[str, str]:
+    """item id -> server file of a pseudonymous index's items, so the server can show a hit's
+    image although the index folder names no file (never sent to a visitor: only pixels are)."""
+    store = Store.open(settings.database_url)
+    try:
+        return files_of(store, index_name)
+    finally:
+        store.engine.dispose()

@@ -86,3 +86,15 @@ def find_reference(store: Store, index_name: str, item_id: str) -> dict[str, Any
             "instance_uids": json.loads(row.instance_uids or "[]"),
             "files": json.loads(row.files or "[]"),
         }
+
+
+def files_of(store: Store, index_name: str) -> dict[str, str]:
+    """item id -> the server file of each item of `index_name` that has one (root joined with
+    its relative path), in one query: what the page and the API read to show a hit's image."""
+    with store.session() as session:
+        rows = session.execute(
+            select(
+                SourceReference.item_id, SourceReference.root_path, SourceReference.relative_path
+            ).where(SourceReference.index_name == index_name)
+        ).all()
+    return {item: f"{root.rstrip('/')}/{relative}" for item, root, relative in rows if relative}
