@@ -319,6 +319,7 @@ def index_job(settings: Settings) -> JobFn:
                 batch_size=int(params.get("batch_size", 32)),
                 progress=progress,
                 stop=stop,
+                replace=bool(params.get("replace", False)),  # same rule and lock as the CLI
             )
         except InterruptedError as error:
             raise JobCancelled(str(error)) from error
@@ -327,6 +328,8 @@ def index_job(settings: Settings) -> JobFn:
             f"{report.reused} reused, {report.failed} failed in {report.seconds:.1f} s"
         )
         log("logic-aware ranking prepared" if report.logic else report.logic_note)
+        for note in report.notes:
+            log(f"note: {note}")
         return {"index": name, "model": spec, "count": report.n_items, **report.to_json()}
 
     return run

@@ -305,7 +305,7 @@ def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIn
 def _missing_message(name: str, model_name: str, settings: Settings) -> str:
     built = [entry for entry in list_indices(settings) if entry["name"] == name]
     if built:
-        models = ", ".join(sorted({entry["model"] for entry in built}))
+        models = ", ".join(sorted({entry["model_spec"] for entry in built}))
         return (
             f"Index {name!r} has not been built for model {model_name!r}; it exists for: {models}."
         )
@@ -315,7 +315,8 @@ def _missing_message(name: str, model_name: str, settings: Settings) -> str:
 
 
 def list_indices(settings: Settings) -> list[dict[str, Any]]:
-    """Every complete index on disk: name, model, fingerprint, kind, count, forms, created."""
+    """Every complete index on disk: name, model (the card's name), model_spec (what it was
+    built with: dual-lite@label-aware), fingerprint, kind, count, forms, created."""
     entries = []
     if not settings.index_dir.is_dir():
         return entries
@@ -330,6 +331,8 @@ def list_indices(settings: Settings) -> list[dict[str, Any]]:
             {
                 "name": info["name"],
                 "model": info["model"]["name"],
+                # the spec it was built with, tag included (older catalogs: the card's name)
+                "model_spec": info.get("model_spec") or info["model"]["name"],
                 "model_version": info["model"].get("version", ""),
                 "fingerprint": info["fingerprint"],
                 "kind": info["kind"],
