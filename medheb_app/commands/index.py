@@ -96,7 +96,6 @@ class _Progress:
 def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     from medheb_app.evidence.findings import Vocabulary
     from medheb_app.index.build import build_from_source
-    from medheb_app.index.sources import describe_vocabulary
     from medheb_app.serving import build_default_model
 
     if args.batch_size < 1:
@@ -125,7 +124,7 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
         f"built in {report.seconds:.1f} s on {report.device} with the {report.engine} engine",
         f"Embedded {report.embedded}, reused {report.reused} (already embedded), "
         f"failed {report.failed}",
-        f"Vocabulary: {describe_vocabulary(vocabulary)}",
+        f"Vocabulary: {vocabulary.describe()}",
         "Logic-aware ranking: prepared"
         if report.logic
         else f"Logic-aware ranking: not available ({report.logic_note})",
@@ -218,9 +217,8 @@ def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
     from pathlib import Path
 
     from medheb_app.evidence.findings import Vocabulary
-    from medheb_app.index.build import FAILED_FILE
     from medheb_app.index.catalog import CATALOG_FILE, IndexNotFoundError, list_indices
-    from medheb_app.index.sources import describe_vocabulary
+    from medheb_app.index.shards import FAILED_FILE
 
     builds = [entry for entry in list_indices(settings) if entry["name"] == args.name]
     unfinished = [b for b in unfinished_builds(settings) if b["name"] == args.name]
@@ -247,7 +245,7 @@ def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
             f"  model {entry['model_spec']} ({entry['fingerprint']}): {entry['count']} items, "
             f"{entry['kind']} {info.get('params', {})}, {entry['dims']} dims",
             f"  source: {source}; built {entry['created']}",
-            f"  vocabulary: {describe_vocabulary(vocabulary)}",
+            f"  vocabulary: {vocabulary.describe()}",
             f"  failed items: {len(failures)}" + (f" (see {failed_file})" if failures else ""),
         ]
         lines += [f"  note: {note}" for note in info.get("notes", [])]

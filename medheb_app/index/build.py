@@ -58,6 +58,7 @@ from medheb_app.index.faiss_index import VectorIndex, fit_kind, pq_bits, resolve
 from medheb_app.index.lock import build_lock
 from medheb_app.index.shards import (
     DEFAULT_SHARD_SIZE,
+    FAILED_FILE,
     Shard,
     ShardResult,
     build_dir,
@@ -77,7 +78,6 @@ from medheb_app.settings import Settings
 
 Progress = Callable[[float, str], None]
 ENGINES = ("local", "ray")
-FAILED_FILE = "failed.jsonl"
 
 
 class BuildError(ValueError):

@@ -21,15 +21,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from medheb_app.evidence.findings import CXR_RETRIEVE_10, Vocabulary
 from medheb_app.evidence.study import Study
-from medheb_app.index.faiss_index import VectorIndex
 from medheb_app.models.base import Embedder
 from medheb_app.settings import Settings
+
+if TYPE_CHECKING:  # FAISS is loaded by load_index only: `index list/info` read JSON files
+    from medheb_app.index.faiss_index import VectorIndex
 
 Progress = Callable[[float, str], None]
 CATALOG_FILE = "catalog.json"
@@ -283,6 +285,8 @@ def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIn
         if key in _loaded:
             return _loaded[key]
     info = json.loads(catalog_file.read_text())
+    from medheb_app.index.faiss_index import VectorIndex  # deferred: see TYPE_CHECKING above
+
     index = VectorIndex.load(directory)
     items: Mapping[str, dict[str, Any]]
     if index.count >= LAZY_METADATA_ROWS and (directory / OFFSETS_FILE).is_file():

@@ -21,21 +21,24 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from medheb_app.evidence.study import Study
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.catalog import check_index_name, study_content_key
-from medheb_app.index.sources import SourceSpec
 from medheb_app.models.base import Embedder
 from medheb_app.settings import Settings
+
+if TYPE_CHECKING:  # an annotation only: index.sources imports pandas and the phantoms (1-3 s),
+    from medheb_app.index.sources import SourceSpec  # which `index list` must not pay
 
 log = logging.getLogger(__name__)
 BUILD_MANIFEST = "build.json"
 BUILD_VERSION = 1
 DEFAULT_SHARD_SIZE = 512  # items per committed shard (the resume unit)
+FAILED_FILE = "failed.jsonl"  # next to a built index: each item that could not be indexed
 
 
 @dataclass
