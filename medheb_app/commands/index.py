@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
+from medheb_app.evidence.findings import Vocabulary
+from medheb_app.index.catalog import CATALOG_FILE, IndexNotFoundError, list_indices, remove_index
+from medheb_app.index.lock import current_holder
+from medheb_app.index.shards import DEFAULT_SHARD_SIZE, FAILED_FILE, incomplete_builds
 from medheb_app.settings import Settings
 
 KINDS = ("auto", "exact", "ivf", "hnsw", "ivfpq")
@@ -94,7 +100,7 @@ class _Progress:
 
 
 def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.evidence.findings import Vocabulary
+    # deferred: torch (the model registry), faiss, pandas: list and info must not load them
     from medheb_app.index.build import build_from_source
     from medheb_app.serving import build_default_model
 
@@ -137,10 +143,6 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
 
 def resume_command(build: dict[str, Any]) -> str:
     """The `index build` command line that resumes an interrupted build (same arguments)."""
-    import shlex
-
-    from medheb_app.index.shards import DEFAULT_SHARD_SIZE
-
     parts = ["python -m medheb_app index build", "--source", shlex.quote(build["source"])]
     if build.get("model_spec"):
         parts += ["--model", shlex.quote(build["model_spec"])]
@@ -156,10 +158,6 @@ def resume_command(build: dict[str, Any]) -> str:
 
 def unfinished_builds(settings: Settings) -> list[dict[str, Any]]:
     """Builds in progress (their lock's holder is alive) or interrupted (resume_command)."""
-    from medheb_app.index.catalog import list_indices
-    from medheb_app.index.lock import current_holder
-    from medheb_app.index.shards import incomplete_builds
-
     finished = {(entry["name"], entry["fingerprint"]) for entry in list_indices(settings)}
     builds = []
     for build in incomplete_builds(settings):
@@ -189,8 +187,6 @@ def _unfinished_lines(builds: list[dict[str, Any]]) -> list[str]:
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[dict[str, Any]]]:
-    from medheb_app.index.catalog import list_indices
-
     entries = list_indices(settings)
     unfinished = unfinished_builds(settings)
     payload = [
@@ -214,12 +210,6 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[di
 
 
 def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from pathlib import Path
-
-    from medheb_app.evidence.findings import Vocabulary
-    from medheb_app.index.catalog import CATALOG_FILE, IndexNotFoundError, list_indices
-    from medheb_app.index.shards import FAILED_FILE
-
     builds = [entry for entry in list_indices(settings) if entry["name"] == args.name]
     unfinished = [b for b in unfinished_builds(settings) if b["name"] == args.name]
     if not builds and not unfinished:
@@ -255,8 +245,6 @@ def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
 
 
 def run_remove(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.index.catalog import remove_index
-
     models = remove_index(args.name, settings)
     return f"Removed index {args.name} ({', '.join(models) or 'no complete build'}).", {
         "name": args.name,

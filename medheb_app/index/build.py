@@ -56,6 +56,7 @@ from medheb_app.index.catalog import (
 )
 from medheb_app.index.faiss_index import VectorIndex, fit_kind, pq_bits, resolve_kind
 from medheb_app.index.lock import build_lock
+from medheb_app.index.ray_engine import ray_engine  # deferred: ray is heavy, optional
 from medheb_app.index.shards import (
     DEFAULT_SHARD_SIZE,
     FAILED_FILE,
@@ -322,8 +323,6 @@ def _build_locked(
     say(0.05, f"{len(studies)} items in {len(shards)} shards; {len(committed)} shards committed")
     resolved_device = device or settings.device
     if engine == "ray":
-        from medheb_app.index.ray_engine import ray_engine  # deferred: ray is heavy, optional
-
         results = ray_engine(
             pending, str(model_spec), settings, batch_size, resolved_device, ray_address, stop,
             ray_actors,

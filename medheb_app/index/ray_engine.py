@@ -38,8 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from medheb_app.cancellation import Cancelled
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.shards import Shard, ShardResult, decode, failure_reason, shard_result
+from medheb_app.models import registry
 from medheb_app.settings import Settings
 
 CPUS_PER_ACTOR = 1  # and as many torch threads: an actor never oversubscribes its share
@@ -77,11 +79,9 @@ class EmbedActor:
     ) -> None:
         import torch
 
-        from medheb_app.models.registry import load_embedder
-
         torch.set_num_threads(max(1, threads))
         self.decode = decode
-        self.embedder = load_embedder(spec, settings, device=device)
+        self.embedder = registry.load_embedder(spec, settings, device=device)
 
     def embed(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         errors = [str(e) for e in batch["error"]] if "error" in batch else [""] * len(batch["id"])
@@ -134,7 +134,7 @@ def connect(address: str | None) -> bool:
         include_dashboard=False,
         log_to_driver=False,
         object_store_memory=OBJECT_STORE_MB * 2**20,
-        _system_config={"enable_worker_prestart": False},
+        _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
     )
     return True
 
@@ -193,9 +193,7 @@ def _run(
 ) -> Iterator[ShardResult]:
     import ray
 
-    from medheb_app.models.registry import load_embedder
-
-    fingerprint = load_embedder(model_spec, settings, device="cpu").card.fingerprint
+    fingerprint = registry.load_embedder(model_spec, settings, device="cpu").card.fingerprint
     cache = EmbeddingCache(settings.cache_dir)
     found: dict[int, dict[str, np.ndarray]] = {}
     rows: list[dict[str, Any]] = []
@@ -257,7 +255,7 @@ def _run(
                 submit()
             while queued:
                 if stop is not None and stop.is_set():
-                    raise InterruptedError("The index build was cancelled.")
+                    raise Cancelled("The index build was cancelled.")
                 batch = ray.get(queued.popleft())
                 if submitted < len(batches):
                     submit()
