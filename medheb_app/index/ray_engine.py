@@ -47,7 +47,7 @@ from medheb_app.settings import Settings
 CPUS_PER_ACTOR = 1  # and as many torch threads: an actor never oversubscribes its share
 OBJECT_STORE_MB = 256  # a local cluster's object store: batches of paths and vectors only
 IN_FLIGHT = 2  # batches queued per actor: one embedding, one waiting (no idle gap, no pile-up)
-ACTOR_BATCH = 8  # items per actor call: each decoded batch and its activations stay small
+ACTOR_BATCH = 4  # items per actor call: each decoded batch and its activations stay small
 # an actor runs Ray's many core-worker threads: glibc would give each its own malloc arena,
 # and the freed pixels of decoded batches stay resident in them
 ACTOR_ENV = {"MALLOC_ARENA_MAX": "2"}
