@@ -28,9 +28,11 @@ class UserError(Exception):
     """An error caused by the user's input; printed as one line, exit code 2."""
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, shallow: bool = False) -> argparse.ArgumentParser:
     """The whole parser, or (`command` given and known) only that command's subcommands: the
-    train recipes import torch for their config flags, 5-10 s that `bench list` should not pay."""
+    train recipes import torch for their config flags, 5-10 s that `bench list` should not pay.
+    `shallow` (main's top-level --help, or an unknown command) lets a command skip its own
+    flags when more than one command is registered, so `--help` never imports torch."""
     modules = sorted(m.name for m in pkgutil.iter_modules(commands.__path__))
     if command is not None and command.replace("-", "_") in modules:
         modules = [command.replace("-", "_")]
@@ -40,6 +42,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=medheb_app.__version__)
     subparsers = parser.add_subparsers(dest="command", required=True)
+    # the whole parser only lists the commands (--help, a typo): a command may then skip
+    # building its own flags (train: its recipes' config classes import torch)
+    subparsers.shallow = shallow and len(modules) > 1  # type: ignore[attr-defined]
     for name in modules:
         importlib.import_module(f"{commands.__name__}.{name}").register(subparsers)
     return parser
@@ -78,7 +83,8 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command, shallow=True)
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:

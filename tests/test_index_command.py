@@ -94,7 +94,7 @@ def test_nih_sample_builds_with_its_own_vocabulary_and_resumes(settings, capsys)
         "names": list(NIH_14), "scheme": "positive-only", "source": "nih-cxr14",
     }  # fmt: skip
     assert "items/s" in err and "ETA" in err
-    again = run_cli(capsys, *argv, "--json")[1]
+    again = run_cli(capsys, *argv, "--replace", "--json")[1]  # a rebuild must say so
     assert again["reused"] == 1000 and again["embedded"] == 0
     loaded = load_index("nih", "8edde42cb6a477b6", settings)
     emphysema = [r for r in loaded.items.values() if r["findings"].get("Emphysema") == 1]

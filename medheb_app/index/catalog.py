@@ -21,16 +21,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from medheb_app.evidence.findings import CXR_RETRIEVE_10, Vocabulary
 from medheb_app.evidence.study import Study
-from medheb_app.index.faiss_index import VectorIndex
 from medheb_app.index.provenance import ID_SCHEME, source_files
 from medheb_app.models.base import Embedder
 from medheb_app.settings import Settings
+
+if TYPE_CHECKING:  # FAISS is loaded by load_index only: `index list/info` read JSON files
+    from medheb_app.index.faiss_index import VectorIndex
 
 Progress = Callable[[float, str], None]
 CATALOG_FILE = "catalog.json"
@@ -310,6 +312,8 @@ def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIn
         if key in _loaded:
             return _loaded[key]
     info = json.loads(catalog_file.read_text())
+    from medheb_app.index.faiss_index import VectorIndex  # deferred: see TYPE_CHECKING above
+
     index = VectorIndex.load(directory)
     items: Mapping[str, dict[str, Any]]
     if index.count >= LAZY_METADATA_ROWS and (directory / OFFSETS_FILE).is_file():
@@ -334,7 +338,7 @@ def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIn
 def _missing_message(name: str, model_name: str, settings: Settings) -> str:
     built = [entry for entry in list_indices(settings) if entry["name"] == name]
     if built:
-        models = ", ".join(sorted({entry["model"] for entry in built}))
+        models = ", ".join(sorted({entry["model_spec"] for entry in built}))
         return (
             f"Index {name!r} has not been built for model {model_name!r}; it exists for: {models}."
         )
@@ -344,7 +348,8 @@ def _missing_message(name: str, model_name: str, settings: Settings) -> str:
 
 
 def list_indices(settings: Settings) -> list[dict[str, Any]]:
-    """Every complete index on disk: name, model, fingerprint, kind, count, forms, created."""
+    """Every complete index on disk: name, model (the card's name), model_spec (what it was
+    built with: dual-lite@label-aware), fingerprint, kind, count, forms, created."""
     entries = []
     if not settings.index_dir.is_dir():
         return entries
@@ -359,6 +364,8 @@ def list_indices(settings: Settings) -> list[dict[str, Any]]:
             {
                 "name": info["name"],
                 "model": info["model"]["name"],
+                # the spec it was built with, tag included (older catalogs: the card's name)
+                "model_spec": info.get("model_spec") or info["model"]["name"],
                 "model_version": info["model"].get("version", ""),
                 "fingerprint": info["fingerprint"],
                 "kind": info["kind"],

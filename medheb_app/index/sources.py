@@ -584,9 +584,4 @@ def _label_table(
 
 def describe_vocabulary(vocabulary: Vocabulary) -> str:
     """One line for people: '14 findings (positive-only, nih-cxr14): Atelectasis, ...'."""
-    if not vocabulary.labelled:
-        return "no finding labels"
-    return (
-        f"{len(vocabulary.names)} findings ({vocabulary.scheme}, {vocabulary.source}): "
-        + ", ".join(vocabulary.names)
-    )
+    return vocabulary.describe()  # on Vocabulary, so `index info` need not import this module

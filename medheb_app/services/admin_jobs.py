@@ -142,6 +142,7 @@ def index_job(settings: Settings) -> JobFn:
             batch_size=int(params.get("batch_size", 32)),
             progress=progress,
             stop=stop,
+            replace=bool(params.get("replace", False)),  # the CLI's rule and lock: issue 23
         )
         log(
             f"built {name}: {report.n_items} items, {report.embedded} embedded, "
@@ -151,6 +152,8 @@ def index_job(settings: Settings) -> JobFn:
             reasons = ", ".join(f"{n} {why}" for why, n in report.failed_by_reason.items())
             log(f"not indexed: {reasons}")
         log("logic-aware ranking prepared" if report.logic else report.logic_note)
+        for note in report.notes:
+            log(f"note: {note}")
         return {"index": name, "model": spec, "count": report.n_items, **report.to_json()}
 
     return run

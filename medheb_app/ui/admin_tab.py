@@ -233,6 +233,11 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
                 value="phantom",
                 allow_custom_value=True,
             )
+            index_replace = gr.Checkbox(
+                label="Replace the index if it already exists for this model",
+                value=False,
+                elem_id="admin-index-replace",
+            )
             index_start = gr.Button("Start index build", elem_id="admin-start-index")
         study = build_study_admin(services, auth)
         build_token_admin(services, auth)  # API tokens (ui/admin_tokens.py)
@@ -315,8 +320,11 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         api_visibility="private",
     )
     index_start.click(
-        _start("index-build", lambda n, m, c: {"name": n, "model": m, "source": c}),
-        [index_name, index_model, corpus],
+        _start(
+            "index-build",
+            lambda n, m, c, r: {"name": n, "model": m, "source": c, "replace": bool(r)},
+        ),
+        [index_name, index_model, corpus, index_replace],
         job_outputs,
         api_visibility="private",
     )
