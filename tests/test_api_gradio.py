@@ -42,7 +42,7 @@ def test_search_endpoint_takes_the_names_the_page_shows(site):
         result = client.call(_search_index(blocks), data)
         output = result["output"]
         assert output["success"], result["text"]
-        assert len(output["output"]["data"][2]) == 4  # the gallery of 4 hits
+        assert output["output"]["data"][2].count('class="sr-hit') == 4  # the list of 4 hits
         refused = client.call(
             _search_index(blocks),
             ["cardiomegaly", None, "random", "demo-cxr", 4, "auto", False, "volume", 0],
