@@ -47,6 +47,7 @@ CSS = """
 .sr-hit:hover, .sr-hit:focus {border-color:#2563eb}
 .sr-hit.violates {border-color:#b3141f}
 .sr-hit .ev-figure img {width:100%;aspect-ratio:1;object-fit:contain;max-height:none}
+.sr-hit .ev-mark {display:block;max-width:100%;overflow:hidden;white-space:nowrap}
 .sr-cap {display:block;font-size:13px;font-weight:700;white-space:nowrap;overflow:hidden;
   text-overflow:ellipsis;max-width:100%}
 .sr-cap.bad {color:#b3141f}
@@ -59,6 +60,10 @@ CSS = """
 @media (max-width: 640px) {
   .sr-list {grid-template-columns:repeat(4,minmax(0,1fr));gap:4px}
   .sr-cap {font-size:12px}
+  .sr-line {font-size:11px;line-height:1.25;margin:0 0 4px}
+  .medheb-banner {font-size:12px;padding:4px 8px;font-weight:600}
+  #search-query .info-text {display:none}
+  .sr-hit .ev-mark {font-size:9px;letter-spacing:0;padding:0 2px}
 }
 """
 

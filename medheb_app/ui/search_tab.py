@@ -155,13 +155,12 @@ THUMB_SIDE = 192  # a hit's thumbnail in the list (inlined PNG)
 SCORE_LINES = {
     "log_p": (
         "Ranked logic-aware. Score p = estimated probability that the study has every wanted "
-        "finding and none of the excluded ones; equal p are ordered by similarity to the query "
-        "(cosine). Click a hit for its p and report."
+        "finding and none excluded; equal p are ordered by similarity to the query. Click a hit "
+        "for its p."
     ),
     "cosine": (
-        "Ranked by similarity. Score = cosine similarity to the query (1 = same direction); "
-        "hits are in exact cosine order, so equal scores at the digits shown keep that order. "
-        "Click a hit for its score and report."
+        "Ranked by similarity. Score = cosine similarity to the query (1 = same direction), in "
+        "exact order even where the digits shown are equal. Click a hit for its score."
     ),
 }
 P_LIMIT = -5e-7  # scores are stored to 6 decimals: from here on p is 1 at their precision
@@ -518,7 +517,10 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
                 lines=1,
             )
             with gr.Row():
-                button = gr.Button("Search", variant="primary", elem_id="search-button", scale=2)
+                # min_width=0: the buttons share one row on a phone too
+                button = gr.Button(
+                    "Search", variant="primary", elem_id="search-button", scale=2, min_width=0
+                )
                 upload_file = gr.UploadButton(
                     "Upload a study",
                     file_types=UPLOAD_TYPES,
@@ -526,8 +528,9 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
                     scale=1,
                     size="md",
                     elem_id="search-upload",
+                    min_width=0,
                 )
-                clear_upload = gr.Button("Clear upload", scale=1, visible=False)
+                clear_upload = gr.Button("Clear upload", scale=1, visible=False, min_width=0)
             # the hits come right under the query (on a phone too), their one line above them
             notice = gr.HTML(elem_id="search-notice")
             gallery = gr.HTML(elem_id="search-hits", js_on_load=SELECT_JS)
@@ -542,8 +545,12 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
             with gr.Row():
                 # choices arrive on load; a custom value lets an API call pass the names the
                 # page shows (the handler refuses any pair not offered, in words)
-                model = gr.Dropdown(label="Model", choices=[], allow_custom_value=True)
-                index = gr.Dropdown(label="Index", choices=[], allow_custom_value=True)
+                model = gr.Dropdown(
+                    label="Model", choices=[], allow_custom_value=True, elem_id="search-model"
+                )
+                index = gr.Dropdown(
+                    label="Index", choices=[], allow_custom_value=True, elem_id="search-index"
+                )
             ranking = gr.Radio(
                 RANKING_CHOICES,
                 value="auto",
