@@ -248,8 +248,9 @@ def bench_job(settings: Settings) -> JobFn:
     return run
 
 
-def _training_progress(progress, log) -> Callable[[int, int, float], None]:
-    """Adapt the trainer's (step, total, loss) callback and its stages to the job's progress."""
+def _training_progress(progress, log) -> Any:
+    """Adapt the trainer's (step, total, loss) callback and its stages to the job's progress
+    (a train.loop.TrainingProgress, which also times the run)."""
     from medheb_app.train.loop import TrainingProgress
 
     return TrainingProgress(progress, log)
@@ -272,7 +273,8 @@ def train_job(settings: Settings) -> JobFn:
         overrides = {field: int(params.get(field, defaults[field])) for field in recipe.job_fields}
         config = config_from_sources(recipe.config_class(), overrides=overrides)
         log(f"training {recipe.name} -> {out} with {overrides}")
-        result = recipe.run(config, out, settings, _training_progress(progress, log), stop)
+        watch = _training_progress(progress, log)
+        result = recipe.run(config, out, settings, watch, stop)
         if stop.is_set() or result.card is None:
             raise JobCancelled(f"stopped after step {result.steps}; no checkpoint saved")
         from medheb_app.models.registry import spec_of_folder
@@ -282,7 +284,12 @@ def train_job(settings: Settings) -> JobFn:
             spec = f"{recipe.spec(result.card.to_dict()).split('@')[0]}@{out}"
             log(f"tag {tag} is taken by a committed checkpoint; load this one by path")
         log(f"saved {spec}")
-        return {"spec": spec, "out": str(out), "result": repr(result)[:500]}
+        return {
+            "spec": spec,
+            "out": str(out),
+            "result": repr(result)[:500],
+            "timing": watch.timing(),  # the training estimate's history (eval/estimate.py)
+        }
 
     return run
 

@@ -249,3 +249,116 @@ def test_a_never_measured_model_is_timed_on_a_calibration_batch(settings: Settin
     assert 0.002 <= rates["slow/text"].seconds_per_item < 0.02
     assert 0.02 <= rates["slow/image"].seconds_per_item < 0.2
     assert rates["known"] == measured["known"]
+
+
+# ---------------------------------------------------------------- training estimate
+
+
+class _Clock:
+    """A fake perf_counter the fake trainer below advances: timings are exact, not slept."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _fake_recipe(clock: _Clock, fixed: float, per_study: float, step: float, batch: int):
+    """A Recipe-like trainer whose setup costs fixed + per_study x n seconds, then
+    epochs x ceil(n / batch) steps of `step` seconds each, stopping between steps on `stop`."""
+    import dataclasses
+
+    from medheb_app.train.recipes import Recipe
+
+    @dataclasses.dataclass
+    class Config:
+        epochs: int = 5
+        n: int = 2000
+
+    def run(config, out, settings, progress, stop):
+        clock.now += fixed + per_study * config.n
+        total = config.epochs * -(-config.n // batch)
+        for i in range(1, total + 1):
+            if stop is not None and stop.is_set():
+                return None
+            clock.now += step
+            progress(i, total, 0.5)
+        return None
+
+    recipe = Recipe("fake", "a fake recipe", "x:y", run, job_fields=("epochs", "n"))
+    object.__setattr__(recipe, "config_class", lambda: Config)
+    return recipe
+
+
+def test_training_progress_times_setup_and_steps(monkeypatch) -> None:
+    from medheb_app.train import loop
+
+    clock = _Clock()
+    monkeypatch.setattr(loop.time, "perf_counter", clock)
+    watch = loop.TrainingProgress(lambda *a: None, lambda line: None)
+    assert watch.timing() == {}
+    clock.now += 30.0  # setup
+    for step in range(1, 11):
+        clock.now += 2.0
+        watch(step, 40, 1.0)
+    assert watch.timing() == {
+        "setup_s": 30.0, "step_s": 2.0, "steps": 10, "total_steps": 40, "first_step_s": 32.0,
+    }  # fmt: skip
+
+
+def test_a_training_estimate_scales_the_last_job_of_its_recipe() -> None:
+    from types import SimpleNamespace
+
+    from medheb_app.eval.estimate import estimate_training, training_history
+
+    def job(i, kind="train", status="finished", timing=None, **params):
+        timing = {"setup_s": 40.0, "step_s": 0.5, "steps": 200, "total_steps": 200}
+        return SimpleNamespace(id=i, kind=kind, status=status, params=params,
+                               result={"timing": timing})  # fmt: skip
+
+    jobs = [
+        job(9, recipe="report", epochs=2, n=500, status="failed"),
+        job(8, kind="bench-run", recipe="report", epochs=2, n=500),
+        job(7, recipe="label-aware", epochs=10),
+        job(6, recipe="report", epochs=2, n=500),
+        SimpleNamespace(
+            id=5,
+            kind="train",
+            status="finished",
+            params={"recipe": "report"},
+            result={"spec": "dual-lite@old"},
+        ),  # fmt: skip  (no timing: older job)
+    ]
+    history = training_history(jobs)
+    assert [t.source for t in history] == ["job 7", "job 6"]
+    same = estimate_training("report", 2, 500, history)
+    assert same.quality == "same" and same.seconds == 40.0 + 200 * 0.5
+    assert "measured in job 6 (2 epochs, 500 studies)" in same.summary_line()
+    bigger = estimate_training("report", 6, 1000, history)  # steps x3 x2, setup x2
+    assert bigger.quality == "scaled" and bigger.steps == 1200 and bigger.setup_s == 80.0
+    assert bigger.seconds == 80.0 + 1200 * 0.5 and bigger.range_seconds == (340.0, 1360.0)
+    fixed_data = estimate_training("label-aware", 20, None, history, uses_n=False)
+    assert fixed_data.steps == 400 and fixed_data.seconds == 40.0 + 400 * 0.5
+    assert estimate_training("medemb", 5, None, history, uses_n=False) is None
+
+
+def test_a_first_training_is_timed_on_two_small_calibration_runs(monkeypatch, tmp_path) -> None:
+    """No earlier job: two calibration runs (1 step on 16 studies, 4 on 64) split the setup into
+    its fixed and per-study parts; the planned job's seconds follow exactly for a trainer whose
+    costs are linear, as this fake one's are."""
+    from medheb_app.eval import estimate as est
+    from medheb_app.train import loop
+
+    clock = _Clock()
+    monkeypatch.setattr(loop.time, "perf_counter", clock)
+    recipe = _fake_recipe(clock, fixed=12.0, per_study=0.05, step=0.8, batch=16)
+    settings = Settings.from_env(data_dir=tmp_path)
+    found = est.calibrate_training(recipe, epochs=20, n=2000, settings=settings)
+    assert found.quality == "calibrated"
+    assert found.setup_s == pytest.approx(12.0 + 0.05 * 2000)
+    assert found.steps == 20 * 2000 // 16 and found.step_s == pytest.approx(0.8)
+    assert found.seconds == pytest.approx(112.0 + 2500 * 0.8, rel=1e-3)
+    assert "calibration runs of 16 and 64 studies" in found.source
+    spent = clock.now - 100.0  # what calibrating cost: two small setups and 5 steps
+    assert spent == pytest.approx(2 * 12.0 + 0.05 * (16 + 64) + 5 * 0.8)

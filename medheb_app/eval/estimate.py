@@ -21,8 +21,10 @@ Nothing here loads a model: fingerprints come from the registry's cards.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from medheb_app.eval.rankers import content_key, item_kind, unread_forms
@@ -479,3 +481,206 @@ def estimate_run(
         entries = [entry for task in tasks for entry in (*task.candidates, *task.queries)]
         rates = calibrate_rates(specs, samples_by_kind(entries), rates, settings)
     return estimate_medheb(suite.name, tasks, specs, cards, cache, rates, skipped)
+
+
+# ---------------------------------------------------------------- training runs
+
+TRAINING_CALIBRATION_STEPS = 4  # steps a calibration run times before it stops
+TRAINING_CALIBRATION_N = 64  # phantom studies of a calibration run (recipes with `n`)
+TRAINING_RANGES = {  # (low, high) multipliers, by where the figure comes from
+    "same": (0.7, 1.5),  # an earlier job of this recipe with the same epochs and studies
+    "scaled": (0.5, 2.0),  # an earlier job of this recipe, scaled to these epochs and studies
+    "calibrated": (0.3, 3.0),  # a few steps of a small calibration run
+}
+
+
+@dataclass(frozen=True)
+class TrainingTiming:
+    """How a training run spent its time (train.loop.TrainingProgress.timing): seconds before
+    the first step (corpus, features, model load), seconds per step, and its planned steps,
+    with the recipe settings it ran with."""
+
+    recipe: str
+    epochs: int
+    n: int | None
+    setup_s: float
+    step_s: float
+    total_steps: int
+    source: str
+
+
+@dataclass(frozen=True)
+class TrainingEstimate:
+    """A training job's expected seconds, as a range, and where the figure comes from."""
+
+    seconds: float
+    quality: str  # a key of TRAINING_RANGES
+    source: str
+    setup_s: float
+    steps: int
+    step_s: float
+
+    @property
+    def range_seconds(self) -> tuple[float, float]:
+        low, high = TRAINING_RANGES[self.quality]
+        return round(self.seconds * low, 1), round(self.seconds * high, 1)
+
+    def summary_line(self) -> str:
+        low, high = self.range_seconds
+        return (
+            f"about {human_seconds(self.seconds)} ({human_seconds(low)} to "
+            f"{human_seconds(high)}): {self.steps} steps of {self.step_s:.2f} s after "
+            f"{human_seconds(self.setup_s)} of setup; {self.source}"
+        )
+
+
+def _scale(planned: int | None, earlier: int | None) -> float:
+    """How much a quantity grows from the earlier run's value (1 when either is unknown)."""
+    if not planned or not earlier:
+        return 1.0
+    return float(planned) / float(earlier)
+
+
+def training_history(jobs: Iterable[Any]) -> list[TrainingTiming]:
+    """The finished training jobs (JobInfo-like: kind, status, params, result) whose result
+    records its timing, newest first as given."""
+    found = []
+    for job in jobs:
+        result = getattr(job, "result", None) or {}
+        timing = result.get("timing") if isinstance(result, dict) else None
+        if getattr(job, "kind", "") != "train" or getattr(job, "status", "") != "finished":
+            continue
+        if not timing or not timing.get("total_steps"):
+            continue
+        params = getattr(job, "params", {}) or {}
+        n = params.get("n")
+        found.append(
+            TrainingTiming(
+                str(params.get("recipe", "")),
+                int(params.get("epochs") or 1),
+                int(n) if n is not None else None,
+                float(timing["setup_s"]),
+                float(timing["step_s"]),
+                int(timing["total_steps"]),
+                f"job {job.id}",
+            )
+        )
+    return found
+
+
+def estimate_training(
+    recipe: str,
+    epochs: int,
+    n: int | None,
+    history: Sequence[TrainingTiming],
+    uses_n: bool = True,
+) -> TrainingEstimate | None:
+    """A training job's seconds from the newest earlier job of the same recipe: its setup
+    scaled by the studies drawn (recipes with `n`: the corpus and its tower features grow
+    with it), its steps by epochs x studies (steps per epoch grow with the training split),
+    each step at the earlier step time (the batch size is the recipe's). None without one."""
+    for earlier in history:
+        if earlier.recipe != recipe:
+            continue
+        studies = _scale(n, earlier.n) if uses_n else 1.0
+        steps = max(1, round(earlier.total_steps * _scale(epochs, earlier.epochs) * studies))
+        setup = earlier.setup_s * studies
+        seconds = round(setup + steps * earlier.step_s, 1)
+        same = earlier.epochs == epochs and (not uses_n or earlier.n == n)
+        what = "measured in" if same else "scaled from"
+        source = f"{what} {earlier.source} ({earlier.epochs} epochs" + (
+            f", {earlier.n} studies)" if uses_n and earlier.n else ")"
+        )
+        return TrainingEstimate(
+            seconds, "same" if same else "scaled", source, round(setup, 1), steps, earlier.step_s
+        )
+    return None
+
+
+def _timed_steps(recipe: Any, overrides: dict[str, int], settings: Settings, steps: int) -> dict:
+    """TrainingProgress.timing() of `recipe` run with `overrides` for `steps` steps into a
+    temporary folder, then stopped (the trainer stops between batches; nothing is kept)."""
+    import tempfile
+    import threading
+
+    from medheb_app.train.config import config_from_sources
+    from medheb_app.train.loop import TrainingProgress
+
+    config = config_from_sources(recipe.config_class(), overrides=overrides)
+    stop = threading.Event()
+
+    def progress(fraction: float, message: str = "") -> None:
+        if watch.steps >= steps:
+            stop.set()
+
+    watch = TrainingProgress(progress, lambda line: None)
+    # stopped by the calibration itself, as intended, whether the trainer returns or raises
+    with (
+        tempfile.TemporaryDirectory(prefix="medheb-train-calibration-") as out,
+        contextlib.suppress(InterruptedError),
+    ):
+        recipe.run(config, Path(out), settings, watch, stop)
+    timing = watch.timing()
+    if not timing:
+        raise ValueError(f"The {recipe.name} recipe took no step in its calibration run.")
+    return timing
+
+
+def calibrate_training(
+    recipe: Any,
+    epochs: int,
+    n: int | None,
+    settings: Settings,
+    steps: int = TRAINING_CALIBRATION_STEPS,
+) -> TrainingEstimate:
+    """A training job's seconds when no earlier job of its recipe was timed: the recipe runs a
+    few `steps` of one epoch into a temporary folder and stops (nothing is saved or
+    registered), and its setup and step times are scaled to the planned job. A recipe that
+    draws `n` studies runs twice, one step on TRAINING_CALIBRATION_N / 4 studies and `steps`
+    steps on TRAINING_CALIBRATION_N, so its setup splits into a fixed part (loading models)
+    and a part per study (drawing the corpus, caching its features), and its steps per epoch
+    into a rate per study. This loads the recipe's models: seconds to minutes of work."""
+    if "n" not in recipe.job_fields or not n:
+        timing = _timed_steps(recipe, {"epochs": 1}, settings, steps)
+        total = max(1, round(timing["total_steps"] * epochs))
+        seconds = round(timing["setup_s"] + total * timing["step_s"], 1)
+        source = f"timed on a {steps}-step calibration run"
+        return TrainingEstimate(
+            seconds, "calibrated", source, timing["setup_s"], total, timing["step_s"]
+        )
+    small, large = TRAINING_CALIBRATION_N // 4, TRAINING_CALIBRATION_N
+    first = _timed_steps(recipe, {"epochs": 1, "n": small}, settings, 1)
+    second = _timed_steps(recipe, {"epochs": 1, "n": large}, settings, steps)
+    step_s = second["step_s"]  # the small run may have one step only: its setup is the rest
+    small_setup = max(first["first_step_s"] - step_s, 0.0)
+    per_study = max((second["setup_s"] - small_setup) / (large - small), 0.0)
+    fixed = max(second["setup_s"] - per_study * large, 0.0)
+    setup = round(fixed + per_study * int(n), 1)
+    total = max(1, round(second["total_steps"] * epochs * int(n) / large))
+    seconds = round(setup + total * step_s, 1)
+    source = (
+        f"timed on {steps}-step calibration runs of {small} and {large} studies "
+        f"({fixed:.0f} s fixed + {per_study:.2f} s per study of setup)"
+    )
+    return TrainingEstimate(seconds, "calibrated", source, setup, total, step_s)
+
+
+def training_estimate(
+    recipe_name: str,
+    epochs: int,
+    n: int | None,
+    jobs: Iterable[Any],
+    settings: Settings,
+    calibrate: bool = True,
+) -> TrainingEstimate | None:
+    """The estimate the admin panel shows before a training job starts: from the newest
+    earlier job of the recipe (training_history of `jobs`), else from calibration runs
+    (calibrate_training; None with calibrate=False)."""
+    from medheb_app.train.recipes import get_recipe
+
+    recipe = get_recipe(recipe_name)
+    uses_n = "n" in recipe.job_fields
+    found = estimate_training(recipe.name, epochs, n, training_history(jobs), uses_n)
+    if found is not None or not calibrate:
+        return found
+    return calibrate_training(recipe, epochs, n if uses_n else None, settings)

@@ -406,6 +406,7 @@ def _run_cxr_retrieve(
             )
             recorder.model_timing[spec] = result.timing_s["total"]
             recorder.new_vectors[spec] = cache.count(ranker.card.fingerprint) - vectors_before
+            recorder.kinds(spec, ranker)  # per-kind rates, as MedHEB runs record them
     return recorder.close(
         suite=suite.name,
         models=summaries,

@@ -13,6 +13,7 @@ named stages through `report_stage` and checked for cancellation per batch throu
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,12 +23,23 @@ Progress = Callable[[int, int, float], None]
 
 class TrainingProgress:
     """A background job's view of a trainer: steps become the job's progress (a log line per
-    tenth of the run), and `stage(text)` names the work before the first step."""
+    tenth of the run), and `stage(text)` names the work before the first step. It also times
+    the run (`timing()`: seconds before the first step, seconds per step, steps done of how
+    many), which the training estimate reads from finished jobs (eval/estimate.py)."""
 
     def __init__(self, progress: Callable[..., None], log: Callable[[str], None]) -> None:
         self.progress, self.log, self._decile = progress, log, -1
+        self.started = time.perf_counter()
+        self.first_step: float | None = None  # when step 1 was reported
+        self.last_step: float | None = None
+        self.steps = 0
+        self.total = 0
 
     def __call__(self, step: int, total: int, loss: float) -> None:
+        now = time.perf_counter()
+        if self.first_step is None:
+            self.first_step = now
+        self.last_step, self.steps, self.total = now, step, total
         self.progress(step / max(total, 1), f"step {step}/{total}, loss {loss:.4f}")
         decile = int(10 * step / max(total, 1))
         if decile != self._decile:
@@ -36,6 +48,24 @@ class TrainingProgress:
 
     def stage(self, text: str, fraction: float = 0.0) -> None:
         self.progress(fraction, text)
+
+    def timing(self) -> dict[str, float]:
+        """{"setup_s": before the first step (its own time counted as a step), "step_s": per
+        step, "steps": done, "total_steps": planned, "first_step_s": from the start to the end
+        of step 1}; {} before any step. After one step only, step_s is that whole time."""
+        if self.first_step is None or self.last_step is None or self.steps < 1:
+            return {}
+        per_step = (self.last_step - self.first_step) / max(self.steps - 1, 1)
+        if self.steps == 1:
+            per_step = self.first_step - self.started  # one step: an upper bound
+        setup = max(self.first_step - self.started - per_step, 0.0)
+        return {
+            "setup_s": round(setup, 3),
+            "step_s": round(per_step, 5),
+            "steps": self.steps,
+            "total_steps": self.total,
+            "first_step_s": round(self.first_step - self.started, 3),
+        }
 
 
 def report_stage(progress: Progress | None, text: str) -> None:
