@@ -26,6 +26,7 @@ from medheb_app.eval.estimate import (
     measured_rate,
     model_cards,
     new_vectors_key,
+    rate_for,
     rates_from_store,
     samples_by_kind,
 )
@@ -87,7 +88,11 @@ def test_medheb_estimate_goes_from_nothing_cached_to_all_cached(
     assert stored["bow/text"].seconds_per_item <= rate.seconds_per_item
     fresh = estimate_medheb("custom", tasks, ["bow"], cards, EmbeddingCache(tmp_path / "c"), stored)
     assert {c.kind for c in fresh.cells} == {"text"}
-    assert all(c.rate == stored["bow/text"] for c in fresh.cells)
+    # texts are priced by length: the run recorded the characters it embedded
+    assert summary.timing["bow/text_new_chars"] > 0 and stored["bow/text"].per_char
+    assert all(c.rate.per_char == stored["bow/text"].per_char for c in fresh.cells)
+    assert all(c.rate.quality == "kind" and " per 1,000 characters" in c.rate.source
+               for c in fresh.cells)  # fmt: skip
     low, high = fresh.range_seconds
     expected = sum(c.to_embed * c.rate.seconds_per_item for c in fresh.cells)
     assert low == pytest.approx(0.6 * expected, abs=0.01)  # a range, tight for a measured rate
@@ -362,3 +367,36 @@ def test_a_first_training_is_timed_on_two_small_calibration_runs(monkeypatch, tm
     assert "calibration runs of 16 and 64 studies" in found.source
     spent = clock.now - 100.0  # what calibrating cost: two small setups and 5 steps
     assert spent == pytest.approx(2 * 12.0 + 0.05 * (16 + 64) + 5 * 0.8)
+
+
+def test_the_training_estimate_is_for_admins_only() -> None:
+    from medheb_app.ui.admin_tab import training_estimate_view
+
+    refused = training_estimate_view(None, False, "report", 5, 2000)  # type: ignore[arg-type]
+    assert "medheb-notice error" in refused and "admin" in refused.lower()
+
+
+def test_texts_are_priced_by_their_length_where_it_was_measured() -> None:
+    """CXR-Retrieve's 145 queries are short phrases; a text rate measured on reports (MedHEB
+    i2report) priced them per item at 6x their cost (BENCHMARKS.md). A run records the
+    characters of the texts it embedded, and the estimate prices texts per character."""
+    timing = {
+        "dual-lite/text_s": 150.0,
+        new_vectors_key("dual-lite/text"): 1000,
+        "dual-lite/text_new_chars": 300_000,
+    }  # fmt: skip  (300 characters per report)
+
+    def summary_of(timing: dict) -> Summary:
+        return Summary("s", {}, [], {}, "", "", "", timing=timing)
+
+    summary = summary_of(timing)
+    rate = measured_rate("dual-lite", [(4, summary)], "text")
+    assert rate.seconds_per_item == pytest.approx(0.15) and rate.per_char == pytest.approx(5e-4)
+    short = rate_for({"dual-lite/text": rate}, "dual-lite", "text", chars=36.0)
+    assert short.seconds_per_item == pytest.approx(36 * 5e-4) and short.quality == "kind"
+    assert "0.500 s per 1,000 characters x 36 characters" in short.source
+    both = {"dual-lite/text": rate, "dual-lite/image": rate}
+    assert rate_for(both, "dual-lite", "image", chars=36.0) is rate  # texts only
+    old = summary_of({**timing, "dual-lite/text_new_chars": 0})
+    unmeasured = measured_rate("dual-lite", [(3, old)], "text")  # an older run: per item
+    assert rate_for({"dual-lite/text": unmeasured}, "dual-lite", "text", 36.0) is unmeasured

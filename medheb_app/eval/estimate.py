@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medheb_app.eval.rankers import content_key, item_kind, unread_forms
+from medheb_app.eval.rankers import content_key, item_kind, text_chars, unread_forms
 from medheb_app.eval.results import Summary
 from medheb_app.settings import Settings
 
@@ -59,16 +59,31 @@ class Rate:
     seconds_per_item: float
     source: str
     quality: str = "default"
+    per_char: float | None = None  # texts: seconds per character, where it was measured
+
+    def for_texts(self, chars: float | None) -> Rate:
+        """This rate for texts of `chars` characters on average: priced by length where the
+        per-character cost was measured (a 20-character query embeds faster than a report)."""
+        if self.per_char is None or not chars:
+            return self
+        per_item = self.per_char * chars
+        source = (
+            f"{1000 * self.per_char:.3f} s per 1,000 characters x {chars:.0f} characters "
+            f"per text = {per_item:.4f} s/text ({self.source})"
+        )
+        return Rate(per_item, source, self.quality, self.per_char)
 
 
 DEFAULT_RATE = Rate(DEFAULT_SECONDS_PER_ITEM, DEFAULT_RATE_NOTE, "default")
 
 
-def rate_for(rates: Mapping[str, Rate], spec: str, kind: str) -> Rate:
-    """The rate of `spec` for `kind` (rates keyed "spec/kind" or "spec"), else the default."""
+def rate_for(rates: Mapping[str, Rate], spec: str, kind: str, chars: float | None = None) -> Rate:
+    """The rate of `spec` for `kind` (rates keyed "spec/kind" or "spec"), else the default;
+    for texts averaging `chars` characters, priced by length where that was measured."""
     if spec.removeprefix(LOGIC_PREFIX) in BASELINES:  # labels or seeded noise: no model runs
         return Rate(0.0, "baseline: no model runs (cost ~0)", "none")
-    return rates.get(f"{spec}/{kind}") or rates.get(spec) or DEFAULT_RATE
+    rate = rates.get(f"{spec}/{kind}") or rates.get(spec) or DEFAULT_RATE
+    return rate.for_texts(chars) if kind == "text" else rate
 
 
 @dataclass(frozen=True)
@@ -196,6 +211,11 @@ def new_vectors_key(spec: str) -> str:
     return f"{spec}_new_vectors"
 
 
+def new_chars_key(spec: str) -> str:
+    """The Summary.timing key of the characters of the texts a model embedded anew."""
+    return f"{spec}/text_new_chars"
+
+
 def measured_rate(
     spec: str, history: Iterable[tuple[int | None, Summary]], kind: str | None = None
 ) -> Rate:
@@ -213,10 +233,12 @@ def measured_rate(
             rate = float(seconds) / float(fresh)
             where = f"run {run_id}" if run_id is not None else "an earlier run"
             what = f"{kind} " if kind else ""
+            chars = summary.timing.get(new_chars_key(spec)) if kind == "text" else None
             return Rate(
                 rate,
                 f"{rate:.4f} s/{what}item measured in {where} ({int(fresh)} new vectors)",
                 "kind" if kind else "model",
+                float(seconds) / float(chars) if chars else None,
             )
     return DEFAULT_RATE
 
@@ -297,6 +319,15 @@ def medheb_keys(task: Any) -> dict[str, list[str]]:
     return {kind: list(dict.fromkeys(values)) for kind, values in keys.items()}
 
 
+def mean_text_chars(task: Any) -> float | None:
+    """Mean characters of a task's text inputs as the ranker hands them over (queries with
+    the task instruction, candidates plain); None without texts."""
+    sizes = [text_chars(e.item) for e in task.candidates if item_kind(e.item) == "text"]
+    instruction = task.instruction or None
+    sizes += [text_chars(e.item, instruction) for e in task.queries if item_kind(e.item) == "text"]
+    return sum(sizes) / len(sizes) if sizes else None
+
+
 def estimate_medheb(
     suite_name: str,
     tasks: Sequence[Any],
@@ -310,6 +341,7 @@ def estimate_medheb(
     cells: list[Cell] = []
     view = CacheView(cache)
     keys = {task.name: medheb_keys(task) for task in tasks}
+    chars = {task.name: mean_text_chars(task) for task in tasks}
     for spec in specs:
         card = cards.get(spec) or {}
         for task in tasks:
@@ -325,7 +357,7 @@ def estimate_medheb(
             note = "" if fingerprint else "not a listed model: cache not checked"
             for kind, kind_keys in keys[task.name].items():
                 found = view.take(fingerprint, kind_keys)
-                rate = rate_for(rates, spec, kind)
+                rate = rate_for(rates, spec, kind, chars[task.name])
                 cells.append(Cell(task.name, spec, len(kind_keys), found, rate, note, kind))
     return Estimate(suite_name, cells, dict(skipped or {}))
 
@@ -368,6 +400,7 @@ def estimate_cxr(
 
     task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)
     query_keys = list(dict.fromkeys(cache_key(content_key(q)) for q in task.queries))
+    query_chars = sum(text_chars(q.item) for q in task.queries) / max(len(task.queries), 1)
     cells: list[Cell] = []
     view = CacheView(cache)
     for spec in specs:
@@ -397,7 +430,7 @@ def estimate_cxr(
         found = 0 if logic else view.take(fingerprint, query_keys)
         what = f"{suite.name}: {len(task.queries)} queries"
         why = "; ".join(filter(None, [note, "encoded each run, never cached" if logic else ""]))
-        text_rate = rate_for(rates, spec, "text")
+        text_rate = rate_for(rates, spec, "text", query_chars)
         cells.append(Cell(what, spec, len(query_keys), found, text_rate, why, "text"))
     return Estimate(suite.name, cells, {})
 
@@ -446,7 +479,9 @@ def calibrate_rates(
             embedder.encode(list(items))
             per_item = (time.perf_counter() - started) / len(items)
             source = f"{per_item:.4f} s/{kind} item timed on {len(items)} calibration items"
-            out[f"{spec}/{kind}"] = Rate(per_item, source, "calibrated")
+            chars = sum(text_chars(item) for item in items) if kind == "text" else 0
+            per_char = per_item * len(items) / chars if chars else None
+            out[f"{spec}/{kind}"] = Rate(per_item, source, "calibrated", per_char)
     return out
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from medheb_app.eval.estimate import new_vectors_key
+from medheb_app.eval.estimate import new_chars_key, new_vectors_key
 from medheb_app.eval.medheb_scoring import (  # re-exported: the runner's public API
     evaluate_task,
     instruction_for,
@@ -55,6 +55,7 @@ class RunRecord:
         self.build_s = 0.0
         self.model_timing: dict[str, float] = {}
         self.new_vectors: dict[str, int] = {}  # vectors each model computed (estimate rates)
+        self.text_chars: dict[str, int] = {}  # characters of the texts each model embedded
 
     def kinds(self, spec: str, ranker: Any) -> None:
         """Record the ranker's embedding seconds and new vectors per input kind (the
@@ -63,6 +64,9 @@ class RunRecord:
             if new > 0:
                 self.model_timing[f"{spec}/{kind}"] = round(seconds, 3)
                 self.new_vectors[f"{spec}/{kind}"] = int(new)
+        chars = int(getattr(ranker, "new_text_chars", 0) or 0)
+        if chars > 0 and f"{spec}/text" in self.new_vectors:
+            self.text_chars[spec] = chars
 
     def start(self, suite: str, specs: list[str], out_dir: Path, settings: dict) -> None:
         """The tasks are built: note how long that took and open the run's store row."""
@@ -107,6 +111,7 @@ class RunRecord:
             "build_tasks_s": round(self.build_s, 2),
             **{f"{k}_s": v for k, v in self.model_timing.items()},
             **{new_vectors_key(k): n for k, n in self.new_vectors.items()},
+            **{new_chars_key(k): n for k, n in self.text_chars.items()},
         }
         summary = Summary(
             **fields,
