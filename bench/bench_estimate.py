@@ -1,6 +1,6 @@
 """Estimate vs actual for a sequence of benchmark runs in one (fresh) data folder.
 
-    DATA_DIR=/tmp/bench-estimate .venv/bin/python bench/bench_estimate.py
+    DATA_DIR=/tmp/bench-estimate .venv/bin/python bench/bench_estimate.py [runs] [training]
 
 Each step estimates a run exactly as `bench run --estimate` and the admin panel do (rates
 from the store's earlier runs, items from the embedding cache), then runs it through
@@ -64,7 +64,8 @@ def main() -> None:
     settings = Settings.from_env()
     store = Store.open(settings.database_url)
     rows = []
-    for i, (label, suite_name, tasks, models) in enumerate(STEPS):
+    parts = sys.argv[1:] or ["runs", "training"]  # either part alone: `... training`
+    for i, (label, suite_name, tasks, models) in enumerate(STEPS if "runs" in parts else []):
         suite = CxrRetrieveSuite() if suite_name == "cxr-retrieve" else get_suite(suite_name)
         rates = rates_from_store(store, models)
         guess = estimate_run(suite, models, settings, rates, tasks)  # `bench run --estimate`
@@ -89,7 +90,7 @@ def main() -> None:
             )
         )
         print(rows[-1], file=sys.stderr, flush=True)
-    training = training_steps(settings)
+    training = training_steps(settings) if "training" in parts else []
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"Measured {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} ")
     print(f"({os.cpu_count()} cores, shared with other engineers), load average {load} at end.")
@@ -137,7 +138,7 @@ def training_steps(settings) -> list[tuple]:
             job = services.jobs.submit("train", params, train_job(settings))
             info = services.jobs.wait(job)
             wall = time.perf_counter() - started
-            if info.status != "finished":
+            if info.status != "done":
                 raise RuntimeError(f"training job {job} ended {info.status}: {info.error}")
             low, high = estimate.range_seconds
             rows.append((label, estimate.seconds, low, high, spent, wall, estimate.source))

@@ -303,12 +303,19 @@ def test_training_progress_times_setup_and_steps(monkeypatch) -> None:
     monkeypatch.setattr(loop.time, "perf_counter", clock)
     watch = loop.TrainingProgress(lambda *a: None, lambda line: None)
     assert watch.timing() == {}
-    clock.now += 30.0  # setup
+    watch.stage("drawing 120 phantom studies")
+    clock.now += 20.0
+    watch.stage("reading the pixels of 120 studies")
+    clock.now += 5.0
+    watch.stage("caching image features 0/120")
+    clock.now += 5.0
+    watch(0, 40, float("nan"))  # a step-0 report is not a step
     for step in range(1, 11):
         clock.now += 2.0
         watch(step, 40, 1.0)
     assert watch.timing() == {
         "setup_s": 30.0, "step_s": 2.0, "steps": 10, "total_steps": 40, "first_step_s": 32.0,
+        "reusable_s": 25.0,  # drawing and caching: a rerun on the same data reads them
     }  # fmt: skip
 
 
@@ -317,8 +324,9 @@ def test_a_training_estimate_scales_the_last_job_of_its_recipe() -> None:
 
     from medheb_app.eval.estimate import estimate_training, training_history
 
-    def job(i, kind="train", status="finished", timing=None, **params):
-        timing = {"setup_s": 40.0, "step_s": 0.5, "steps": 200, "total_steps": 200}
+    def job(i, kind="train", status="done", timing=None, **params):
+        timing = {"setup_s": 40.0, "step_s": 0.5, "steps": 200, "total_steps": 200,
+                  "reusable_s": 30.0}  # fmt: skip
         return SimpleNamespace(id=i, kind=kind, status=status, params=params,
                                result={"timing": timing})  # fmt: skip
 
@@ -330,21 +338,23 @@ def test_a_training_estimate_scales_the_last_job_of_its_recipe() -> None:
         SimpleNamespace(
             id=5,
             kind="train",
-            status="finished",
+            status="done",
             params={"recipe": "report"},
             result={"spec": "dual-lite@old"},
         ),  # fmt: skip  (no timing: older job)
     ]
     history = training_history(jobs)
     assert [t.source for t in history] == ["job 7", "job 6"]
-    same = estimate_training("report", 2, 500, history)
-    assert same.quality == "same" and same.seconds == 40.0 + 200 * 0.5
-    assert "measured in job 6 (2 epochs, 500 studies)" in same.summary_line()
+    same = estimate_training("report", 2, 500, history)  # same data: corpus, features on disk
+    assert same.quality == "same" and same.seconds == 10.0 + 200 * 0.5
+    assert "measured in job 6 (2 epochs, 500 studies); its corpus and features are on disk" in (
+        same.summary_line()
+    )
     bigger = estimate_training("report", 6, 1000, history)  # steps x3 x2, setup x2
     assert bigger.quality == "scaled" and bigger.steps == 1200 and bigger.setup_s == 80.0
     assert bigger.seconds == 80.0 + 1200 * 0.5 and bigger.range_seconds == (340.0, 1360.0)
     fixed_data = estimate_training("label-aware", 20, None, history, uses_n=False)
-    assert fixed_data.steps == 400 and fixed_data.seconds == 40.0 + 400 * 0.5
+    assert fixed_data.steps == 400 and fixed_data.seconds == 10.0 + 400 * 0.5
     assert estimate_training("medemb", 5, None, history, uses_n=False) is None
 
 

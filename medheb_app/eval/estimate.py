@@ -542,6 +542,7 @@ class TrainingTiming:
     step_s: float
     total_steps: int
     source: str
+    reusable_s: float = 0.0  # of setup_s: drawing the corpus and caching features
 
 
 @dataclass(frozen=True)
@@ -577,13 +578,13 @@ def _scale(planned: int | None, earlier: int | None) -> float:
 
 
 def training_history(jobs: Iterable[Any]) -> list[TrainingTiming]:
-    """The finished training jobs (JobInfo-like: kind, status, params, result) whose result
-    records its timing, newest first as given."""
+    """The training jobs that ended well (JobInfo-like: kind, status "done", params, result)
+    whose result records its timing, newest first as given."""
     found = []
     for job in jobs:
         result = getattr(job, "result", None) or {}
         timing = result.get("timing") if isinstance(result, dict) else None
-        if getattr(job, "kind", "") != "train" or getattr(job, "status", "") != "finished":
+        if getattr(job, "kind", "") != "train" or getattr(job, "status", "") != "done":
             continue
         if not timing or not timing.get("total_steps"):
             continue
@@ -598,6 +599,7 @@ def training_history(jobs: Iterable[Any]) -> list[TrainingTiming]:
                 float(timing["step_s"]),
                 int(timing["total_steps"]),
                 f"job {job.id}",
+                float(timing.get("reusable_s", 0.0)),
             )
         )
     return found
@@ -610,22 +612,29 @@ def estimate_training(
     history: Sequence[TrainingTiming],
     uses_n: bool = True,
 ) -> TrainingEstimate | None:
-    """A training job's seconds from the newest earlier job of the same recipe: its setup
-    scaled by the studies drawn (recipes with `n`: the corpus and its tower features grow
-    with it), its steps by epochs x studies (steps per epoch grow with the training split),
-    each step at the earlier step time (the batch size is the recipe's). None without one."""
+    """A training job's seconds from the newest earlier job of the same recipe: its steps
+    scaled by epochs x studies (steps per epoch grow with the training split), each at the
+    earlier step time (the batch size is the recipe's); its setup as the earlier one's, less
+    what that job left on disk when the data is the same (the corpus drawn and the features
+    cached: a rerun reads them), else scaled by the studies drawn. None without one."""
     for earlier in history:
         if earlier.recipe != recipe:
             continue
         studies = _scale(n, earlier.n) if uses_n else 1.0
         steps = max(1, round(earlier.total_steps * _scale(epochs, earlier.epochs) * studies))
-        setup = earlier.setup_s * studies
+        same_data = not uses_n or earlier.n == n
+        if same_data:
+            setup = max(earlier.setup_s - earlier.reusable_s, 0.0)
+        else:
+            setup = earlier.setup_s * studies
         seconds = round(setup + steps * earlier.step_s, 1)
         same = earlier.epochs == epochs and (not uses_n or earlier.n == n)
         what = "measured in" if same else "scaled from"
         source = f"{what} {earlier.source} ({earlier.epochs} epochs" + (
             f", {earlier.n} studies)" if uses_n and earlier.n else ")"
         )
+        if same_data and earlier.reusable_s:
+            source += f"; its corpus and features are on disk ({earlier.reusable_s:.0f} s saved)"
         return TrainingEstimate(
             seconds, "same" if same else "scaled", source, round(setup, 1), steps, earlier.step_s
         )
@@ -669,15 +678,16 @@ def calibrate_training(
     steps: int = TRAINING_CALIBRATION_STEPS,
 ) -> TrainingEstimate:
     """A training job's seconds when no earlier job of its recipe was timed: the recipe runs a
-    few `steps` of one epoch into a temporary folder and stops (nothing is saved or
+    few `steps` (of two epochs) into a temporary folder and stops (nothing is saved or
     registered), and its setup and step times are scaled to the planned job. A recipe that
-    draws `n` studies runs twice, one step on TRAINING_CALIBRATION_N / 4 studies and `steps`
-    steps on TRAINING_CALIBRATION_N, so its setup splits into a fixed part (loading models)
-    and a part per study (drawing the corpus, caching its features), and its steps per epoch
-    into a rate per study. This loads the recipe's models: seconds to minutes of work."""
+    draws `n` studies runs twice, one step on TRAINING_CALIBRATION_N / 4 studies and up to
+    `steps` steps of two epochs on TRAINING_CALIBRATION_N, so its setup splits into a fixed
+    part (loading models) and a part per study (drawing the corpus, caching its features),
+    and its steps per epoch into a rate per study. This loads the recipe's models: seconds
+    to minutes of work."""
     if "n" not in recipe.job_fields or not n:
-        timing = _timed_steps(recipe, {"epochs": 1}, settings, steps)
-        total = max(1, round(timing["total_steps"] * epochs))
+        timing = _timed_steps(recipe, {"epochs": 2}, settings, steps)
+        total = max(1, round(timing["total_steps"] / 2 * epochs))
         seconds = round(timing["setup_s"] + total * timing["step_s"], 1)
         source = f"timed on a {steps}-step calibration run"
         return TrainingEstimate(
@@ -685,13 +695,14 @@ def calibrate_training(
         )
     small, large = TRAINING_CALIBRATION_N // 4, TRAINING_CALIBRATION_N
     first = _timed_steps(recipe, {"epochs": 1, "n": small}, settings, 1)
-    second = _timed_steps(recipe, {"epochs": 1, "n": large}, settings, steps)
+    # two epochs: a small corpus may be one batch, and a step's time needs two steps
+    second = _timed_steps(recipe, {"epochs": 2, "n": large}, settings, steps)
     step_s = second["step_s"]  # the small run may have one step only: its setup is the rest
     small_setup = max(first["first_step_s"] - step_s, 0.0)
     per_study = max((second["setup_s"] - small_setup) / (large - small), 0.0)
     fixed = max(second["setup_s"] - per_study * large, 0.0)
     setup = round(fixed + per_study * int(n), 1)
-    total = max(1, round(second["total_steps"] * epochs * int(n) / large))
+    total = max(1, round(second["total_steps"] / 2 * epochs * int(n) / large))
     seconds = round(setup + total * step_s, 1)
     source = (
         f"timed on {steps}-step calibration runs of {small} and {large} studies "
