@@ -122,7 +122,8 @@ def training_steps(settings) -> list[tuple]:
     """Each TRAINING job estimated as the admin panel does (the newest earlier job of the
     recipe, else calibration runs), then run as a background job; its wall time measured."""
     from medheb_app.eval.estimate import training_estimate
-    from medheb_app.services import create_services, train_job
+    from medheb_app.services import create_services
+    from medheb_app.services.admin_jobs import train_job
 
     services = create_services(settings, start_bootstrap=False)
     rows = []

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from medheb_app.evidence.file_study import study_from_file
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import (
@@ -38,6 +39,7 @@ from medheb_app.query.parser import (
     satisfies,
     violations,
 )
+from medheb_app.ranking.index_logic import IndexLogicError, ProbesNotReady, logic_search
 from medheb_app.serving import default_model, offered
 from medheb_app.settings import Settings
 
@@ -305,8 +307,6 @@ def _encode_study(study: Study, embedder: Embedder, spec: str, threads: int = 0)
 
 
 def _read_file(path: Path, settings: Settings) -> Study:
-    from medheb_app.evidence.readers import study_from_file
-
     return study_from_file(path, max_bytes=settings.max_upload_bytes)
 
 
@@ -523,8 +523,6 @@ def _logic(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The logic-aware top k, or None (with a note) when this index cannot give it now. A
     public request only reads probes prepared in advance (the index builder fits them)."""
-    from medheb_app.ranking.index_logic import IndexLogicError, ProbesNotReady, logic_search
-
     try:
         scores, ids, probe_warnings = logic_search(
             loaded, embedder, parsed, vector, request.k, settings, fit=not request.public,

@@ -230,7 +230,7 @@ def test_medmnist_and_manifest_sources(settings, tmp_path) -> None:
 def test_admin_job_builds_any_source_with_rate_and_eta(settings, tmp_path) -> None:
     import threading
 
-    from medheb_app.services import index_job
+    from medheb_app.services.admin_jobs import index_job
 
     root = png_folder(tmp_path / "pngs", n=8, corrupt=0)
     messages: list[str] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from medheb_app.evidence.file_study import study_from_file
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, list_indices, load_index
 from medheb_app.search import SearchError, check_offered, search
@@ -81,8 +82,6 @@ def find_build(settings: Settings, name: str, fingerprint: str | None = None) ->
 def read_upload(path: Path, settings: Settings) -> Study:
     """An uploaded file read in memory by the project's readers, within their size limit."""
     from dataclasses import replace
-
-    from medheb_app.evidence.readers import study_from_file
 
     study = study_from_file(path, max_bytes=settings.max_upload_bytes)
     study.load_pixels()

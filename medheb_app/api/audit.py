@@ -122,6 +122,7 @@ def to_csv(rows: list[AuditRecord]) -> str:
 
 def index_is_synthetic(settings: Settings, name: str) -> bool:
     """Whether every build of index `name` is synthetic (phantoms hold no patient)."""
+    # deferred: faiss
     from medheb_app.api.adapter import builds
 
     found = builds(settings, name)

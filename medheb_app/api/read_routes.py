@@ -30,7 +30,16 @@ from medheb_app.api.schemas import (
 )
 from medheb_app.api.search_routes import ERRORS, study_links
 from medheb_app.api.security import Principal, access, services_of
+from medheb_app.eval import drilldown, reports
+from medheb_app.eval.leaderboard import cxr_leaderboard, leaderboard, task_frame
+from medheb_app.evidence.readers import read_any
+from medheb_app.index.build import FAILED_FILE
+from medheb_app.index.catalog import CATALOG_FILE
 from medheb_app.services import Services
+from medheb_app.services.runs import run_skipped, run_summary
+from medheb_app.store.runs import run_listing
+from medheb_app.study.payloads import montage, to_uint8
+from medheb_app.ui.blinding import run_is_blinded
 
 router = APIRouter(tags=["catalog and runs"])
 Catalog = Annotated[Principal, Depends(access("search", anonymous=True))]
@@ -107,9 +116,6 @@ def indices(request: Request, caller: Catalog) -> list[dict[str, Any]]:
 
 @router.get("/indices/{name}", response_model=IndexDetail, summary="One index", responses=ERRORS)
 def index_detail(name: str, request: Request, caller: Catalog) -> dict[str, Any]:
-    from medheb_app.index.build import FAILED_FILE
-    from medheb_app.index.catalog import CATALOG_FILE
-
     services = services_of(request)
     if caller.anonymous and name not in adapter.offered(services.settings):
         raise ApiProblem("not-found", f"There is no index named {name!r} offered here.")
@@ -214,8 +220,6 @@ def study_record(index: str, study_id: str, request: Request, caller: Reader) ->
 def _png(pixels: np.ndarray, max_size: int | None) -> bytes:
     from PIL import Image
 
-    from medheb_app.study.payloads import montage, to_uint8
-
     pixels = np.asarray(pixels)
     if pixels.ndim == 3 and pixels.shape[-1] not in (3, 4):  # a volume: its slices as a grid
         pixels = montage(pixels[:: max(1, pixels.shape[0] // 16)][:16])
@@ -240,8 +244,6 @@ def study_image(
     caller: Reader,
     max_size: Annotated[int | None, Query(ge=16, le=MAX_IMAGE_SIDE)] = None,
 ) -> Response:
-    from medheb_app.evidence.readers import read_any
-
     services = services_of(request)
     row = _row(services, caller, index, study_id)
     path = row.get("path")
@@ -263,8 +265,6 @@ def study_image(
 
 
 def _summary(services: Services, run_id: int):
-    from medheb_app.run_service import run_summary
-
     try:
         return run_summary(services, run_id)
     except (KeyError, FileNotFoundError, ValueError, OSError):
@@ -272,8 +272,6 @@ def _summary(services: Services, run_id: int):
 
 
 def _blinded(services: Services, summary: Any) -> bool:
-    from medheb_app.ui.blinding import run_is_blinded
-
     return run_is_blinded(services, getattr(summary, "out_dir", None))
 
 
@@ -281,9 +279,6 @@ def leaderboard_rows(summary: Any) -> list[dict[str, Any]]:
     """The explorer's leaderboard of a run (eval/leaderboard.py) as JSON rows: per model the
     task-macro Hit@1, MRR@5, Hit@5 with the 95% bootstrap CI of Hit@1 (MedHEB), or P@k per
     regime with the negation P@5 CI (CXR-Retrieve)."""
-    from medheb_app.eval import reports
-    from medheb_app.eval.leaderboard import cxr_leaderboard, leaderboard, task_frame
-
     if summary.kind == "cxr-retrieve":
         board = cxr_leaderboard(summary)
     else:
@@ -305,8 +300,6 @@ def runs(
     caller: Reader,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> list[dict[str, Any]]:
-    from medheb_app.store.runs import run_listing
-
     services = services_of(request)
     return [
         {key: row[key] for key in ("id", "suite", "models", "status")}
@@ -318,8 +311,6 @@ def runs(
 @router.get("/runs/{run_id}", response_model=RunDetail, summary="A run's summary", responses=ERRORS)
 def run_detail(run_id: DbId, request: Request, caller: Reader) -> dict[str, Any]:
     from dataclasses import asdict
-
-    from medheb_app.run_service import run_skipped
 
     services = services_of(request)
     summary = _summary(services, run_id)
@@ -359,8 +350,6 @@ def run_queries(
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> dict[str, Any]:
-    from medheb_app.eval import drilldown
-
     services = services_of(request)
     summary = _summary(services, run_id)
     if not caller.admin and _blinded(services, summary):

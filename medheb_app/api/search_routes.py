@@ -184,6 +184,7 @@ def _suffix(filename: str) -> str:
 def _read_study(services: Services, data: bytes, filename: str, mode: str, position: int | None):
     """The upload read by the project's readers from a private temporary folder that is
     removed before this returns, whatever happens; the query study (whole volume or slice)."""
+    # deferred: gradio
     from medheb_app.ui.search_tab import Upload, query_study
 
     with tempfile.TemporaryDirectory(prefix="medheb-api-") as folder:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
-from medheb_app.search import RANKINGS
+from medheb_app.search import RANKINGS, search
 from medheb_app.settings import Settings
 
 
@@ -66,8 +66,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.search import search
-
     if args.k < 1:
         raise UserError(f"--k must be at least 1; got {args.k}.")
     response = search(

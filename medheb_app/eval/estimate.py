@@ -29,14 +29,23 @@ from typing import Any
 
 from medheb_app.eval.rankers import content_key, item_kind, text_chars, unread_forms
 from medheb_app.eval.results import Summary
+from medheb_app.index.cache import EmbeddingCache, cache_key
+from medheb_app.models import registry
+from medheb_app.models.baselines import BASELINES
+from medheb_app.models.registry import list_models
+from medheb_app.ranking.logic_aware import probe_file
+from medheb_app.ranking.probes import ProbeConfig
+from medheb_app.ranking.views import VIEW_SETS, crop_key
 from medheb_app.settings import Settings
+from medheb_app.train.config import config_from_sources
+from medheb_app.train.loop import TrainingProgress
+from medheb_app.train.recipes import get_recipe
 
 # at the top of what was measured on a shared 2-core CPU machine, model load included:
 # dual-lite 0.08 s/item on 658 texts (`bench run --family T-T`), 0.27 s/item on 45 images and
 # 145 texts, logic:dual-lite 0.30 s/item on 2,503 images and crops (cxr-retrieve, phantom)
 DEFAULT_SECONDS_PER_ITEM = 0.3
 READ_SECONDS_PER_ITEM = 0.0005  # reading one cached vector (progress weights only)
-BASELINES = ("oracle", "random")  # baselines: they embed nothing, in every suite
 KINDS = ("text", "image", "volume", "crop")
 # how far a rate may be off, by where it comes from: (low, high) multipliers of the estimate,
 # from estimate vs actual on this machine (BENCHMARKS.md, "Estimates")
@@ -245,6 +254,7 @@ def measured_rate(
 
 def run_history(store: Any, limit: int = 30) -> list[tuple[int | None, Summary]]:
     """The newest finished runs (id, Summary), newest first; unreadable folders are passed."""
+    # deferred: psutil, sqlalchemy
     from medheb_app.store.runs import run_listing
 
     history = []
@@ -276,8 +286,6 @@ def rates_from_store(store: Any, specs: Sequence[str]) -> dict[str, Rate]:
 
 def model_cards(settings: Settings) -> dict[str, dict[str, Any]]:
     """spec -> registry card (dict) for every listed model; loads no weights."""
-    from medheb_app.models.registry import list_models
-
     return {
         str(entry["spec"]): entry["card"]
         for entry in list_models(settings)
@@ -308,8 +316,6 @@ class CacheView:
 def medheb_keys(task: Any) -> dict[str, list[str]]:
     """kind -> the distinct cache keys an embedding ranker writes for a task: candidates
     plain, queries with the task instruction (eval/rankers.py EmbeddingRanker)."""
-    from medheb_app.index.cache import cache_key
-
     keys: dict[str, list[str]] = {}
     for entry in task.candidates:
         keys.setdefault(item_kind(entry.item), []).append(cache_key(content_key(entry)))
@@ -364,8 +370,8 @@ def estimate_medheb(
 
 def image_keys(studies: Sequence[Any], views: str | None) -> list[str]:
     """Cache keys of the studies' whole images, plus each crop of the view set when given."""
+    # deferred: faiss
     from medheb_app.index.catalog import study_content_key
-    from medheb_app.ranking.views import VIEW_SETS, crop_key
 
     geometry = VIEW_SETS[views] if views else ()
     keys: list[str] = []
@@ -393,9 +399,7 @@ def estimate_cxr(
     """Per model of a CXR-Retrieve run, its stages in the order they run: (logic: models
     whose probe is not fit yet) the train images and their crops, then the gallery images
     (with crops for logic:), then the 145 queries."""
-    from medheb_app.index.cache import cache_key
-    from medheb_app.ranking.logic_aware import probe_file
-    from medheb_app.ranking.probes import ProbeConfig
+    # deferred: pandas
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
 
     task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)
@@ -462,9 +466,7 @@ def calibrate_rates(
     import time
 
     if load is None:
-        from medheb_app.models.registry import load_embedder
-
-        load = load_embedder
+        load = registry.load_embedder
     out = dict(rates)
     for spec in specs:
         base = spec.removeprefix(LOGIC_PREFIX)
@@ -495,7 +497,7 @@ def estimate_run(
 ) -> Estimate:
     """Build the run's tasks (or gallery) as the run would and estimate it; runs nothing.
     `calibrate` times models never measured on a few items of each kind (calibrate_rates)."""
-    from medheb_app.index.cache import EmbeddingCache
+    # deferred: pandas
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
     specs = list(dict.fromkeys(spec.strip() for spec in specs))
@@ -505,6 +507,7 @@ def estimate_run(
     if isinstance(suite, CxrRetrieveSuite):
         gallery, train = suite.build(settings)
         if calibrate:
+            # deferred: pandas
             from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
 
             task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)
@@ -647,9 +650,6 @@ def _timed_steps(recipe: Any, overrides: dict[str, int], settings: Settings, ste
     import tempfile
     import threading
 
-    from medheb_app.train.config import config_from_sources
-    from medheb_app.train.loop import TrainingProgress
-
     config = config_from_sources(recipe.config_class(), overrides=overrides)
     stop = threading.Event()
 
@@ -722,7 +722,6 @@ def training_estimate(
     """The estimate the admin panel shows before a training job starts: from the newest
     earlier job of the recipe (training_history of `jobs`), else from calibration runs
     (calibrate_training; None with calibrate=False)."""
-    from medheb_app.train.recipes import get_recipe
 
     recipe = get_recipe(recipe_name)
     uses_n = "n" in recipe.job_fields

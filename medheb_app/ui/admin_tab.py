@@ -17,15 +17,20 @@ import gradio as gr
 import pandas as pd
 
 from medheb_app.access.auth import Authenticator
-from medheb_app.run_service import (
+from medheb_app.api import audit
+from medheb_app.eval.estimate import training_estimate
+from medheb_app.services import Services
+from medheb_app.services.admin_jobs import BENCH_SUITES, INDEX_CORPORA, JOB_FACTORIES
+from medheb_app.services.runs import (
     SKIPPED_COLUMNS,
     bench_estimate,
     finished_run_choices,
     job_skipped,
     shared_data_line,
 )
-from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services
+from medheb_app.serving import build_default_model, default_demo_models
 from medheb_app.tasks.base import FAMILIES
+from medheb_app.tasks.medheb import get_suite
 from medheb_app.train.recipes import RECIPES
 from medheb_app.ui import components as ui
 from medheb_app.ui.admin_study import NOT_ADMIN, build_study_admin, study_picker
@@ -49,8 +54,6 @@ SIGNED_IN_NOTE = (
 
 def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, Any]):
     """Submit a job of `kind`; returns (job id or None, message). Refused unless admin."""
-    from medheb_app.api import audit
-
     if not is_admin:
         return None, ui.notice_html("error", NOT_ADMIN)
     if kind not in JOB_FACTORIES:
@@ -116,8 +119,6 @@ def training_estimate_view(
     """How long a training job with these settings will take, before it starts: from the
     newest earlier job of the recipe, else timed on short calibration runs (which load the
     recipe's models: admins only, and only on this button)."""
-    from medheb_app.eval.estimate import training_estimate
-
     if not is_admin:
         return ui.notice_html("error", NOT_ADMIN)
     try:
@@ -176,8 +177,6 @@ def cancel_job(services: Services, is_admin: bool, job_id: float | None) -> str:
     except ValueError as error:
         return ui.notice_html("error", str(error))
     if cancelled:
-        from medheb_app.api import audit
-
         audit.ui_admin(services, "job-cancel", f"job {int(job_id)}")
         return ui.notice_html("info", f"Asked job {int(job_id)} to stop.")
     return ui.notice_html("warning", f"Job {int(job_id)} has already finished.")
@@ -185,16 +184,11 @@ def cancel_job(services: Services, is_admin: bool, job_id: float | None) -> str:
 
 def medheb_task_names() -> list[str]:
     """The medheb-lite suite's task names (registered builders only: nothing is built)."""
-    from medheb_app.tasks.medheb import get_suite
-
     return get_suite("medheb-lite").names()
 
 
 def admin_choices(services: Services):
     """Fresh picker contents after sign-in: models (the shipped ones chosen), suites, runs."""
-    from medheb_app.services import BENCH_SUITES
-    from medheb_app.serving import build_default_model, default_demo_models
-
     models = [str(entry["spec"]) for entry in services.list_models()]
     shipped = [m for m in default_demo_models(services.settings) if m in models]
     runs = finished_run_choices(services)
