@@ -134,13 +134,20 @@ def test_logic_ranking_shows_the_probability_of_meeting_the_query(services):
     shown = search_tab.p_text(outcome.hits[0]["score"])
     assert f"p(meets the query) {shown} (estimated probability" in detail
     assert "log-odds" not in detail
+    # issue 23: the probes' own training studies are left out of a logic ranking on the page
     for position, hit in enumerate(outcome.hits):
         _, detail = search_tab.hit_detail(outcome.hits, position)
-        assert ("training studies" in detail) == (hit["split"] == "train")
-        assert ("training study" in outcome.gallery_html.split('class="sr-hit')[position + 1]) == (
-            hit["split"] == "train"
-        )
-    assert {hit["split"] for hit in outcome.hits} >= {"train"}
+        assert "training studies" not in detail
+        assert not hit["training"] and hit["p_fit"] == "held-out" and hit["split"] != "train"
+    assert "training study" not in outcome.gallery_html  # no card carries the mark
+    trained = [{**outcome.hits[0], "training": True, "p_fit": "out-of-fold"}]
+    assert "cross-fitted probe that left it out" in search_tab.hit_detail(trained, 0)[1]
+    trained[0]["p_fit"] = "in-sample"
+    assert "its p is optimistic" in search_tab.hit_detail(trained, 0)[1]
+    # a hit the service marks as a training study carries the mark on its card
+    card = search_tab.HitCard(1, "#1 ✓", None, False, True, search_tab.is_training(trained[0]))
+    assert 'class="sr-tag">training study' in search_tab.card_html(card, 0)
+    assert search_tab.is_training({"training": False, "split": "train"}) is False
 
 
 def test_p_keeps_the_digits_that_separate_hits_and_says_where_precision_ends():

@@ -45,6 +45,7 @@ def run_search(
     nprobe: int | None = None,
     ef_search: int | None = None,
     rerank: int | None = None,
+    include_training: bool = False,
 ) -> dict[str, Any]:
     """The CLI's `search --json` document for a text query or a read study."""
     return search(
@@ -60,6 +61,7 @@ def run_search(
         nprobe=nprobe,
         ef_search=ef_search,
         rerank=rerank,
+        include_training=include_training,
     ).to_json()
 
 

@@ -145,6 +145,23 @@ def ui_search(services: Any, client: str, payload: dict[str, Any]) -> None:
     )
 
 
+def ui_record(services: Any, client: str, hit: dict[str, Any]) -> None:
+    """A hit opened on the web page (its large image and report shown), logged as a record
+    read, as GET /api/v1/studies/{index}/{id} is, when the study is not synthetic."""
+    if hit.get("synthetic"):
+        return
+    record(
+        services.store,
+        who=f"anonymous:{client}",
+        channel="ui",
+        action="record",
+        route="search tab hit",
+        index=str(hit.get("index", "")),
+        query=str(hit.get("id", "")),
+        count=1,
+    )
+
+
 def ui_admin(services: Any, action: str, what: str) -> None:
     """An admin action taken on the web page (job start or cancel, token issue, ...)."""
     record(services.store, who="admin", channel="ui", action=action, route="admin tab", query=what)

@@ -32,6 +32,7 @@ from medheb_app.api.search_routes import ERRORS, study_links
 from medheb_app.api.security import Principal, access, services_of
 from medheb_app.eval import drilldown, reports
 from medheb_app.eval.leaderboard import cxr_leaderboard, leaderboard, task_frame
+from medheb_app.eval.metrics import bootstrap_ci
 from medheb_app.evidence.readers import read_any
 from medheb_app.index.build import FAILED_FILE
 from medheb_app.index.catalog import CATALOG_FILE
@@ -62,6 +63,15 @@ def _source_kind(source: object) -> str:
     """'nih:/data/x' -> 'nih'; a bare kind is kept (the spec's path is the server's)."""
     text = str(source or "")
     return text.split(":", 1)[0] if ":" in text else text
+
+
+def _public_task(task: dict[str, Any]) -> dict[str, Any]:
+    """A run's task metadata without the server's paths: a data spec ('nih:/data/x', a
+    CXR-Retrieve run's gallery) is reduced to its kind, as an index's source is."""
+    return {
+        key: _source_kind(value) if key in ("source", "data") and isinstance(value, str) else value
+        for key, value in task.items()
+    }
 
 
 def _index_summary(services: Services, name: str) -> dict[str, Any]:
@@ -275,12 +285,29 @@ def _blinded(services: Services, summary: Any) -> bool:
     return run_is_blinded(services, getattr(summary, "out_dir", None))
 
 
+def _cxr_negation_ci(summary: Any, model: str) -> tuple[float, float]:
+    """The 95% bootstrap CI (percent) of a model's negation P@5 over the negation queries, by
+    the computation the explorer's "negation P@5 95% CI" column rounds (eval/cxr_tables.py)."""
+    report = summary.cxr_report(model)
+    values = [
+        q[f"metrics_{report.setting}"]["P@5"] for q in report.queries if q["kind"] == "negation"
+    ]
+    _, low, high = bootstrap_ci(values)
+    return round(100 * low, 2), round(100 * high, 2)
+
+
 def leaderboard_rows(summary: Any) -> list[dict[str, Any]]:
     """The explorer's leaderboard of a run (eval/leaderboard.py) as JSON rows: per model the
     task-macro Hit@1, MRR@5, Hit@5 with the 95% bootstrap CI of Hit@1 (MedHEB), or P@k per
-    regime with the negation P@5 CI (CXR-Retrieve)."""
+    regime with the negation P@5 CI, as the explorer's text and as numbers (CXR-Retrieve)."""
     if summary.kind == "cxr-retrieve":
         board = cxr_leaderboard(summary)
+        lows, highs = [], []
+        for name in board["model"]:  # the CI as numbers too (the explorer shows "[a, b]")
+            low, high = _cxr_negation_ci(summary, name)
+            lows.append(low)
+            highs.append(high)
+        board["negation P@5_ci_low"], board["negation P@5_ci_high"] = lows, highs
     else:
         frame = task_frame(summary)
         board = leaderboard(frame)
@@ -329,7 +356,7 @@ def run_detail(run_id: DbId, request: Request, caller: Reader) -> dict[str, Any]
         "blinded": _blinded(services, summary),
         "models": models,
         "leaderboard": leaderboard_rows(summary),
-        "tasks": summary.tasks,
+        "tasks": [_public_task(task) for task in summary.tasks],
         "skipped": run_skipped(services, summary, is_admin=False),
     }
 

@@ -232,15 +232,18 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
         admin = auth.is_admin(request)
         return revoke(services, admin, invitation_id), invitation_table(services, admin, study_id)
 
-    refresh_studies.click(_studies, None, [invite_study], api_name=False)
+    refresh_studies.click(_studies, None, [invite_study], api_visibility="private")
     invite.click(
-        _invite, [invite_study, n_invites, invite_label], [invite_note, invitations], api_name=False
+        _invite,
+        [invite_study, n_invites, invite_label],
+        [invite_note, invitations],
+        api_visibility="private",
     )
-    invite_study.change(_invitations, [invite_study], [invitations], api_name=False)
+    invite_study.change(_invitations, [invite_study], [invitations], api_visibility="private")
     revoke_button.click(
-        _revoke, [invite_study, revoke_id], [invite_note, invitations], api_name=False
+        _revoke, [invite_study, revoke_id], [invite_note, invitations], api_visibility="private"
     )
-    run.change(_run_models, [run], [study_models], api_name=False)
+    run.change(_run_models, [run], [study_models], api_visibility="private")
     create.click(
         _create,
         [
@@ -256,6 +259,6 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
             gold,
         ],
         [study_note],
-        api_name=False,
+        api_visibility="private",
     )
     return {"run": run, "invite_study": invite_study}

@@ -323,7 +323,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         ),
         [suite, bench_models, bench_tasks, bench_families],
         job_outputs,
-        api_name=False,
+        api_visibility="private",
     )
 
     def _estimate(chosen_suite, chosen_models, chosen_tasks, chosen_families, request: gr.Request):
@@ -336,7 +336,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         _estimate,
         [suite, bench_models, bench_tasks, bench_families],
         [estimate_table, estimate_note],
-        api_name=False,
+        api_visibility="private",
     )
 
     def _train_estimate(chosen_recipe, chosen_epochs, chosen_n, request: gr.Request):
@@ -347,28 +347,30 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         _train_estimate,
         [recipe, epochs, n_train],
         [train_estimate_note],
-        api_name=False,
+        api_visibility="private",
         concurrency_limit=1,
     )
     train_start.click(
         _start("train", lambda r, t, e, n: {"recipe": r, "tag": t, "epochs": e, "n": n}),
         [recipe, tag, epochs, n_train],
         job_outputs,
-        api_name=False,
+        api_visibility="private",
     )
     index_start.click(
         _start("index-build", lambda n, m, c: {"name": n, "model": m, "source": c}),
         [index_name, index_model, corpus],
         job_outputs,
-        api_name=False,
+        api_visibility="private",
     )
 
     def _cancel(selected, request: gr.Request):
         return cancel_job(services, auth.is_admin(request), selected)
 
-    cancel.click(_cancel, [job_id], [job_note], api_name=False)
+    cancel.click(_cancel, [job_id], [job_note], api_visibility="private")
 
-    timer.tick(_poll, [job_id], [jobs, job_progress, job_log, job_skips, timer], api_name=False)
+    timer.tick(
+        _poll, [job_id], [jobs, job_progress, job_log, job_skips, timer], api_visibility="private"
+    )
     return {
         "panel": panel,
         "on_load": on_load,

@@ -96,6 +96,6 @@ def build_token_admin(services: Services, auth: Authenticator) -> dict[str, Any]
         admin = auth.is_admin(request)
         return revoke(services, admin, chosen), token_table(services) if admin else gr.update()
 
-    issue.click(_issue, [scope, days, name], [secret, note, table], api_name=False)
-    revoke_button.click(_revoke, [token_id], [note, table], api_name=False)
+    issue.click(_issue, [scope, days, name], [secret, note, table], api_visibility="private")
+    revoke_button.click(_revoke, [token_id], [note, table], api_visibility="private")
     return {"table": table}

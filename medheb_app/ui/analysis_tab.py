@@ -504,8 +504,8 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
     shown = [overview, rates, bt, figure, quality, mrmc, download]
     mrmc_inputs = [study, min_gold, ties, margin]
     for event in (study.change, min_gold.submit):
-        event(_show, [study, min_gold], shown, api_name=False).then(
-            _show_mrmc, mrmc_inputs, [mrmc], api_name=False
+        event(_show, [study, min_gold], shown, api_visibility="private").then(
+            _show_mrmc, mrmc_inputs, [mrmc], api_visibility="private"
         )
 
     def _exclude(study_id, rater_id, reason, request: gr.Request):
@@ -519,11 +519,11 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         return exclude_rater(services, study_id, rater_id, reason, True)
 
     decision = [study, exclude_id, exclude_reason]
-    exclude_button.click(_exclude, decision, [exclude_note], api_name=False)
-    reinstate_button.click(_reinstate, decision, [exclude_note], api_name=False)
-    ties.change(_show_mrmc, mrmc_inputs, [mrmc], api_name=False)
-    margin.submit(_show_mrmc, mrmc_inputs, [mrmc], api_name=False)
-    refresh.click(_refresh, [study], [study], api_name=False).then(
-        _show, [study, min_gold], shown, api_name=False
-    ).then(_show_mrmc, mrmc_inputs, [mrmc], api_name=False)
+    exclude_button.click(_exclude, decision, [exclude_note], api_visibility="private")
+    reinstate_button.click(_reinstate, decision, [exclude_note], api_visibility="private")
+    ties.change(_show_mrmc, mrmc_inputs, [mrmc], api_visibility="private")
+    margin.submit(_show_mrmc, mrmc_inputs, [mrmc], api_visibility="private")
+    refresh.click(_refresh, [study], [study], api_visibility="private").then(
+        _show, [study, min_gold], shown, api_visibility="private"
+    ).then(_show_mrmc, mrmc_inputs, [mrmc], api_visibility="private")
     return {"study": study, "overview": overview, "refresh_studies": _refresh}

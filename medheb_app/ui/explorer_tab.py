@@ -381,19 +381,22 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         scatter_plot,
     ]
     query_inputs = [summary_state, task, compare_models, failures]
-    loaded = run.change(_load, [run], load_outputs, api_name=False)
-    loaded.then(_views, view_inputs, view_outputs, api_name=False).then(
-        _queries, query_inputs, [query], api_name=False
+    loaded = run.change(_load, [run], load_outputs, api_visibility="private")
+    loaded.then(_views, view_inputs, view_outputs, api_visibility="private").then(
+        _queries, query_inputs, [query], api_visibility="private"
     )
-    loaded.then(_skipped, [summary_state], [skipped, shared_data], api_name=False)
+    loaded.then(_skipped, [summary_state], [skipped, shared_data], api_visibility="private")
     for control in (families, forms, splits, models, model_x, model_y):
         # .input (user edits only): a run load sets all of them and redraws once, via .then
-        control.input(_views, view_inputs, view_outputs, api_name=False)
+        control.input(_views, view_inputs, view_outputs, api_visibility="private")
     for control in (task, compare_models, failures):
-        control.input(_queries, query_inputs, [query], api_name=False)
+        control.input(_queries, query_inputs, [query], api_visibility="private")
     for control in (query, compare_models):
         control.change(
-            _ranked, [summary_state, task, query, compare_models], [ranked], api_name=False
+            _ranked,
+            [summary_state, task, query, compare_models],
+            [ranked],
+            api_visibility="private",
         )
 
     def _refresh_runs(current=None):
@@ -401,5 +404,5 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         ids = [value for _, value in choices]
         return gr.update(choices=choices, value=current if current in ids else (ids or [None])[0])
 
-    refresh.click(_refresh_runs, [run], [run], api_name=False)
+    refresh.click(_refresh_runs, [run], [run], api_visibility="private")
     return {"run": run, "board": board, "ranked": ranked, "refresh_runs": _refresh_runs}

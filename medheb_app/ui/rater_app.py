@@ -540,27 +540,27 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
                 return (*[gr.update()] * 6, note, *[gr.update()] * (len(vote_buttons) + 3))
             return _screen(next_screen(services, auth, request, note))
 
-        blocks.load(show, None, screen_outputs, api_name=False)
+        blocks.load(show, None, screen_outputs, api_visibility="private")
         for choice, button in buttons.items():
             button.click(
                 make_vote(choice),
                 [token, side_a, side_b, reason, comment, significant],
                 [advance, message, side_a, side_b, *vote_buttons],
-                api_name=False,
+                api_visibility="private",
             ).then(
                 None,
                 None,
                 None,
                 js=f"() => new Promise((done) => setTimeout(done, {REVEAL_PAUSE_MS}))",
-                api_name=False,
+                api_visibility="private",
             ).then(
                 after_vote,
                 [advance],
                 [advance, *screen_outputs, reason, comment, significant],
-                api_name=False,
+                api_visibility="private",
             )
-        nxt.click(press_next, [token], screen_outputs, api_name=False)
-        undo.click(do_undo, None, screen_outputs, api_name=False)
+        nxt.click(press_next, [token], screen_outputs, api_visibility="private")
+        undo.click(do_undo, None, screen_outputs, api_visibility="private")
     return blocks
 
 

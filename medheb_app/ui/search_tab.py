@@ -70,6 +70,10 @@ IN_SAMPLE_NOTE = (
     "This study is one of the index's training studies: the probes were fit on its labels, so "
     "its p is optimistic."
 )
+OUT_OF_FOLD_NOTE = (
+    "This study is one of the index's training studies: the probes were fit on its labels; its "
+    "p comes from the cross-fitted probe that left it out."
+)
 RANKING_CHOICES = [
     ("Best for this index (logic-aware where it has probes)", "auto"),
     ("Similarity (cosine to the query)", "similarity"),
@@ -194,8 +198,10 @@ class HitCard:
 def is_training(hit: dict[str, Any]) -> bool:
     """Whether a hit says it is one of the index's training studies (the service's mark, by
     whichever name it carries it, or its split)."""
-    marks = ("is_training_study", "training_study", "training")
-    return any(bool(hit.get(name)) for name in marks) or hit.get("split") == "train"
+    for name in ("training", "is_training_study", "training_study"):
+        if name in hit and hit[name] is not None:
+            return bool(hit[name])  # the service's own mark decides where it gives one
+    return hit.get("split") == "train"
 
 
 def thumbnail_uri(path: str | None) -> str | None:
@@ -266,6 +272,7 @@ def _ranked(answer: SearchResponse) -> tuple[list[dict], list[HitCard]]:
         record = asdict(hit)
         broken = ui.violation_words(hit.violations)
         record.update(broken=broken, positive=answer.positive, negative=answer.negative)
+        record["index"] = answer.index  # opening the hit is audited against it
         hits.append(record)
         cards.append(
             HitCard(
@@ -460,7 +467,8 @@ def hit_detail(hits: list[dict[str, Any]] | None, position: int | None) -> tuple
             else ""
         )
         if logic and is_training(hit):
-            verdict += ui.notice_html("info", IN_SAMPLE_NOTE)
+            in_sample = hit.get("p_fit") == "in-sample"
+            verdict += ui.notice_html("info", IN_SAMPLE_NOTE if in_sample else OUT_OF_FOLD_NOTE)
         elif is_training(hit):
             verdict += ui.notice_html("info", "This study is one of the index's training studies.")
         report = hit.get("text") or "No report text stored for this study."
@@ -618,39 +626,47 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
         hidden = gr.update(visible=False)
         return None, gr.update(value=None, visible=False), hidden, hidden, "", hidden
 
-    def _select(hits, evt: gr.SelectData):
-        return hit_detail(hits, evt.index if isinstance(evt.index, int) else None)
+    def _select(hits, evt: gr.SelectData, request: gr.Request):
+        position = evt.index if isinstance(evt.index, int) else None
+        image, body = hit_detail(hits, position)
+        if body:  # a record shown: a read of a real study is audited (api/audit.py)
+            audit.ui_record(services, client_key(request, hops), hits[position])
+        return image, body
 
     outputs = [parsed, notice, gallery, compare_gallery, hits_state, large, detail, banner_box]
     inputs = [query, upload_state, model, index, k, ranking, compare, volume_mode, slice_slider]
     search_events = dict(concurrency_limit=SEARCH_CONCURRENCY, concurrency_id="search")
-    button.click(_search, inputs, outputs, api_name="search", **search_events)
-    query.submit(_search, inputs, outputs, api_name=False, **search_events)
-    examples.load_input_event.then(_search, inputs, outputs, api_name=False, **search_events)
+    button.click(
+        _search, inputs, outputs, api_name="search_page", api_visibility="private", **search_events
+    )
+    query.submit(_search, inputs, outputs, api_visibility="private", **search_events)
+    examples.load_input_event.then(
+        _search, inputs, outputs, api_visibility="private", **search_events
+    )
     upload_outputs = [upload_state, preview, slice_slider, volume_mode, notice, clear_upload]
     upload_file.upload(
         _upload,
         [upload_file],
         upload_outputs,
-        api_name=False,
+        api_visibility="private",
         concurrency_limit=UPLOAD_CONCURRENCY,
         concurrency_id="upload",
     )
-    clear_upload.click(_clear, None, upload_outputs, api_name=False)
-    slice_slider.change(on_slice, [upload_state, slice_slider], [preview], api_name=False)
-    volume_mode.change(on_volume_mode, [volume_mode], [slice_slider], api_name=False)
-    gallery.select(_select, [hits_state], [large, detail], api_name=False)
+    clear_upload.click(_clear, None, upload_outputs, api_visibility="private")
+    slice_slider.change(on_slice, [upload_state, slice_slider], [preview], api_visibility="private")
+    volume_mode.change(on_volume_mode, [volume_mode], [slice_slider], api_visibility="private")
+    gallery.select(_select, [hits_state], [large, detail], api_visibility="private")
     index.change(
         lambda m, i: (*refresh_pickers(services, m, i), banner(services, i)),
         [model, index],
         [model, index, banner_box],
-        api_name=False,
+        api_visibility="private",
     )
     timer.tick(
         lambda m, i: bootstrap_status(services, m, i),
         [model, index],
         [status, timer, model, index],
-        api_name=False,
+        api_visibility="private",
     )
     return {
         "query": query,
