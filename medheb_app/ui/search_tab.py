@@ -539,9 +539,10 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
                     min_width=0,
                 )
                 clear_upload = gr.Button("Clear upload", scale=1, visible=False, min_width=0)
-            # the hits come right under the query (on a phone too), their one line above them
-            notice = gr.HTML(elem_id="search-notice")
+            # the hits come right under the query (on a phone too), their one line above them;
+            # the messages follow (with no hits, an error sits right under the buttons)
             gallery = gr.HTML(elem_id="search-hits", js_on_load=SELECT_JS)
+            notice = gr.HTML(elem_id="search-notice")
             examples = gr.Examples(
                 [[text] for text in EXAMPLES],
                 [query],
