@@ -13,6 +13,7 @@ import importlib
 import json
 import pkgutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,6 +45,32 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class StderrProgress:
+    """A build's progress as lines on stderr (stdout stays one JSON document): one line per new
+    step (a message's first word: "embedding", "writing", ...) and one per 10%, so a long
+    embedding pass prints a dozen lines, not thousands; and one at least every LIVENESS_S while
+    a long step stays in one decile (reading a large DICOM folder's headers).
+    `index build` and `demo build` use it."""
+
+    LIVENESS_S = 10.0
+
+    def __init__(self) -> None:
+        self.last_step, self.last_decile, self.last_time = "", -1, 0.0
+
+    def __call__(self, fraction: float, message: str) -> None:
+        step = message.split(" ", 1)[0]
+        decile = int(fraction * 10)
+        now = time.monotonic()
+        if (
+            step != self.last_step
+            or decile != self.last_decile
+            or now - self.last_time >= self.LIVENESS_S
+        ):
+            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+            self.last_time = now
+        self.last_step, self.last_decile = step, decile
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     """Every command takes --json; subcommands call this so the flag sits after them."""
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -63,8 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"error: {message}", file=sys.stderr)
         return 2
-    except Exception as error:  # the contract is one line, never a traceback
-        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+    except Exception as error:  # the contract is one line, never a traceback or a class name
+        detail = str(error).strip() or "no further detail"
+        print(f"error: the command failed unexpectedly ({detail})", file=sys.stderr)
         return 1
     if getattr(args, "json", False):
         print(json.dumps(payload, indent=2, default=_json_default))

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from medheb_app.cli import UserError, add_json_flag
+from medheb_app.cli import StderrProgress, UserError, add_json_flag
 from medheb_app.evidence.findings import Vocabulary
 from medheb_app.settings import Settings
 
@@ -63,24 +62,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_json_flag(info)
     info.set_defaults(handler=run_info)
 
+    resolve = actions.add_parser(
+        "resolve",
+        help="which file or DICOM UIDs an item of a folder / DICOM / manifest index is "
+        "(admins only: it reads the server's source references)",
+    )
+    resolve.add_argument("name", help="index name")
+    resolve.add_argument("id", help="item id, as a hit shows it (e.g. dicom-3f2a...)")
+    add_json_flag(resolve)
+    resolve.set_defaults(handler=run_resolve)
+
     remove = actions.add_parser("remove", help="delete an index (every model's build of it)")
     remove.add_argument("name")
     add_json_flag(remove)
     remove.set_defaults(handler=run_remove)
-
-
-class _Progress:
-    """One stderr line per new step and per 10% (stdout stays one JSON document)."""
-
-    def __init__(self) -> None:
-        self.last_step, self.last_decile = "", -1
-
-    def __call__(self, fraction: float, message: str) -> None:
-        step = message.split(" ", 1)[0]
-        decile = int(fraction * 10)
-        if step != self.last_step or decile != self.last_decile:
-            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
-        self.last_step, self.last_decile = step, decile
 
 
 def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
@@ -104,7 +99,7 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
         batch_size=args.batch_size,
         kind=args.kind,
         shard_size=args.shard_size,
-        progress=_Progress(),
+        progress=StderrProgress(),
         ray_actors=args.ray_actors,
     )
     payload = report.to_json()
@@ -120,7 +115,9 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
         else f"Logic-aware ranking: not available ({report.logic_note})",
     ]
     if report.failed:
-        lines.append(f"Unreadable items and why: {report.directory}/failed.jsonl")
+        reasons = ", ".join(f"{n} {why}" for why, n in report.failed_by_reason.items())
+        lines.append(f"Not indexed: {reasons}")
+        lines.append(f"Every file not indexed and why: {report.directory}/failed.jsonl")
     return "\n".join(lines), payload
 
 
@@ -190,3 +187,25 @@ def run_remove(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         "name": args.name,
         "removed_models": models,
     }
+
+
+def run_resolve(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    """`index resolve NAME ID`: the item's file, or its study / series / instance UIDs."""
+    # deferred: SQLAlchemy and the store, needed only when resolving
+    from medheb_app.index.provenance import resolve_reference
+
+    try:
+        found = resolve_reference(settings, args.name, args.id)
+    except LookupError as error:
+        raise UserError(str(error)) from None
+    lines = [f"Item {args.id} of index {args.name} ({found['root_name']} source):"]
+    if found["kind"] == "dicom":
+        lines += [
+            f"  StudyInstanceUID  {found['study_uid']}",
+            f"  SeriesInstanceUID {found['series_uid']}",
+            f"  SOPInstanceUIDs   {', '.join(found['instance_uids'])}",
+        ]
+    lines.append(f"  file {found['file']}")
+    if len(found["files"]) > 1:
+        lines.append(f"  ({len(found['files'])} files in {found['root_path']})")
+    return "\n".join(lines), found

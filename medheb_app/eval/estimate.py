@@ -498,7 +498,7 @@ def estimate_run(
     """Build the run's tasks (or gallery) as the run would and estimate it; runs nothing.
     `calibrate` times models never measured on a few items of each kind (calibrate_rates)."""
     # deferred: pandas
-    from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
+    from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite, CxrRetrieveTask
 
     specs = list(dict.fromkeys(spec.strip() for spec in specs))
     cards = model_cards(settings)
@@ -507,9 +507,6 @@ def estimate_run(
     if isinstance(suite, CxrRetrieveSuite):
         gallery, train = suite.build(settings)
         if calibrate:
-            # deferred: pandas
-            from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
-
             task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)
             samples = samples_by_kind([*task.candidates, *task.queries])
             rates = calibrate_rates(specs, samples, rates, settings)

@@ -45,6 +45,7 @@ from medheb_app.index.catalog import (
     write_index,
 )
 from medheb_app.index.faiss_index import VectorIndex, resolve_kind
+from medheb_app.index.provenance import save_references
 from medheb_app.index.ray_engine import ray_engine  # deferred: ray is heavy, optional
 from medheb_app.index.shards import (
     Shard,
@@ -57,7 +58,14 @@ from medheb_app.index.shards import (
     read_shard,
     shard_file,
 )
-from medheb_app.index.sources import LoadedSource, SourceSpec, load_source, parse_source
+from medheb_app.index.sources import (
+    LoadedSource,
+    SourceSpec,
+    count_reasons,
+    describe_failures,
+    load_source,
+    parse_source,
+)
 from medheb_app.models import registry
 from medheb_app.models.base import Embedder
 from medheb_app.models.device import resolve_device
@@ -93,6 +101,7 @@ class BuildReport:
     logic: bool = False  # the index is ready for logic-aware search (its probes are fit)
     logic_note: str = ""  # why it is not, in words, when logic is False
     failures: list[dict[str, str]] = field(default_factory=list)
+    failed_by_reason: dict[str, int] = field(default_factory=dict)  # failed.jsonl, counted
 
     def to_json(self) -> dict[str, Any]:
         payload = asdict(self)
@@ -153,9 +162,10 @@ def build_from_source(
     _check_build(name, engine, batch_size, shard_size)
     spec = parse_source(source) if isinstance(source, str) else source
     resolved_device = resolve_device(device or settings.device)
-    if progress:
-        progress(0.0, f"reading source {spec.text}")
-    loaded = loaded_source or load_source(spec, settings)
+    if progress:  # the kind only: the path typed may name a patient's folder
+        progress(0.0, f"reading source {spec.kind}:")
+    lines = (lambda message: progress(0.0, message)) if progress else None
+    loaded = loaded_source or load_source(spec, settings, lines)
     embedder = registry.load_embedder(model_spec, settings, device=resolved_device)
     return build_index(
         loaded,
@@ -269,17 +279,41 @@ def build_index(
         logic=logic_note is None,
         logic_note=logic_note or "",
         failures=failures,
+        failed_by_reason=count_reasons(failures),
     )
-    say(1.0, f"index {name} built: {report.n_items} items ({report.failed} failed), {report.kind}")
+    if loaded.references:  # server-side: which file or DICOM UIDs each pseudonym is
+        save_references(settings, name, loaded.references, list(written.index.ids))
+    say(
+        1.0,
+        f"index {name} built: {report.n_items} items ({report.failed} failed: "
+        f"{describe_failures(failures)}), {report.kind}",
+    )
     return report
 
 
 def _unique(studies: Sequence[Study]) -> list[Study]:
-    """Studies with distinct ids, in source order (a repeated id would break the index)."""
+    """Studies with distinct ids, in source order. The same study listed twice counts once;
+    two different studies with one id are an error, never a merge (one would vanish)."""
     seen: dict[str, Study] = {}
     for study in studies:
-        seen.setdefault(study.id, study)
+        earlier = seen.setdefault(study.id, study)
+        if earlier is not study and not _same(earlier, study):
+            raise BuildError(
+                f"Two different items share the id {study.id!r}; nothing was merged. Give "
+                "each item its own id (folder and DICOM sources do so themselves)."
+            )
     return list(seen.values())
+
+
+def _same(a: Study, b: Study) -> bool:
+    """Whether two Study objects are the same item (same file, text or pixels)."""
+    if (a.form, a.path, a.text, getattr(a, "files", ())) != (
+        b.form, b.path, b.text, getattr(b, "files", ())
+    ):  # fmt: skip
+        return False
+    if a.pixels is None or b.pixels is None:
+        return a.pixels is None and b.pixels is None
+    return a.pixels.shape == b.pixels.shape and bool(np.array_equal(a.pixels, b.pixels))
 
 
 def _write(

@@ -62,8 +62,11 @@ def study_content_key(study: Study) -> str:
     studies), so two corpora that reuse an id for different content never share a vector.
     """
     digest = hashlib.sha1(study.form.encode())
+    content = getattr(study, "content_digest", "")  # streamed DICOM: SOP instances + sizes
     if study.form == "text":
         digest.update((study.text or "").encode("utf-8"))
+    elif content:
+        digest.update(f"{content}:{getattr(study, 'working_side', '')}".encode())
     elif study.pixels is not None:
         pixels = np.ascontiguousarray(study.pixels, dtype=np.float32)
         digest.update(str(pixels.shape).encode())
@@ -86,7 +89,9 @@ def study_metadata(study: Study) -> dict[str, Any]:
         "findings": dict(study.findings),
         "source": study.source,
         "split": study.split,
-        "path": study.path,
+        # pseudonymous sources (folder, DICOM) keep no path here: it may name a patient's
+        # folder; admins resolve it through the server's source references (`index resolve`)
+        "path": None if study.meta.get("pseudonymous") else study.path,
         "text": study.text,
         "synthetic": bool(study.synthetic),
         "boxes": [asdict(box) for box in study.boxes],
@@ -242,6 +247,19 @@ def write_index(
     return final
 
 
+_changes = 0  # indices swapped in or removed by this process (serving.offered's freshness)
+
+
+def changes() -> int:
+    """How many times this process has swapped an index into place or removed one."""
+    return _changes
+
+
+def _changed() -> None:
+    global _changes
+    _changes += 1
+
+
 def remove_index(name: str, settings: Settings) -> list[str]:
     """Delete every build of the index `name` (all models); returns the models removed."""
     folder = settings.index_dir / check_index_name(name)
@@ -250,6 +268,7 @@ def remove_index(name: str, settings: Settings) -> list[str]:
         raise IndexNotFoundError(_missing_message(name, "", settings))
     retired = folder.parent / f".removed-{name}-{uuid.uuid4().hex[:8]}"
     os.replace(folder, retired)
+    _changed()
     shutil.rmtree(retired, ignore_errors=True)
     return removed
 
@@ -260,6 +279,7 @@ def _swap_into_place(staging: Path, final: Path) -> None:
     if final.exists():
         os.replace(final, retired)
     os.replace(staging, final)
+    _changed()
     shutil.rmtree(retired, ignore_errors=True)
 
 

@@ -162,7 +162,13 @@ def failure_reason(error: BaseException) -> str:
 
 
 def _label(study: Study) -> str:
-    return study.path or study.id
+    """How failed.jsonl names a study: its path relative to the source (never the path as
+    typed, which may name a patient's folder), else its id."""
+    return str(study.meta.get("relative_path") or study.id)
+
+
+def _failure(study: Study, detail: str, reason: str = "unreadable") -> dict[str, str]:
+    return {"item": _label(study), "reason": reason, "detail": detail}
 
 
 def _decode_batch(batch: list[tuple[Study, str]]) -> list[tuple[Study, str, str | None]]:
@@ -202,10 +208,10 @@ def embed_shard(
                 if reason is None:
                     readable.append((study, key))
                 else:
-                    failed[study.id] = f"{_label(study)}: {reason}"
+                    failed[study.id] = reason
             vectors = _encode_tolerant(embedder, readable, failed)
             for (study, key), vector in zip(readable, vectors, strict=True):
-                if study.path is not None:
+                if study.reloadable:
                     study.pixels = None  # keep memory flat on large sources
                 if vector is not None:
                     found[key] = vector
@@ -234,7 +240,7 @@ def _encode_tolerant(
         try:
             out.append(np.asarray(embedder.encode([study]), np.float32)[0])
         except Exception as error:
-            failed[study.id] = f"{_label(study)}: cannot be embedded ({failure_reason(error)})"
+            failed[study.id] = f"cannot be embedded ({failure_reason(error)})"
             out.append(None)
     return out
 
@@ -254,7 +260,7 @@ def shard_result(
         ids=ids,
         keys=keys,
         vectors=array,
-        failed=[{"item": k, "reason": v} for k, v in failed.items()],
+        failed=[_failure(study, failed[study.id]) for study in shard.studies if study.id in failed],
         embedded=embedded,
         reused=reused,
     )
@@ -274,7 +280,8 @@ def open_manifest(
     """The build manifest of a matching earlier attempt, or a fresh one (stale shards go)."""
     wanted = {
         "version": BUILD_VERSION,
-        "source": spec.text,
+        # a digest, not the spec as typed: the staging folder must not name a patient's folder
+        "source": hashlib.sha256(spec.text.encode("utf-8")).hexdigest()[:24],
         "fingerprint": fingerprint,
         "shard_size": shard_size,
         "count": count,

@@ -138,7 +138,8 @@ def index_job(settings: Settings) -> JobFn:
     def run(params, progress, log, stop) -> dict:
         name, spec = check_index_name(str(params["name"])), str(params["model"])
         source = index_source(settings, params)
-        log(f"index {name}: source {source}, model {spec}")
+        # the source's kind only: the path typed may name a patient's folder
+        log(f"index {name}: source {source.split(':', 1)[0]}:, model {spec}")
         report = build_from_source(  # a stop raises Cancelled: the job is recorded cancelled
             source,
             spec,
@@ -153,6 +154,9 @@ def index_job(settings: Settings) -> JobFn:
             f"built {name}: {report.n_items} items, {report.embedded} embedded, "
             f"{report.reused} reused, {report.failed} failed in {report.seconds:.1f} s"
         )
+        if report.failed:  # per reason, as failed.jsonl next to the index lists them
+            reasons = ", ".join(f"{n} {why}" for why, n in report.failed_by_reason.items())
+            log(f"not indexed: {reasons}")
         log("logic-aware ranking prepared" if report.logic else report.logic_note)
         return {"index": name, "model": spec, "count": report.n_items, **report.to_json()}
 
