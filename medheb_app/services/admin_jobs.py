@@ -82,8 +82,9 @@ def bench_job(settings: Settings) -> JobFn:
     return run
 
 
-def _training_progress(progress, log) -> Callable[[int, int, float], None]:
-    """Adapt the trainer's (step, total, loss) callback and its stages to the job's progress."""
+def _training_progress(progress, log) -> TrainingProgress:
+    """Adapt the trainer's (step, total, loss) callback and its stages to the job's progress
+    (a TrainingProgress, which also times the run for the training estimate)."""
     return TrainingProgress(progress, log)
 
 
@@ -100,7 +101,8 @@ def train_job(settings: Settings) -> JobFn:
         overrides = {field: int(params.get(field, defaults[field])) for field in recipe.job_fields}
         config = config_from_sources(recipe.config_class(), overrides=overrides)
         log(f"training {recipe.name} -> {out} with {overrides}")
-        result = recipe.run(config, out, settings, _training_progress(progress, log), stop)
+        watch = _training_progress(progress, log)
+        result = recipe.run(config, out, settings, watch, stop)
         if stop.is_set() or result.card is None:
             raise Cancelled(f"stopped after step {result.steps}; no checkpoint saved")
 
@@ -109,7 +111,12 @@ def train_job(settings: Settings) -> JobFn:
             spec = f"{recipe.spec(result.card.to_dict()).split('@')[0]}@{out}"
             log(f"tag {tag} is taken by a committed checkpoint; load this one by path")
         log(f"saved {spec}")
-        return {"spec": spec, "out": str(out), "result": repr(result)[:500]}
+        return {
+            "spec": spec,
+            "out": str(out),
+            "result": repr(result)[:500],
+            "timing": watch.timing(),  # the training estimate's history (eval/estimate.py)
+        }
 
     return run
 
