@@ -191,12 +191,14 @@ def test_an_interrupted_build_is_listed_with_the_command_that_resumes_it(
     out = capsys.readouterr().out
     assert "No index has been built yet" not in out
     assert "lab (random): incomplete, 3 of 9 items committed" in out
-    resume = out.strip().splitlines()[-1].strip()
-    assert resume.startswith("python -m medheb_app index build ")
+    resume, footnote = (line.strip() for line in out.strip().splitlines()[-2:])
+    assert resume.startswith("python -m medheb_app index build --source folder:PATH ")
     assert "--shard-size 3" in resume and "--name lab" in resume
+    assert "PATH: the source path you built from" in footnote  # a folder path is never stored
     assert main(["index", "info", "lab"]) == 0
     assert "incomplete, 3 of 9 items committed" in capsys.readouterr().out
-    assert main(shlex.split(resume)[3:]) == 0  # the printed command itself resumes it
+    filled = resume.replace("folder:PATH", f"folder:{source}")
+    assert main(shlex.split(filled)[3:]) == 0  # the printed command, its PATH filled, resumes
     assert "Embedded 6, reused 3" in capsys.readouterr().out
     assert main(["index", "list"]) == 0
     out = capsys.readouterr().out

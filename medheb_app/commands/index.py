@@ -139,8 +139,11 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
 
 
 def resume_command(build: dict[str, Any]) -> str:
-    """The `index build` command line that resumes an interrupted build (same arguments)."""
-    parts = ["python -m medheb_app index build", "--source", shlex.quote(build["source"])]
+    """The `index build` command line that resumes an interrupted build (same arguments). A
+    folder, DICOM or manifest source was not stored as typed (it may name a patient's folder):
+    its place says KIND:PATH, to be filled with the path the build was started with."""
+    source = build.get("source_text") or f"{build.get('source_kind') or 'KIND'}:PATH"
+    parts = ["python -m medheb_app index build", "--source", shlex.quote(source)]
     if build.get("model_spec"):
         parts += ["--model", shlex.quote(build["model_spec"])]
     parts += ["--name", shlex.quote(build["name"])]
@@ -180,6 +183,11 @@ def _unfinished_lines(builds: list[dict[str, Any]]) -> list[str]:
         else:
             lines.append(f"{head} (started {build['started'] or '?'}); resume with:")
             lines.append(f"  {build['resume']}")
+            if not build.get("source_text"):
+                lines.append(
+                    "  (PATH: the source path you built from; it is not stored, so that no "
+                    "folder named after a patient is written to disk)"
+                )
     return lines
 
 

@@ -56,7 +56,7 @@ from medheb_app.index.catalog import (
 )
 from medheb_app.index.faiss_index import VectorIndex, fit_kind, pq_bits, resolve_kind
 from medheb_app.index.lock import build_lock
-from medheb_app.index.provenance import save_references, source_files
+from medheb_app.index.provenance import SHIPPED_LAYOUTS, save_references, source_files
 from medheb_app.index.ray_engine import ray_engine  # deferred: ray is heavy, optional
 from medheb_app.index.shards import (
     DEFAULT_SHARD_SIZE,
@@ -213,6 +213,9 @@ def build_from_source(
     return report
 
 
+PUBLIC_SOURCE_KINDS = ("phantom", *SHIPPED_LAYOUTS)
+
+
 def _noting(notes: list[str], progress: Progress | None) -> Callable[[str], None]:
     def note(message: str) -> None:
         notes.append(message)
@@ -317,6 +320,9 @@ def _build_locked(
         "kind": kind,
         "engine": engine,
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "source_kind": loaded.spec.kind,
+        # the spec as typed only where it names no patient (phantoms, shipped public layouts)
+        "source_text": loaded.spec.text if loaded.spec.kind in PUBLIC_SOURCE_KINDS else "",
     }
     manifest = open_manifest(directory, loaded.spec, fingerprint, shard_size, len(studies), about)
     committed = {

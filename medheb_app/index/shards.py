@@ -326,6 +326,8 @@ def incomplete_builds(settings: Settings) -> list[dict[str, Any]]:
             {
                 "name": str(manifest.get("name") or path.parent.parent.name),
                 "source": manifest["source"],
+                "source_kind": manifest.get("source_kind") or "",
+                "source_text": manifest.get("source_text") or "",
                 "model_spec": manifest.get("model_spec") or "",
                 "kind": manifest.get("kind") or "auto",
                 "fingerprint": manifest.get("fingerprint", ""),
