@@ -15,12 +15,6 @@ from collections.abc import Iterator
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
-XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... in a worker, else None
-if XDIST_WORKER is not None:
-    # Two workers on two cores: torch's default of one OpenMP thread per core would put four
-    # spinning threads on two cores (set before anything imports torch; an explicit value wins).
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 from pathlib import Path
 
@@ -28,6 +22,14 @@ import pytest
 
 from medheb_app.settings import SHARED_DATA_DIR, Settings
 from medheb_app.store.db import Store
+
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... in a worker, else None
+if XDIST_WORKER is not None:
+    # Two workers on two cores: torch's default of one OpenMP thread per core would put four
+    # spinning threads on two cores (the imports above load no torch or numpy; an explicit
+    # value wins).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 NIH_DIR = SHARED_DATA_DIR / "nih-cxr14-1000"
 PUBMEDQA_DIR = SHARED_DATA_DIR / "pubmedqa"
