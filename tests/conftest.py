@@ -129,6 +129,18 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 
 
 @pytest.fixture(scope="session")
+def medheb_lite_run(
+    tmp_path_factory: pytest.TempPathFactory, shared_phantom_corpora: Path
+) -> object:
+    """The shrunk medheb-lite suite built and run (random, oracle) once per session, for the
+    tests that draw a study over every family from it (tests.run_fixtures.medheb_lite_study).
+    Their modules share one xdist group, so one worker builds it."""
+    from tests.run_fixtures import medheb_lite_run as build
+
+    return build(tmp_path_factory.mktemp("medheb-lite-run"))
+
+
+@pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[object]:
     """ONE local Ray cluster for the whole test session (2 CPUs, no dashboard)."""
     ray = pytest.importorskip("ray", reason="ray[data] (requirements.txt) not installed")
