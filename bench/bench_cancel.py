@@ -3,7 +3,7 @@
     DATA_DIR=/tmp/bench-cancel .venv/bin/python bench/bench_cancel.py [--only train]
 
 Each scenario submits a real job through the same JobRunner and job functions the admin
-panel uses (services.JOB_FACTORIES), polls its row every 0.1 s, and measures:
+panel uses (services.admin_jobs.JOB_FACTORIES), polls its row every 0.1 s, and measures:
 - first stage: submit -> the job's message is not empty (what the panel shows);
 - ack: cancel() -> "stop requested: stopping after this batch" in the job log;
 - end: cancel() -> the job's status is final (cancelled), and its last message.

@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> None:
                 min(count, MAX_K),
                 settings,
                 ranking=ranking,
+                include_training=True,  # "whole index": training studies scored out of fold
             )
             for heldout in (False, True):
                 shares = top_shares(response.results, query.constraints, heldout)

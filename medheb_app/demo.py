@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medheb_app.demo_showcase import ensure_showcase
 from medheb_app.evidence.phantoms import saved  # saved.corpora_root: tests redirect it
 from medheb_app.evidence.phantoms.saved import CorpusKey, ensure_saved
 from medheb_app.index.build import build_index
@@ -200,8 +201,6 @@ def bootstrap_app(settings: Settings, progress: Progress | None = None) -> DemoA
     benchmark run and demo study (medheb_app.demo_showcase). A showcase that cannot be built
     is logged and skipped: search never depends on it."""
     import logging
-
-    from medheb_app.demo_showcase import ensure_showcase
 
     assets = ensure_demo(settings, _stage(progress, 0.0, 0.9))
     try:

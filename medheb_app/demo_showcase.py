@@ -16,7 +16,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from medheb_app.eval.runner import run_suite
+from medheb_app.evidence.phantoms import load_corpus, saved
+from medheb_app.serving import default_demo_models
 from medheb_app.settings import Settings
+from medheb_app.store.db import Store
+from medheb_app.study import create_study, describe_with_tasks, list_studies, load_run
+from medheb_app.study.items import common_queries
+from medheb_app.tasks import medheb
+from medheb_app.tasks.base import revision
+from medheb_app.tasks.builders import generic, phantom
 
 Progress = Callable[[float, str], None]
 SHOWCASE_RUN = "demo-showcase"
@@ -27,22 +36,14 @@ SHOWCASE_ITEMS = 20
 
 def showcase_models(settings: Settings) -> list[str]:
     """`random` (chance) against the first model the demo index was built for."""
-    from medheb_app.serving import default_demo_models
-
     first = next((m for m in default_demo_models(settings) if m != "random"), "oracle")
     return ["random", first]
 
 
 def showcase_tasks(corpus_dir: Path, n: int, seed: int) -> list[Any]:
     """The three small tasks over the demo corpus's test studies."""
-    from medheb_app.evidence.phantoms import load_corpus
-    from medheb_app.evidence.phantoms.saved import generator_version
-    from medheb_app.tasks import medheb
-    from medheb_app.tasks.base import revision
-    from medheb_app.tasks.builders import generic, phantom
-
     test = phantom.in_part(load_corpus(corpus_dir), "test")
-    rev = revision("demo-cxr", n, seed, generator_version(), [s.id for s in test])
+    rev = revision("demo-cxr", n, seed, saved.generator_version(), [s.id for s in test])
     items = phantom.labelled_chest(test, rev)
     label_id = medheb._label_id("chexpert")
 
@@ -93,10 +94,6 @@ def ensure_showcase(
     models: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Make the showcase run and study exist; cheap (two lookups) once they do."""
-    from medheb_app.eval.runner import run_suite
-    from medheb_app.store.db import Store
-    from medheb_app.study import create_study, describe_with_tasks, list_studies
-
     models = list(models or showcase_models(settings))
     out = settings.runs_dir / SHOWCASE_RUN
     store = Store.open(settings.database_url)
@@ -110,9 +107,6 @@ def ensure_showcase(
             progress(0.0, f"benchmarking {', '.join(models)} on {len(tasks)} small demo tasks")
         run_suite(tasks, models, out, settings, progress)
     if SHOWCASE_STUDY not in studies:
-        from medheb_app.study import load_run
-        from medheb_app.study.items import common_queries
-
         outputs = load_run(out, models)
         shared = sum(len(ids) for ids in common_queries({m: outputs[m] for m in models}).values())
         describe = describe_with_tasks(tasks, settings.data_dir / "study-media" / SHOWCASE_RUN)

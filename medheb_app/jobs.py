@@ -4,8 +4,10 @@ loses nothing.
 
 A job function is `fn(params, progress, log, stop) -> dict`: `progress(fraction, message="")`
 reports how far it is, `log(line)` appends a persisted line, and `stop` is a threading.Event
-the function should check between batches (return early, or raise JobCancelled or
-InterruptedError when it is set; the exception's text says what was kept).
+the function should check between batches (return early, or raise Cancelled, from
+medheb_app.cancellation, when it is set; the exception's text says what was kept). A plain
+InterruptedError raised while `stop` is set counts as a cancel too; one raised unasked is a
+failure.
 
 Cancel is acknowledged at once: `cancel` writes "stop requested: stopping after this batch"
 to the log and the job's message, and every progress message after that keeps the
@@ -27,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from medheb_app.cancellation import Cancelled
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 from medheb_app.store.jobs_table import FINISHED_STATUSES, Job, JobLogLine, utcnow
@@ -41,8 +44,8 @@ PROGRESS_WRITE_INTERVAL_S = 0.25
 STOP_ACK = "stop requested: stopping after this batch"
 
 
-class JobCancelled(Exception):
-    """Raised by a job function that noticed `stop` and wants to end at once."""
+# The one cancellation type (medheb_app.cancellation), under the name job functions know it by.
+JobCancelled = Cancelled
 
 
 class JobError(ValueError):
@@ -222,7 +225,7 @@ class JobRunner:
                 result = fn(dict(params), progress, log, stop)
             except Exception as error:
                 flush()
-                if isinstance(error, JobCancelled) or (
+                if isinstance(error, Cancelled) or (
                     isinstance(error, InterruptedError) and stop.is_set()
                 ):
                     kept = str(error) or "nothing kept"

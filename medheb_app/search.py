@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from medheb_app.evidence.findings import CXR_RETRIEVE_10
+from medheb_app.evidence.file_study import study_from_file
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import (
     IndexNotFoundError,
@@ -30,6 +30,7 @@ from medheb_app.index.catalog import (
 from medheb_app.models import registry
 from medheb_app.models.base import Embedder
 from medheb_app.models.device import intra_op_threads
+from medheb_app.models.query_cache import encode_query_text
 from medheb_app.query.parser import (
     ParsedQuery,
     QueryTooLong,
@@ -37,6 +38,12 @@ from medheb_app.query.parser import (
     parse_query,
     satisfies,
     violations,
+)
+from medheb_app.ranking.index_logic import (
+    IndexLogicError,
+    ProbesNotReady,
+    logic_search,
+    training_ids,
 )
 from medheb_app.serving import default_model, offered
 from medheb_app.settings import Settings
@@ -51,6 +58,17 @@ PROBES_NOT_READY = (
     "Logic-aware ranking is not prepared for this model and index yet (building the index "
     "prepares it: `python -m medheb_app index build`, `demo build` or an admin index job); "
     "ranked by similarity."
+)
+TRAINING_LEFT_OUT = (
+    "{count} of the top {k} by logic-aware ranking were studies this index's finding probes "
+    "were fit on: scored with their own labels they look better than they are, so they are "
+    "left out (include training studies to see them, marked and scored out of fold: "
+    "`search --include-training`, or include_training in the API)."
+)
+IN_SAMPLE_WARNING = (
+    "{count} hits are studies the finding probes were fit on, scored in-sample (their p is "
+    "optimistic): the out-of-fold scores of this index are not prepared (building the index "
+    "prepares them)."
 )
 NO_FINDING_WARNING = (
     "No known finding in the query, so results are ranked by similarity only and not "
@@ -134,10 +152,30 @@ class SearchHit:
     text: str | None = None
     boxes: list[dict[str, Any]] = field(default_factory=list)
     form: str = "2d"
+    # The study's labels fit this index's finding probes (ranking/index_logic.py): a
+    # logic-aware ranking leaves such studies out unless asked to include them.
+    training: bool = False
+    # log_p only, how p was obtained: "held-out" (the probes never saw the study),
+    # "out-of-fold" (a training study scored by the cross-fitted probe that left it out) or
+    # "in-sample" (scored by a probe fit on its own labels: optimistic).
+    p_fit: str | None = None
 
     @property
     def typed_score(self) -> Score:
         return Score("log_p" if self.score_kind == "log_p" else "cosine", self.score)
+
+
+HIT_FIELDS = tuple(f.name for f in fields(SearchHit))
+
+
+def hit_json(hit: SearchHit) -> dict[str, Any]:
+    """asdict(hit) without its recursive deep copy, which was a third of a repeated (cached)
+    search's time: a hit's nested values are flat dicts of scalars, copied one level."""
+    row = {name: getattr(hit, name) for name in HIT_FIELDS}
+    row["findings"] = dict(hit.findings)
+    row["violations"] = dict(hit.violations)
+    row["boxes"] = [dict(box) for box in hit.boxes]
+    return row
 
 
 @dataclass
@@ -180,7 +218,7 @@ class SearchResponse:
             "corrections": self.corrections,
             "suggestions": self.suggestions,
             "warnings": self.warnings,
-            "results": [asdict(hit) for hit in self.results],
+            "results": [hit_json(hit) for hit in self.results],
             "timings_ms": self.timings_ms,
         }
 
@@ -211,16 +249,11 @@ def vocabulary_warnings(
     if vocabulary is None or parsed is None:
         return []
     if not vocabulary.labelled:
-        notes = [
-            f"Index {loaded.name!r} comes from a source without finding labels, so hits are "
-            "not checked against the query's findings."
+        return [
+            f"Index {loaded.name!r} comes from a source without finding labels, so it offers "
+            "similarity search only: hits are ranked by similarity to the whole query and not "
+            "checked against its findings."
         ]
-        if ranking in ("logic", "auto") and parsed.has_constraints:
-            notes.append(
-                "Logic-aware ranking is unavailable for it (probes need labelled studies to "
-                "fit on); results are ranked by similarity."
-            )
-        return notes
     if setting == "strict" and parsed.negative and not vocabulary.confirmed_negatives:
         return [
             f"Index {loaded.name!r} comes from {vocabulary.source}, whose labels are "
@@ -232,22 +265,10 @@ def vocabulary_warnings(
 
 
 def _encode_text(
-    text: str,
-    embedder: Embedder,
-    spec: str,
-    vocabulary: tuple[str, ...] = CXR_RETRIEVE_10,
-    threads: int = 0,
-) -> tuple[np.ndarray, ParsedQuery]:
-    text = text.strip()
-    if not text:
-        raise SearchError(
-            "The query is empty; describe the findings, e.g. 'pleural effusion and no "
-            "cardiomegaly'."
-        )
+    text: str, embedder: Embedder, spec: str, threads: int = 0, cache: int = 0
+) -> np.ndarray:
     _check_modality(embedder, "text", spec)
-    with intra_op_threads(threads):
-        vector = embedder.encode([text])
-    return vector, parse_query(text, vocabulary)
+    return encode_query_text(embedder, text, spec, cache, threads)  # models/query_cache.py
 
 
 PROJECTION_MODALITIES = {"CR", "DX", "XR", "RG"}
@@ -305,8 +326,6 @@ def _encode_study(study: Study, embedder: Embedder, spec: str, threads: int = 0)
 
 
 def _read_file(path: Path, settings: Settings) -> Study:
-    from medheb_app.evidence.readers import study_from_file
-
     return study_from_file(path, max_bytes=settings.max_upload_bytes)
 
 
@@ -326,6 +345,7 @@ class SearchRequest:
     nprobe: int | None = None
     ef_search: int | None = None
     rerank: int | None = None
+    include_training: bool = False
 
 
 @dataclass
@@ -339,6 +359,7 @@ class Ranked:
     logic: bool
     notes: list[str]
     timings_ms: dict[str, float]
+    p_fit: tuple[str, ...] = ()  # logic only: how each hit's p was obtained (index_logic)
 
 
 def search(
@@ -355,6 +376,7 @@ def search(
     nprobe: int | None = None,
     ef_search: int | None = None,
     rerank: int | None = None,
+    include_training: bool = False,
 ) -> SearchResponse:
     """Rank the index's studies for a text query, an image/volume file or an already read
     study (exactly one).
@@ -369,7 +391,11 @@ def search(
     vocabulary (its source's label names); an index whose source has no labels is ranked by
     similarity. `nprobe` (IVF, IVF-PQ), `ef_search` (HNSW) and `rerank` (IVF-PQ: the shortlist
     factor of the exact re-rank, 0 = PQ scores only) override the index's recorded search
-    parameters for this search.
+    parameters for this search. A logic-aware ranking leaves out the studies the index's
+    probes were fit on unless `include_training` (not for a public request); every hit says
+    whether it is one (`training`) and, for log_p, how its p was obtained (`p_fit`).
+    A query the index cannot answer is refused (refuse_unanswerable): a finding it has no
+    labels for under logic-aware ranking, an exclusion on an index without labels.
 
     Nothing heavy happens here: a missing index is an error, never built. `public=True` is an
     anonymous request (the web app): the model and index must be among `offered(settings)` and
@@ -391,7 +417,7 @@ def search(
         raise TypeError("search() needs settings (medheb_app.settings.Settings.from_env()).")
     request = validate(
         query_text, file, model_spec, index, k, settings, setting, ranking, study, public,
-        nprobe, ef_search, rerank,
+        nprobe, ef_search, rerank, include_training,
     )  # fmt: skip
     embedder = registry.load_embedder(request.model, settings)
     loaded = resolve_index(request.index, embedder, settings)
@@ -412,6 +438,7 @@ def validate(
     nprobe: int | None = None,
     ef_search: int | None = None,
     rerank: int | None = None,
+    include_training: bool = False,
 ) -> SearchRequest:
     """Every check a search makes before any model or index is loaded (a 1 MB query or a
     request for a model that is not offered costs nothing); a file is read here."""
@@ -453,6 +480,11 @@ def validate(
             )
     if public:
         check_offered(spec, index_name, settings)
+        if include_training:
+            raise SearchError(
+                "Training studies are shown to signed-in users and API tokens only.",
+                "include_training",
+            )
     name = "uploaded study"
     if file is not None:
         try:
@@ -463,7 +495,7 @@ def validate(
     text = query_text.strip() if query_text is not None else None
     return SearchRequest(
         text, study, text or name, spec, index_name, k, setting, ranking, public,
-        nprobe, ef_search, rerank,
+        nprobe, ef_search, rerank, bool(include_training),
     )  # fmt: skip
 
 
@@ -475,10 +507,12 @@ def rank(
     started = time.perf_counter()
     parsed: ParsedQuery | None = None
     threads = settings.query_threads
-    if request.text is not None:
-        vector, parsed = _encode_text(
-            request.text, embedder, request.model, query_vocabulary(loaded), threads
-        )
+    vocabulary = index_vocabulary(loaded)
+    labelled = vocabulary is None or vocabulary.labelled
+    if request.text is not None:  # validate checked it is not empty
+        parsed = parse_query(request.text, query_vocabulary(loaded))
+        refuse_unanswerable(parsed, loaded.name, labelled, request.ranking)  # before encoding
+        vector = _encode_text(request.text, embedder, request.model, threads, settings.query_cache)
     else:
         try:
             vector = _encode_study(request.study, embedder, request.model, threads)  # type: ignore[arg-type]
@@ -486,8 +520,12 @@ def rank(
             raise SearchError(str(error)) from error
     encoded = time.perf_counter()
     notes = upload_mismatch(request.study, loaded) if request.study is not None else []
-    vocabulary = index_vocabulary(loaded)
-    labelled = vocabulary is None or vocabulary.labelled
+    if parsed is not None and parsed.unlabelled:  # similarity, asked for: hits not checked
+        labelled = False
+        notes.append(
+            f"This index has no labels for {_and_list(parsed.unlabelled)}, so hits are "
+            "ranked by similarity to the whole query and not checked against its findings."
+        )
     notes.extend(vocabulary_warnings(loaded, parsed, request.setting, request.ranking))
     if request.ranking == "logic" and parsed is None:
         notes.append(FILE_LOGIC_WARNING)
@@ -495,6 +533,7 @@ def rank(
     wants_logic = request.ranking in ("logic", "auto") and labelled
     if wants_logic and parsed is not None and parsed.has_constraints:
         found = _logic(request, loaded, embedder, parsed, vector, settings, notes)
+    p_fit: tuple[str, ...] = ()
     if found is None:
         try:
             scores, ids = loaded.search(
@@ -504,12 +543,54 @@ def rank(
         except ValueError as error:
             raise SearchError(str(error)) from error
     else:
-        scores, ids = found
+        scores, ids, p_fit = found[0][None], found[1][None], found[2]
     timings = {
         "encode": round((encoded - started) * 1000, 2),
         "search": round((time.perf_counter() - encoded) * 1000, 2),
     }
-    return Ranked(scores[0], ids[0], parsed, labelled, found is not None, notes, timings)
+    logic = found is not None
+    return Ranked(scores[0], ids[0], parsed, labelled, logic, notes, timings, p_fit)
+
+
+def _and_list(names: tuple[str, ...] | list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def refuse_unanswerable(parsed: ParsedQuery, index: str, labelled: bool, ranking: str) -> None:
+    """Refuse (SearchError, field "query") a query this index cannot answer, rather than
+    answer another one (issue 23 item 5), in one place for the CLI, the page and the API:
+
+    - a logic-aware ranking (ranking "logic", or "auto" on a query with constraints) of a
+      query naming a finding the index has no labels for ("emphysema and no effusion" over
+      the CXR-Retrieve ten): dropping it would answer "no effusion" alone;
+    - on an index without finding labels, which offers similarity search only: a logic-aware
+      ranking, or a query excluding a finding (a cosine cannot exclude anything).
+
+    Similarity ranking, asked for by name, is always allowed; its hits are then not checked.
+    """
+    if ranking == "similarity":
+        return
+    if not labelled:
+        if ranking == "logic" or parsed.negative or parsed.unlabelled:
+            named = [*parsed.positive, *parsed.negative, *parsed.unlabelled]
+            what = f" for {_and_list(list(dict.fromkeys(named)))}" if named else ""
+            raise SearchError(
+                f"This index has no labels{what}: index {index!r} comes from a source without "
+                "finding labels, so it offers similarity search only and cannot rank by the "
+                "query's logic or exclude a finding. Describe what the image should show, or "
+                "ask for similarity ranking (--ranking similarity).",
+                "query",
+            )
+        return
+    if parsed.unlabelled:
+        raise SearchError(
+            f"This index has no labels for {_and_list(parsed.unlabelled)}, so it cannot answer "
+            "a query about it: its studies are never labelled with it, and ranking without it "
+            "would answer another query. Ask about findings this index labels, or ask for "
+            "similarity ranking (--ranking similarity) to rank by the whole query's embedding, "
+            "unchecked.",
+            "query",
+        )
 
 
 def _logic(
@@ -520,15 +601,14 @@ def _logic(
     vector: np.ndarray,
     settings: Settings,
     notes: list[str],
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """The logic-aware top k, or None (with a note) when this index cannot give it now. A
-    public request only reads probes prepared in advance (the index builder fits them)."""
-    from medheb_app.ranking.index_logic import IndexLogicError, ProbesNotReady, logic_search
-
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]] | None:
+    """The logic-aware top k (scores, ids, how each p was obtained), or None (with a note)
+    when this index cannot give it now. A public request only reads probes prepared in
+    advance (the index builder fits them)."""
     try:
-        scores, ids, probe_warnings = logic_search(
+        found = logic_search(
             loaded, embedder, parsed, vector, request.k, settings, fit=not request.public,
-            setting=request.setting,
+            setting=request.setting, include_training=request.include_training,
         )  # fmt: skip
     except ProbesNotReady:
         notes.append(PROBES_NOT_READY)
@@ -537,8 +617,13 @@ def _logic(
         if request.ranking == "logic":
             raise SearchError(str(error)) from error
         return None
-    notes.extend(probe_warnings)
-    return scores[None], ids[None]
+    notes.extend(found.notes)
+    if found.left_out:
+        notes.append(TRAINING_LEFT_OUT.format(count=found.left_out, k=request.k))
+    in_sample = found.p_fit.count("in-sample")
+    if in_sample:
+        notes.append(IN_SAMPLE_WARNING.format(count=in_sample))
+    return found.scores, found.ids, found.p_fit
 
 
 def assemble(
@@ -572,7 +657,22 @@ def assemble(
     kind = "log_p" if ranked.logic else "cosine"
     checked = parsed if ranked.checked else None
     response.results = _hits(ranked.scores, ranked.ids, loaded, checked, request.setting, kind)
+    _mark_training(response.results, ranked, loaded)
     return response
+
+
+def _mark_training(hits: list[SearchHit], ranked: Ranked, loaded: LoadedIndex) -> None:
+    """Set each hit's `training` and, for log_p, `p_fit` (ranking/index_logic.py)."""
+    if ranked.logic:
+        for hit, how in zip(hits, ranked.p_fit, strict=True):
+            hit.training, hit.p_fit = how != "held-out", how
+        return
+    vocabulary = index_vocabulary(loaded)
+    if vocabulary is not None and not vocabulary.labelled:
+        return  # no labels, no probes: nothing was trained on
+    names = query_vocabulary(loaded)
+    for hit, mark in zip(hits, training_ids(loaded, names, [h.id for h in hits]), strict=True):
+        hit.training = mark
 
 
 def _hits(

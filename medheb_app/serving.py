@@ -9,10 +9,12 @@ offers). It reads the index catalog and the model registry, never builds or load
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from medheb_app.index import catalog
 from medheb_app.index.catalog import list_indices
 from medheb_app.models import registry
 from medheb_app.settings import Settings
@@ -47,6 +49,24 @@ def folder_stamp(roots: tuple[Path, ...], depth: int) -> tuple[tuple[str, int], 
 
 _MEMO: dict[str, tuple[tuple, object]] = {}
 _MEMO_LOCK = threading.Lock()
+# A stamp is a few dozen stats (about a third of a cached API search, BENCHMARKS.md "HTTP
+# API"): one taken less than this many seconds ago is reused, so a build by another process
+# shows within it (one by this process at once: the key holds catalog.changes()).
+STAMP_FRESH_S = 0.5
+_STAMPS: dict[tuple, tuple[float, tuple]] = {}
+
+
+def fresh_stamp(key: tuple, take: Callable[[], tuple]) -> tuple:
+    """`take()`, or the stamp taken for `key` within the last STAMP_FRESH_S seconds."""
+    now = time.monotonic()
+    with _MEMO_LOCK:
+        held = _STAMPS.get(key)
+    if held is not None and now - held[0] < STAMP_FRESH_S:
+        return held[1]
+    stamp = take()
+    with _MEMO_LOCK:
+        _STAMPS[key] = (now, stamp)
+    return stamp
 
 
 def _memoised(name: str, stamp: tuple, compute: Callable[[], T]) -> T:
@@ -62,7 +82,8 @@ def _memoised(name: str, stamp: tuple, compute: Callable[[], T]) -> T:
 
 def _models_stamp(settings: Settings) -> tuple:
     # checkpoints live in models/<name>/, models/dual-lite/<tag>/ and DATA_DIR/models/<tag>/
-    return folder_stamp((settings.models_dir, settings.trained_models_dir), depth=2)
+    roots = (settings.models_dir, settings.trained_models_dir)
+    return fresh_stamp(("models", *roots), lambda: folder_stamp(roots, depth=2))
 
 
 def _listed_models(settings: Settings) -> list[tuple[str, str]]:
@@ -89,7 +110,9 @@ def offered(settings: Settings) -> dict[str, list[str]]:
     built, strongest first. Only registered checkpoints and built-ins appear (never a spec
     that names a file), and only for indices that exist, so picking from it never builds,
     generates or loads anything by path. Memoised on the index and model folders' mtimes
-    (folder_stamp), so a request costs a few stats, and a new build is offered at once."""
+    (folder_stamp), re-read at most every STAMP_FRESH_S seconds, so a request costs no stat
+    in a burst; a build by this process is offered at once, one by another process within
+    half a second."""
 
     def compute() -> dict[str, list[str]]:
         built: dict[str, set[str]] = {}
@@ -105,7 +128,11 @@ def offered(settings: Settings) -> dict[str, list[str]]:
         return result
 
     # index_dir/<name>/<fingerprint>/ is renamed into place whole: depth 1 sees every change
-    stamp = (folder_stamp((settings.index_dir,), depth=1), _models_stamp(settings))
+    indices = fresh_stamp(
+        ("indices", settings.index_dir, catalog.changes()),
+        lambda: folder_stamp((settings.index_dir,), depth=1),
+    )
+    stamp = (indices, _models_stamp(settings))
     return dict(_memoised("offered", stamp, compute))
 
 

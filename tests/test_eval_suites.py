@@ -177,8 +177,8 @@ def test_bench_job_logs_each_task_and_every_skip_with_its_reason(
 ) -> None:
     import threading
 
-    from medheb_app.run_service import bench_estimate, shared_data_line
-    from medheb_app.services import bench_job
+    from medheb_app.services.admin_jobs import bench_job
+    from medheb_app.services.runs import bench_estimate, shared_data_line
 
     missing = tmp_path / "no-shared-data"
     monkeypatch.setenv("MEDHEB_SHARED_DATA", str(missing))

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from medheb_app import run_service
 from medheb_app.eval import colours, figures
 from medheb_app.eval.runner import run_suite
 from medheb_app.services import create_services
+from medheb_app.services import runs as run_service
 from medheb_app.store.colours import model_slots
 from medheb_app.store.runs import start_run
 from medheb_app.tasks.base import Item, TaskMetadata

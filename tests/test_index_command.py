@@ -18,7 +18,7 @@ from medheb_app.evidence.findings import CHEXPERT_14, NIH_14
 from medheb_app.index.build import FAILED_FILE, BuildError, build_from_source
 from medheb_app.index.catalog import list_indices, load_index
 from medheb_app.index.sources import SourceError, parse_source
-from medheb_app.search import search
+from medheb_app.search import SearchError, search
 from tests.conftest import NIH_DIR, require_shared
 from tests.test_readers_formats import _write_series
 from tests.test_sources_dicom_folder import real
@@ -173,13 +173,18 @@ def test_unlabelled_folder_gets_similarity_and_says_why_not_logic(settings, tmp_
     root = png_folder(tmp_path / "plain", n=6, corrupt=0, labels=False)
     report = build_from_source(f"folder:{root}", "random", "plain", settings)
     assert report.vocabulary["scheme"] == "none" and report.vocabulary["names"] == []
+    # issue 23 item 5: logic ranking of an unlabelled index is refused in a sentence, and
+    # similarity (asked for, or picked by auto for a plain description) answers unchecked
+    with pytest.raises(SearchError, match="offers similarity search only"):
+        search(
+            query_text="pleural effusion", model_spec="random", index="plain",
+            settings=settings, ranking="logic",
+        )  # fmt: skip
     response = search(
-        query_text="pleural effusion", model_spec="random", index="plain", settings=settings,
-        ranking="logic",
-    )  # fmt: skip
+        query_text="pleural effusion", model_spec="random", index="plain", settings=settings
+    )
     assert response.ranking == "similarity" and len(response.results) == 6
-    assert any("without finding labels" in w for w in response.warnings)
-    assert any("Logic-aware ranking is unavailable" in w for w in response.warnings)
+    assert any("offers similarity search only" in w for w in response.warnings)
     assert all(hit.satisfies is None for hit in response.results)
 
 
@@ -230,7 +235,7 @@ def test_medmnist_and_manifest_sources(settings, tmp_path) -> None:
 def test_admin_job_builds_any_source_with_rate_and_eta(settings, tmp_path) -> None:
     import threading
 
-    from medheb_app.services import index_job
+    from medheb_app.services.admin_jobs import index_job
 
     root = png_folder(tmp_path / "pngs", n=8, corrupt=0)
     messages: list[str] = []

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from medheb_app.evidence.readers import sample_frames
+from medheb_app.evidence.pixels import sample_frames
 from medheb_app.evidence.study import Evidence, Study
 from medheb_app.models.base import Embedder, l2_normalise
 from medheb_app.models.dual_lite import (

@@ -13,7 +13,8 @@ import pytest
 from nibabel.testing import data_path as NIBABEL_DATA
 from pydicom.data import get_testdata_file
 
-from medheb_app.evidence.readers import read_any, study_from_file
+from medheb_app.evidence.file_study import study_from_file
+from medheb_app.evidence.readers import read_any
 from medheb_app.evidence.study import EvidenceError
 
 IDENTIFYING = (

@@ -18,7 +18,8 @@ from pydicom.dataset import FileMetaDataset
 from pydicom.pixels import apply_modality_lut
 from pydicom.uid import generate_uid
 
-from medheb_app.evidence.readers import normalise, read_any, sample_frames, window
+from medheb_app.evidence.pixels import normalise, sample_frames, window
+from medheb_app.evidence.readers import read_any
 from tests.conftest import NIH_DIR, PROSTATE_DIR, require_shared
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from medheb_app.run_service import SHARED_DATA_LABEL, public_reason, run_skipped, skipped_rows
 from medheb_app.services import create_services
+from medheb_app.services.runs import SHARED_DATA_LABEL, public_reason, run_skipped, skipped_rows
 from medheb_app.settings import Settings
 from medheb_app.ui import admin_tab
 from medheb_app.ui import explorer_tab as ex

@@ -76,7 +76,10 @@ def test_logic_ranking_honours_the_negation_that_cosine_ignores(biased: Settings
     scores = [hit.score for hit in logic.results]
     assert scores == sorted(scores, reverse=True) and max(scores) <= 1e-3  # log p, plus ties
     payload = logic.to_json()
-    assert payload["ranking"] == "logic" and payload["warnings"] == []
+    # issue 23: the studies the probes were fit on are left out of a logic ranking, said once
+    assert payload["ranking"] == "logic" and len(payload["warnings"]) == 1
+    assert "left out" in payload["warnings"][0]
+    assert not any(hit.training for hit in logic.results)
     assert payload["constraints"]["negative"] == ["Cardiomegaly"]
 
 
@@ -114,8 +117,16 @@ def test_an_index_without_a_train_split_cross_fits_and_one_without_labels_is_ref
 
     unsplit = [replace(study, split=None) for study in studies[:60]]
     build_index("no-train", unsplit, AffirmationBiased(), biased)
-    crossed = search(query_text=QUERY, index="no-train", settings=biased, ranking="logic")
+    # issue 23: every labelled study of an unsplit index fit the probes, so a logic ranking
+    # leaves them all out unless asked; included, each is scored out of fold
+    crossed = search(
+        query_text=QUERY, index="no-train", settings=biased, ranking="logic",
+        include_training=True,
+    )  # fmt: skip
     assert crossed.ranking == "logic" and len(crossed.results) == 10
+    assert {hit.p_fit for hit in crossed.results} == {"out-of-fold"}
+    held = search(query_text=QUERY, index="no-train", settings=biased, ranking="logic")
+    assert held.results == [] and any("left out" in w for w in held.warnings)
     unlabelled = [replace(study, findings={}) for study in studies[:30]]
     claimed = Vocabulary(CXR_RETRIEVE_10, "coded", "claims labels it lacks")
     build_index("no-labels", unlabelled, AffirmationBiased(), biased, vocabulary=claimed)

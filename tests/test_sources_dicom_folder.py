@@ -10,7 +10,7 @@ import pydicom
 import pytest
 from pydicom.data import get_testdata_file
 
-from medheb_app.evidence.readers import normalise
+from medheb_app.evidence.pixels import normalise
 from medheb_app.evidence.sources.dicom_folder import load_dicom_folder
 from medheb_app.evidence.study import EvidenceError
 from tests.test_readers_formats import _write_series

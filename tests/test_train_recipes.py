@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from medheb_app.cli import build_parser
-from medheb_app.services import train_job
+from medheb_app.services.admin_jobs import train_job
 from medheb_app.train.recipes import RECIPES, get_recipe
 from medheb_app.ui import admin_tab
 

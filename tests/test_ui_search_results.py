@@ -123,10 +123,15 @@ def test_logic_ranking_shows_the_probability_of_meeting_the_query(services):
     assert probabilities == sorted(probabilities, reverse=True)
     _, detail = search_tab.hit_detail(outcome.hits, 0)
     assert f"p(meets the query) {outcome.hits[0]['p_query']:.4f} · log-odds " in detail
+    # issue 23: the probes' own training studies are left out of a logic ranking on the page
     for position, hit in enumerate(outcome.hits):
         _, detail = search_tab.hit_detail(outcome.hits, position)
-        assert ("training studies" in detail) == (hit["split"] == "train")
-    assert {hit["split"] for hit in outcome.hits} >= {"train"}
+        assert "training studies" not in detail
+        assert not hit["training"] and hit["p_fit"] == "held-out" and hit["split"] != "train"
+    trained = [{**outcome.hits[0], "training": True, "p_fit": "out-of-fold"}]
+    assert "cross-fitted probe that left it out" in search_tab.hit_detail(trained, 0)[1]
+    trained[0]["p_fit"] = "in-sample"
+    assert "its p is optimistic" in search_tab.hit_detail(trained, 0)[1]
 
 
 def test_scores_separate_hits_near_certainty():

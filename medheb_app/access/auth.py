@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from medheb_app.access.sessions import ACTIVE, MemorySessions, SessionRecord
+
 ADMIN_COOKIE = "medheb_admin"
 RATER_COOKIE = "medheb_rater"
 # Behind HTTPS the cookies are named with the __Host- prefix: browsers then accept them only
@@ -211,8 +213,6 @@ class Authenticator:
         oauth: bool = False,
         sessions: Any = None,
     ) -> None:
-        from medheb_app.access.sessions import MemorySessions
-
         self.sealer = Sealer(secret)
         self.sessions = sessions if sessions is not None else MemorySessions()
         self.secure = secure
@@ -232,8 +232,6 @@ class Authenticator:
 
     # ------------------------------------------------------------ admin
     def admin_cookie(self, who: str = "password") -> str:
-        from medheb_app.access.sessions import SessionRecord
-
         sid = secrets.token_urlsafe(32)
         self.sessions.create(sid, SessionRecord("admin", who=who), ADMIN_MAX_AGE_S)
         return self.sealer.seal({"sid": sid}, "admin")
@@ -241,8 +239,6 @@ class Authenticator:
     def is_admin(self, request: Any) -> bool:
         """True when the request carries a valid, not signed-out admin cookie, or (on a Space
         with OAuth) a Hugging Face session of a user in ADMIN_USERS."""
-        from medheb_app.access.sessions import ACTIVE
-
         if self.admin_users and oauth_username(request) in self.admin_users:
             return True
         claims = self._claims(request, "admin")
@@ -257,8 +253,6 @@ class Authenticator:
 
     # ------------------------------------------------------------ rater
     def rater_cookie(self, claim: RaterClaim) -> str:
-        from medheb_app.access.sessions import SessionRecord
-
         sid = secrets.token_urlsafe(32)
         record = SessionRecord("rater", study_id=claim.study_id, rater_id=claim.rater_id)
         self.sessions.create(sid, record, RATER_MAX_AGE_S)

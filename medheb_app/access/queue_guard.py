@@ -21,6 +21,8 @@ import logging
 import time
 from typing import Any
 
+from medheb_app.access.limits import client_key
+
 log = logging.getLogger(__name__)
 
 MAX_JOIN_BYTES = 1 << 20  # a join carries component values and file references, never files
@@ -191,8 +193,6 @@ def fair_queue(blocks: Any, max_size: int, per_client: int, proxy_hops: int, bus
     """Wrap `blocks._queue.push` with the per-client cap and the page-load bypass (see the
     module docstring). `max_size` takes over from Gradio's own limit, which is switched off
     so that page loads can pass it."""
-    from medheb_app.access.limits import client_key
-
     queue = blocks._queue
     queue.max_size = None  # enforced here, with page loads exempt
     push = queue.push

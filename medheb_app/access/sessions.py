@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from medheb_app.store.db import utcnow
+from medheb_app.store.session_tables import WebSession
 
 if TYPE_CHECKING:
     from medheb_app.store.db import Store
@@ -83,8 +84,6 @@ class StoreSessions:
     def create(self, session_id: str, record: SessionRecord, max_age_s: float) -> None:
         from sqlalchemy import delete
 
-        from medheb_app.store.session_tables import WebSession
-
         now = utcnow()
         with self.store.session() as session:
             session.execute(delete(WebSession).where(WebSession.expires_at < now - KEEP_ENDED))
@@ -101,8 +100,6 @@ class StoreSessions:
             )
 
     def lookup(self, session_id: str, kind: str) -> SessionRecord:
-        from medheb_app.store.session_tables import WebSession
-
         with self.store.session() as session:
             row = session.get(WebSession, _hash(session_id))
             if row is None or row.kind != kind:
@@ -115,8 +112,6 @@ class StoreSessions:
 
     def end(self, session_id: str, reason: str = SIGNED_OUT) -> None:
         from sqlalchemy import update
-
-        from medheb_app.store.session_tables import WebSession
 
         with self.store.session() as session:
             session.execute(

@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from medheb_app.access.limits import client_key
+
 log = logging.getLogger(__name__)
 
 FOLDER_NAME = "medheb-uploads"
@@ -142,8 +144,6 @@ class UploadIntake:
         list), or a plain-text refusal with 413, 429, 503 or 400."""
         from fastapi.responses import JSONResponse, PlainTextResponse
         from gradio.route_utils import GradioMultiPartParser, MultiPartException
-
-        from medheb_app.access.limits import client_key
 
         cap = self.max_bytes + FORM_OVERHEAD
         too_large = f"The upload is larger than the limit of {self.max_bytes // 2**20} MB."

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from medheb_app.evidence.file_study import study_from_file
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, list_indices, load_index
 from medheb_app.search import SearchError, check_offered, search
@@ -44,6 +45,7 @@ def run_search(
     nprobe: int | None = None,
     ef_search: int | None = None,
     rerank: int | None = None,
+    include_training: bool = False,
 ) -> dict[str, Any]:
     """The CLI's `search --json` document for a text query or a read study."""
     return search(
@@ -59,6 +61,7 @@ def run_search(
         nprobe=nprobe,
         ef_search=ef_search,
         rerank=rerank,
+        include_training=include_training,
     ).to_json()
 
 
@@ -81,8 +84,6 @@ def find_build(settings: Settings, name: str, fingerprint: str | None = None) ->
 def read_upload(path: Path, settings: Settings) -> Study:
     """An uploaded file read in memory by the project's readers, within their size limit."""
     from dataclasses import replace
-
-    from medheb_app.evidence.readers import study_from_file
 
     study = study_from_file(path, max_bytes=settings.max_upload_bytes)
     study.load_pixels()

@@ -2,7 +2,8 @@
 studies (creation, invitations, analysis) and the audit log. Every action is audited.
 
 Jobs go through services.jobs with the same job functions the admin tab submits
-(services.JOB_FACTORIES); studies through medheb_app.study, as `study create/invite/analyse`.
+(services.admin_jobs.JOB_FACTORIES); studies through medheb_app.study, as `study
+create/invite/analyse`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from medheb_app.api.schemas import (
 )
 from medheb_app.api.search_routes import ERRORS
 from medheb_app.api.security import Principal, access, services_of
-from medheb_app.services import JOB_FACTORIES, Services
+from medheb_app.jobs import JobError
+from medheb_app.services import Services
+from medheb_app.services.admin_jobs import JOB_FACTORIES
+from medheb_app.services.runs import describe_for_run, run_summary
+from medheb_app.study import create_invitations, create_study, find_study, list_studies
+from medheb_app.study.analysis import summarise
+from medheb_app.study.export import votes_frame
+from medheb_app.train.recipes import get_recipe
 
 router = APIRouter(tags=["admin"], responses=ERRORS)
 Admin = Annotated[Principal, Depends(access("admin", anonymous=False))]
@@ -38,8 +46,6 @@ def _audit(services: Services, caller: Principal, action: str, route: str, what:
 
 
 def _job_state(services: Services, job_id: int) -> dict[str, Any]:
-    from medheb_app.jobs import JobError
-
     try:
         info = services.jobs.status(job_id)
     except JobError:
@@ -62,8 +68,6 @@ def start_job(body: JobRequest, request: Request, caller: Admin) -> dict[str, An
     services = services_of(request)
     params = _job_params(body)
     if body.kind == "train":
-        from medheb_app.train.recipes import get_recipe
-
         try:
             get_recipe(body.recipe)
         except (KeyError, ValueError) as error:
@@ -94,10 +98,6 @@ def cancel_job(job_id: DbId, request: Request, caller: Admin) -> dict[str, Any]:
     "/reader-studies", response_model=StudyCreated, status_code=201, summary="Create a study"
 )
 def create_reader_study(body: StudyCreate, request: Request, caller: Admin) -> dict[str, Any]:
-    from medheb_app.run_service import run_summary
-    from medheb_app.services import describe_for_run
-    from medheb_app.study import create_study, list_studies
-
     services = services_of(request)
     try:
         summary = run_summary(services, body.run)
@@ -133,8 +133,6 @@ def create_reader_study(body: StudyCreate, request: Request, caller: Admin) -> d
 
 
 def _study_id(services: Services, study_id: int) -> int:
-    from medheb_app.study import find_study
-
     try:
         return find_study(services.store, study_id).id
     except (ValueError, KeyError):
@@ -150,8 +148,6 @@ def _study_id(services: Services, study_id: int) -> int:
 def invite(
     study_id: DbId, body: InvitationRequest, request: Request, caller: Admin
 ) -> dict[str, Any]:
-    from medheb_app.study import create_invitations
-
     services = services_of(request)
     sid = _study_id(services, study_id)
     try:
@@ -182,9 +178,6 @@ def analysis(
     caller: Admin,
     min_gold_accuracy: Annotated[float | None, Query(ge=0.0, le=1.0)] = None,
 ) -> dict[str, Any]:
-    from medheb_app.study.analysis import summarise
-    from medheb_app.study.export import votes_frame
-
     services = services_of(request)
     sid = _study_id(services, study_id)
     summary = summarise(votes_frame(services.store, sid), min_gold_accuracy=min_gold_accuracy)

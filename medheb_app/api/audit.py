@@ -122,6 +122,7 @@ def to_csv(rows: list[AuditRecord]) -> str:
 
 def index_is_synthetic(settings: Settings, name: str) -> bool:
     """Whether every build of index `name` is synthetic (phantoms hold no patient)."""
+    # deferred: faiss
     from medheb_app.api.adapter import builds
 
     found = builds(settings, name)
@@ -141,6 +142,23 @@ def ui_search(services: Any, client: str, payload: dict[str, Any]) -> None:
         index=str(payload.get("index", "")),
         query=str(payload.get("query", "")),
         count=len(payload.get("results") or []),
+    )
+
+
+def ui_record(services: Any, client: str, hit: dict[str, Any]) -> None:
+    """A hit opened on the web page (its large image and report shown), logged as a record
+    read, as GET /api/v1/studies/{index}/{id} is, when the study is not synthetic."""
+    if hit.get("synthetic"):
+        return
+    record(
+        services.store,
+        who=f"anonymous:{client}",
+        channel="ui",
+        action="record",
+        route="search tab hit",
+        index=str(hit.get("index", "")),
+        query=str(hit.get("id", "")),
+        count=1,
     )
 
 

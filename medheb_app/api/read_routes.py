@@ -30,7 +30,17 @@ from medheb_app.api.schemas import (
 )
 from medheb_app.api.search_routes import ERRORS, study_links
 from medheb_app.api.security import Principal, access, services_of
+from medheb_app.eval import drilldown, reports
+from medheb_app.eval.leaderboard import cxr_leaderboard, leaderboard, task_frame
+from medheb_app.eval.metrics import bootstrap_ci
+from medheb_app.evidence.readers import read_any
+from medheb_app.index.build import FAILED_FILE
+from medheb_app.index.catalog import CATALOG_FILE
 from medheb_app.services import Services
+from medheb_app.services.runs import run_skipped, run_summary
+from medheb_app.store.runs import run_listing
+from medheb_app.study.payloads import montage, to_uint8
+from medheb_app.ui.blinding import run_is_blinded
 
 router = APIRouter(tags=["catalog and runs"])
 Catalog = Annotated[Principal, Depends(access("search", anonymous=True))]
@@ -53,6 +63,15 @@ def _source_kind(source: object) -> str:
     """'nih:/data/x' -> 'nih'; a bare kind is kept (the spec's path is the server's)."""
     text = str(source or "")
     return text.split(":", 1)[0] if ":" in text else text
+
+
+def _public_task(task: dict[str, Any]) -> dict[str, Any]:
+    """A run's task metadata without the server's paths: a data spec ('nih:/data/x', a
+    CXR-Retrieve run's gallery) is reduced to its kind, as an index's source is."""
+    return {
+        key: _source_kind(value) if key in ("source", "data") and isinstance(value, str) else value
+        for key, value in task.items()
+    }
 
 
 def _index_summary(services: Services, name: str) -> dict[str, Any]:
@@ -107,9 +126,6 @@ def indices(request: Request, caller: Catalog) -> list[dict[str, Any]]:
 
 @router.get("/indices/{name}", response_model=IndexDetail, summary="One index", responses=ERRORS)
 def index_detail(name: str, request: Request, caller: Catalog) -> dict[str, Any]:
-    from medheb_app.index.build import FAILED_FILE
-    from medheb_app.index.catalog import CATALOG_FILE
-
     services = services_of(request)
     if caller.anonymous and name not in adapter.offered(services.settings):
         raise ApiProblem("not-found", f"There is no index named {name!r} offered here.")
@@ -214,8 +230,6 @@ def study_record(index: str, study_id: str, request: Request, caller: Reader) ->
 def _png(pixels: np.ndarray, max_size: int | None) -> bytes:
     from PIL import Image
 
-    from medheb_app.study.payloads import montage, to_uint8
-
     pixels = np.asarray(pixels)
     if pixels.ndim == 3 and pixels.shape[-1] not in (3, 4):  # a volume: its slices as a grid
         pixels = montage(pixels[:: max(1, pixels.shape[0] // 16)][:16])
@@ -240,8 +254,6 @@ def study_image(
     caller: Reader,
     max_size: Annotated[int | None, Query(ge=16, le=MAX_IMAGE_SIDE)] = None,
 ) -> Response:
-    from medheb_app.evidence.readers import read_any
-
     services = services_of(request)
     row = _row(services, caller, index, study_id)
     path = row.get("path")
@@ -263,8 +275,6 @@ def study_image(
 
 
 def _summary(services: Services, run_id: int):
-    from medheb_app.run_service import run_summary
-
     try:
         return run_summary(services, run_id)
     except (KeyError, FileNotFoundError, ValueError, OSError):
@@ -272,20 +282,32 @@ def _summary(services: Services, run_id: int):
 
 
 def _blinded(services: Services, summary: Any) -> bool:
-    from medheb_app.ui.blinding import run_is_blinded
-
     return run_is_blinded(services, getattr(summary, "out_dir", None))
+
+
+def _cxr_negation_ci(summary: Any, model: str) -> tuple[float, float]:
+    """The 95% bootstrap CI (percent) of a model's negation P@5 over the negation queries, by
+    the computation the explorer's "negation P@5 95% CI" column rounds (eval/cxr_tables.py)."""
+    report = summary.cxr_report(model)
+    values = [
+        q[f"metrics_{report.setting}"]["P@5"] for q in report.queries if q["kind"] == "negation"
+    ]
+    _, low, high = bootstrap_ci(values)
+    return round(100 * low, 2), round(100 * high, 2)
 
 
 def leaderboard_rows(summary: Any) -> list[dict[str, Any]]:
     """The explorer's leaderboard of a run (eval/leaderboard.py) as JSON rows: per model the
     task-macro Hit@1, MRR@5, Hit@5 with the 95% bootstrap CI of Hit@1 (MedHEB), or P@k per
-    regime with the negation P@5 CI (CXR-Retrieve)."""
-    from medheb_app.eval import reports
-    from medheb_app.eval.leaderboard import cxr_leaderboard, leaderboard, task_frame
-
+    regime with the negation P@5 CI, as the explorer's text and as numbers (CXR-Retrieve)."""
     if summary.kind == "cxr-retrieve":
         board = cxr_leaderboard(summary)
+        lows, highs = [], []
+        for name in board["model"]:  # the CI as numbers too (the explorer shows "[a, b]")
+            low, high = _cxr_negation_ci(summary, name)
+            lows.append(low)
+            highs.append(high)
+        board["negation P@5_ci_low"], board["negation P@5_ci_high"] = lows, highs
     else:
         frame = task_frame(summary)
         board = leaderboard(frame)
@@ -305,8 +327,6 @@ def runs(
     caller: Reader,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> list[dict[str, Any]]:
-    from medheb_app.store.runs import run_listing
-
     services = services_of(request)
     return [
         {key: row[key] for key in ("id", "suite", "models", "status")}
@@ -318,8 +338,6 @@ def runs(
 @router.get("/runs/{run_id}", response_model=RunDetail, summary="A run's summary", responses=ERRORS)
 def run_detail(run_id: DbId, request: Request, caller: Reader) -> dict[str, Any]:
     from dataclasses import asdict
-
-    from medheb_app.run_service import run_skipped
 
     services = services_of(request)
     summary = _summary(services, run_id)
@@ -338,7 +356,7 @@ def run_detail(run_id: DbId, request: Request, caller: Reader) -> dict[str, Any]
         "blinded": _blinded(services, summary),
         "models": models,
         "leaderboard": leaderboard_rows(summary),
-        "tasks": summary.tasks,
+        "tasks": [_public_task(task) for task in summary.tasks],
         "skipped": run_skipped(services, summary, is_admin=False),
     }
 
@@ -359,8 +377,6 @@ def run_queries(
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> dict[str, Any]:
-    from medheb_app.eval import drilldown
-
     services = services_of(request)
     summary = _summary(services, run_id)
     if not caller.admin and _blinded(services, summary):

@@ -46,6 +46,11 @@ class SearchRequest(Strict):
     nprobe: int | None = Field(None, ge=1, le=65536, description="IVF cells searched.")
     ef_search: int | None = Field(None, ge=1, le=65536, description="HNSW search breadth.")
     rerank: int | None = Field(None, ge=0, le=1024, description="IVF-PQ exact re-rank factor.")
+    include_training: bool = Field(
+        False,
+        description="Logic ranking: also rank the studies the index's finding probes were fit "
+        "on (left out by default; marked, scored out of fold). Search tokens only.",
+    )
 
 
 class Constraints(BaseModel):
@@ -72,7 +77,14 @@ class Hit(BaseModel):
     synthetic: bool
     modality: str = ""
     split: str | None = None
-    is_training_study: bool = Field(description="The study is in the index's training split.")
+    is_training_study: bool = Field(
+        description="The index's finding probes were fit on this study's labels."
+    )
+    p_fit: Literal["held-out", "out-of-fold", "in-sample"] | None = Field(
+        None,
+        description="Logic ranking: how p was obtained (a probe that never saw the study, "
+        "the cross-fitted probe that left it out, or in-sample: optimistic).",
+    )
     links: HitLinks
 
 

@@ -8,8 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from medheb_app.api.audit import events, to_csv
 from medheb_app.cli import UserError, add_json_flag
 from medheb_app.settings import Settings
+from medheb_app.store.db import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,9 +38,6 @@ def parse_since(text: str | None) -> datetime | None:
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
-    from medheb_app.api.audit import events, to_csv
-    from medheb_app.store.db import Store
-
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     rows = events(Store.open(settings.database_url), parse_since(args.since))
     payload = {"since": args.since, "events": [row.to_dict() for row in rows]}

@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
+from medheb_app.eval.estimate import estimate_run, rates_from_store
+from medheb_app.eval.reports import render_report
+from medheb_app.eval.results import Summary
 from medheb_app.settings import Settings
+from medheb_app.tasks.base import FAMILIES, known_sizes
 
 DEFAULT_SUITE = "medheb-lite"
 
@@ -95,6 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _suite(name: str, args: argparse.Namespace | None = None):
     """The suite a name means; cxr-retrieve takes its gallery and setting from `args`."""
+    # deferred: pandas
     from medheb_app.tasks.cxr_retrieve import SUITE_NAME, CxrRetrieveSuite
     from medheb_app.tasks.medheb import get_suite
 
@@ -115,8 +120,6 @@ def _suite(name: str, args: argparse.Namespace | None = None):
 
 def _selected_tasks(suite, args: argparse.Namespace) -> list[str] | None:
     """--task names plus every task of each --family (None: the whole suite)."""
-    from medheb_app.tasks.base import FAMILIES
-
     wanted = list(args.task or [])
     for family in args.family or []:
         if family not in FAMILIES:
@@ -133,8 +136,6 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
     run would, for its form, query and candidate counts, and the tasks that would be skipped."""
     suite = _suite(args.suite)
     if not getattr(args, "build", False) and getattr(suite, "specs", None):
-        from medheb_app.tasks.base import known_sizes
-
         sizes = known_sizes(settings)
         unknown = {"form": None, "n_queries": None, "n_candidates": None}
         rows = [
@@ -200,7 +201,7 @@ def _print_log(line: str) -> None:
 
 
 def run_bench(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.eval.reports import render_report
+    # deferred: pandas
     from medheb_app.eval.runner import run_suite
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
@@ -242,7 +243,7 @@ def run_estimate(
     calibrate: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """`bench run --estimate`: the run's cost from the embedding cache's state, run nothing."""
-    from medheb_app.eval.estimate import estimate_run, rates_from_store
+    # deferred: sqlalchemy
     from medheb_app.store.db import Store
 
     rates = rates_from_store(Store.open(settings.database_url), models)
@@ -254,9 +255,6 @@ def run_estimate(
 
 
 def run_report(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.eval.reports import render_report
-    from medheb_app.eval.results import Summary
-
     summary = Summary.from_disk(Path(args.out))
     text = render_report(summary)
     (Path(args.out) / "report.md").write_text(text)

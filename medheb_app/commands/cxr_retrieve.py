@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
+from medheb_app.ranking.views import DEFAULT_VIEWS, VIEW_SETS
 from medheb_app.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from medheb_app.ranking.views import DEFAULT_VIEWS, VIEW_SETS
-
     parser = subparsers.add_parser(
         "cxr-retrieve",
         help="compositional chest X-ray retrieval benchmark (145 queries)",
@@ -54,6 +53,7 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
     """A thin front over the runner's cxr-retrieve suite: same evaluation, printed as the
     paper's tables, the reports written to one JSON file (`load_cxr_reports` reads it back).
     Not recorded in the store; `bench run --suite cxr-retrieve` is the stored, browsable run."""
+    # deferred: pandas
     from medheb_app.eval.cxr_tables import render_tables
     from medheb_app.eval.runner import run_suite
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite

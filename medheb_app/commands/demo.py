@@ -49,6 +49,7 @@ class _StderrProgress:
 
 
 def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    # deferred: faiss, pandas
     from medheb_app.demo import ensure_demo
 
     if args.n is not None and args.n < 10:

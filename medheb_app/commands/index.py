@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
+from medheb_app.evidence.findings import Vocabulary
 from medheb_app.settings import Settings
 
 KINDS = ("auto", "exact", "ivf", "hnsw", "ivfpq")
@@ -83,7 +84,7 @@ class _Progress:
 
 
 def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.evidence.findings import Vocabulary
+    # deferred: faiss, pandas
     from medheb_app.index.build import build_from_source
     from medheb_app.index.sources import describe_vocabulary
     from medheb_app.serving import build_default_model
@@ -124,6 +125,7 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[dict[str, Any]]]:
+    # deferred: faiss
     from medheb_app.index.catalog import list_indices
 
     entries = list_indices(settings)
@@ -144,7 +146,7 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[di
 def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     from pathlib import Path
 
-    from medheb_app.evidence.findings import Vocabulary
+    # deferred: faiss, pandas
     from medheb_app.index.build import FAILED_FILE
     from medheb_app.index.catalog import CATALOG_FILE, IndexNotFoundError, list_indices
     from medheb_app.index.sources import describe_vocabulary
@@ -180,6 +182,7 @@ def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
 
 
 def run_remove(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    # deferred: faiss
     from medheb_app.index.catalog import remove_index
 
     models = remove_index(args.name, settings)

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
-from medheb_app.search import RANKINGS
+from medheb_app.search import RANKINGS, search
 from medheb_app.settings import Settings
 
 
@@ -61,13 +61,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="IVF-PQ: re-score a k * RERANK shortlist exactly (0: PQ scores only; default: "
         "recorded with the index)",
     )  # fmt: skip
+    parser.add_argument(
+        "--include-training",
+        action="store_true",
+        help="logic ranking: also rank the studies the index's finding probes were fit on "
+        "(left out by default: scored with their own labels they look better than they are; "
+        "included, they are marked and scored out of fold)",
+    )
     add_json_flag(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.search import search
-
     if args.k < 1:
         raise UserError(f"--k must be at least 1; got {args.k}.")
     response = search(
@@ -82,6 +87,7 @@ def run(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, An
         nprobe=args.nprobe,
         ef_search=args.ef_search,
         rerank=args.rerank,
+        include_training=args.include_training,
     )
     payload = response.to_json()
     return format_response(payload), payload
@@ -95,6 +101,21 @@ RANKING_NOTES = {
 
 def _mark(satisfied: bool | None) -> str:
     return {True: "yes", False: "NO", None: "-"}[satisfied]
+
+
+TRAINING_MARKS = {
+    "held-out": "no",
+    "out-of-fold": "yes, p out of fold",
+    "in-sample": "YES, p IN-SAMPLE",
+}
+
+
+def _training(hit: dict[str, Any]) -> str:
+    """The hit's training mark: whether the index's probes were fit on its labels and, for a
+    logic-aware score, whether its p comes from a probe that did not see it."""
+    if hit.get("p_fit"):
+        return TRAINING_MARKS[hit["p_fit"]]
+    return "yes" if hit.get("training") else "no"
 
 
 def format_response(payload: dict[str, Any]) -> str:
@@ -123,15 +144,27 @@ def format_response(payload: dict[str, Any]) -> str:
     lines.extend(f"Warning: {warning}" for warning in payload["warnings"])
     lines.append("")
     id_width = max([len(hit["id"]) for hit in payload["results"]] + [2])
-    lines.append(f"{'#':>3}  {'id':<{id_width}}  {'score':>7}  {'meets':<5}  positive findings")
-    for hit in payload["results"]:
+    marks = [_training(hit) for hit in payload["results"]]
+    mark_width = max([len(mark) for mark in marks] + [8])
+    lines.append(
+        f"{'#':>3}  {'id':<{id_width}}  {'score':>7}  {'meets':<5}  {'training':<{mark_width}}  "
+        "positive findings"
+    )
+    for hit, mark in zip(payload["results"], marks, strict=True):
         positives = [name for name, value in hit["findings"].items() if value == 1]
         broken = "".join(
             f"  [{name}: {why}]" for name, why in sorted(hit.get("violations", {}).items())
         )
         lines.append(
             f"{hit['rank']:>3}  {hit['id']:<{id_width}}  {hit['score']:>7.4f}  "
-            f"{_mark(hit['satisfies']):<5}  {', '.join(positives) or '(none)'}{broken}"
+            f"{_mark(hit['satisfies']):<5}  {mark:<{mark_width}}  "
+            f"{', '.join(positives) or '(none)'}{broken}"
+        )
+    if any(hit.get("training") for hit in payload["results"]):
+        lines.append(
+            "\ntraining = yes: the index's finding probes were fit on this study's labels "
+            "(a logic-aware score then comes from the cross-fitted probe that left it out, or "
+            "says IN-SAMPLE)."
         )
     if any(hit["synthetic"] for hit in payload["results"]):
         lines.append("\nResults marked synthetic come from the generated phantom corpus.")

@@ -9,6 +9,19 @@ from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
 from medheb_app.settings import Settings
+from medheb_app.store.db import Store
+from medheb_app.study import (
+    close_study,
+    create_invitations,
+    create_study,
+    find_study,
+    list_invitations,
+    list_studies,
+    revoke_invitation,
+)
+from medheb_app.study.items import item_counts
+from medheb_app.study.payloads import Renderer, describe_with_tasks
+from medheb_app.study.sizing import creation_note, pilot_estimates, plan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -185,15 +198,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _store(settings: Settings):
-    from medheb_app.store.db import Store
-
     return Store.open(settings.database_url)
 
 
 def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.study import create_study, list_studies
-    from medheb_app.study.items import item_counts
-
     if args.n < 1:
         raise UserError(f"--n must be at least 1; got {args.n}.")
     store = _store(settings)
@@ -226,7 +234,6 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         human += "".join(
             f"\n  {w['task']} {w['query_id']}: {w['reason']}" for w in created.withheld[:20]
         )
-    from medheb_app.study.sizing import creation_note
 
     human += "\n" + creation_note(created.n_items, args.raters)
     if args.open_enrolment:
@@ -247,8 +254,6 @@ def _describer(kind: str, run_dir: str, settings: Settings):
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from medheb_app.study.payloads import Renderer, describe_with_tasks
-
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
     media_dir = settings.data_dir / "study-media" / stamp
     summary_path = Path(run_dir) / "summary.json"
@@ -256,6 +261,7 @@ def _describer(kind: str, run_dir: str, settings: Settings):
         return Renderer(media_dir)
     if not summary_path.is_file():
         raise UserError(f"{summary_path} not found; --payloads tasks needs a `bench run` folder.")
+    # deferred: pandas
     from medheb_app.tasks.medheb import get_suite
 
     summary = json.loads(summary_path.read_text())
@@ -282,9 +288,6 @@ def _describer(kind: str, run_dir: str, settings: Settings):
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.study import list_studies
-    from medheb_app.study.items import item_counts
-
     studies = list_studies(_store(settings))
     lines = [
         f"{s['id']:>3}  {s['name']}  '{s['public_title']}'  "
@@ -301,6 +304,7 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    # deferred: pandas
     from medheb_app.study.export import export_csv, export_mrmc
 
     if args.format == "mrmc":
@@ -312,8 +316,6 @@ def run_export(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
 
 
 def run_invite(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.study import create_invitations, find_study
-
     store = _store(settings)
     study = find_study(store, args.study)
     issued = create_invitations(store, study.id, args.n, args.label)
@@ -335,8 +337,6 @@ def run_invite(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
 
 
 def run_invitations(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.study import find_study, list_invitations
-
     store = _store(settings)
     study = find_study(store, args.study)
     rows = list_invitations(store, study.id)
@@ -362,8 +362,6 @@ def run_invitations(args: argparse.Namespace, settings: Settings) -> tuple[str, 
 
 
 def run_revoke(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.study import revoke_invitation
-
     info = revoke_invitation(_store(settings), args.invitation)
     who = f" (rater {info.rater_id}, {info.display_name})" if info.rater_id else ""
     human = f"Revoked invitation {info.id}{who}; their votes so far are kept."
@@ -371,8 +369,6 @@ def run_revoke(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
 
 
 def run_close(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.study import close_study, find_study
-
     store = _store(settings)
     study = find_study(store, args.study)
     close_study(store, study.id, closed=not args.reopen)
@@ -381,6 +377,7 @@ def run_close(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
 
 
 def run_analyse(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    # deferred: pandas, plotly
     from medheb_app.study.analysis import summarise
     from medheb_app.study.export import votes_frame
 
@@ -392,7 +389,7 @@ def run_analyse(args: argparse.Namespace, settings: Settings) -> tuple[str, dict
         )
     if args.margin is not None and not 0 < args.margin < 1:
         raise UserError(f"--margin must be between 0 and 1; got {args.margin}.")
-    from medheb_app.study import find_study
+    # deferred: pandas
     from medheb_app.study.quality import confirmed_exclusions
 
     store = _store(settings)
@@ -553,12 +550,11 @@ def mrmc_lines(pairs: list[dict[str, Any]]) -> list[str]:
 
 
 def run_plan(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.study.sizing import pilot_estimates, plan
-
     preference, raters = args.preference, args.raters
     icc_query, icc_rater, source = args.icc_query, args.icc_rater, None
     pilot = None
     if args.pilot is not None:
+        # deferred: pandas, plotly
         from medheb_app.study.analysis import model_votes
         from medheb_app.study.export import votes_frame
 
@@ -615,7 +611,7 @@ def quality_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def run_exclude(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.study import find_study
+    # deferred: pandas
     from medheb_app.study.quality import exclusion_log, record_exclusion
 
     store = _store(settings)

@@ -7,9 +7,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from medheb_app.api.audit import record
+from medheb_app.api.tokens import TokenError, create_token, list_tokens, revoke_token
 from medheb_app.cli import UserError, add_json_flag
 from medheb_app.settings import Settings
 from medheb_app.store.api_tables import TOKEN_SCOPES
+from medheb_app.store.db import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,21 +41,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _store(settings: Settings):
-    from medheb_app.store.db import Store
-
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     return Store.open(settings.database_url)
 
 
 def _audit(settings: Settings, action: str, what: str) -> None:
-    from medheb_app.api.audit import record
-
     record(_store(settings), who="cli", channel="cli", action=action, query=what)
 
 
 def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.api.tokens import TokenError, create_token
-
     days = None if args.never_expires else args.days
     try:
         secret, info = create_token(_store(settings), args.scope, days, args.name, "cli")
@@ -68,8 +65,6 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[dict[str, Any]]]:
-    from medheb_app.api.tokens import list_tokens
-
     tokens = [info.to_dict() for info in list_tokens(_store(settings))]
     if not tokens:
         return "No token has been issued.", tokens
@@ -84,8 +79,6 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[di
 
 
 def run_revoke(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from medheb_app.api.tokens import TokenError, revoke_token
-
     try:
         info = revoke_token(_store(settings), args.id)
     except TokenError as error:

@@ -16,6 +16,7 @@ from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
 from medheb_app.settings import Settings
+from medheb_app.train.ablations import add_ablation_arguments, run_ablations
 from medheb_app.train.config import add_config_arguments, config_from_sources
 from medheb_app.train.contrastive import Progress, TrainResult
 from medheb_app.train.recipes import RECIPES, Recipe
@@ -84,8 +85,6 @@ def _summary(result: TrainResult, spec: str) -> tuple[str, dict]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from medheb_app.train.ablations import add_ablation_arguments, run_ablations
-
     parser = subparsers.add_parser(
         "train", help="train dual-lite checkpoints", description="Train dual-lite checkpoints."
     )

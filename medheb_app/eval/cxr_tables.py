@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from medheb_app.eval.metrics import bootstrap_ci
 from medheb_app.eval.results import CxrRetrieveReport
 from medheb_app.tasks.cxr_retrieve import KINDS
 
@@ -176,8 +177,6 @@ def finding_rows(report: CxrRetrieveReport) -> list[dict[str, Any]]:
 def leaderboard_rows(reports: Sequence[CxrRetrieveReport]) -> list[dict[str, Any]]:
     """Per model: P@1 / P@5 per regime and negation HNRR@5 (chosen setting, percent), with a
     95% bootstrap CI over the negation queries' P@5."""
-    from medheb_app.eval.metrics import bootstrap_ci
-
     rows = []
     for report in reports:
         row: dict[str, Any] = {"model": report.model}

@@ -27,6 +27,13 @@ from typing import Any
 
 from medheb_app.eval.rankers import content_key, item_kind, unread_forms
 from medheb_app.eval.results import Summary
+from medheb_app.index.cache import EmbeddingCache, cache_key
+from medheb_app.models import registry
+from medheb_app.models.baselines import BASELINES
+from medheb_app.models.registry import list_models
+from medheb_app.ranking.logic_aware import probe_file
+from medheb_app.ranking.probes import ProbeConfig
+from medheb_app.ranking.views import VIEW_SETS, crop_key
 from medheb_app.settings import Settings
 
 # at the top of what was measured on a shared 2-core CPU machine, model load included:
@@ -34,7 +41,6 @@ from medheb_app.settings import Settings
 # 145 texts, logic:dual-lite 0.30 s/item on 2,503 images and crops (cxr-retrieve, phantom)
 DEFAULT_SECONDS_PER_ITEM = 0.3
 READ_SECONDS_PER_ITEM = 0.0005  # reading one cached vector (progress weights only)
-BASELINES = ("oracle", "random")  # baselines: they embed nothing, in every suite
 KINDS = ("text", "image", "volume", "crop")
 # how far a rate may be off, by where it comes from: (low, high) multipliers of the estimate,
 # from estimate vs actual on this machine (BENCHMARKS.md, "Estimates")
@@ -221,6 +227,7 @@ def measured_rate(
 
 def run_history(store: Any, limit: int = 30) -> list[tuple[int | None, Summary]]:
     """The newest finished runs (id, Summary), newest first; unreadable folders are passed."""
+    # deferred: psutil, sqlalchemy
     from medheb_app.store.runs import run_listing
 
     history = []
@@ -252,8 +259,6 @@ def rates_from_store(store: Any, specs: Sequence[str]) -> dict[str, Rate]:
 
 def model_cards(settings: Settings) -> dict[str, dict[str, Any]]:
     """spec -> registry card (dict) for every listed model; loads no weights."""
-    from medheb_app.models.registry import list_models
-
     return {
         str(entry["spec"]): entry["card"]
         for entry in list_models(settings)
@@ -284,8 +289,6 @@ class CacheView:
 def medheb_keys(task: Any) -> dict[str, list[str]]:
     """kind -> the distinct cache keys an embedding ranker writes for a task: candidates
     plain, queries with the task instruction (eval/rankers.py EmbeddingRanker)."""
-    from medheb_app.index.cache import cache_key
-
     keys: dict[str, list[str]] = {}
     for entry in task.candidates:
         keys.setdefault(item_kind(entry.item), []).append(cache_key(content_key(entry)))
@@ -330,8 +333,8 @@ def estimate_medheb(
 
 def image_keys(studies: Sequence[Any], views: str | None) -> list[str]:
     """Cache keys of the studies' whole images, plus each crop of the view set when given."""
+    # deferred: faiss
     from medheb_app.index.catalog import study_content_key
-    from medheb_app.ranking.views import VIEW_SETS, crop_key
 
     geometry = VIEW_SETS[views] if views else ()
     keys: list[str] = []
@@ -359,9 +362,7 @@ def estimate_cxr(
     """Per model of a CXR-Retrieve run, its stages in the order they run: (logic: models
     whose probe is not fit yet) the train images and their crops, then the gallery images
     (with crops for logic:), then the 145 queries."""
-    from medheb_app.index.cache import cache_key
-    from medheb_app.ranking.logic_aware import probe_file
-    from medheb_app.ranking.probes import ProbeConfig
+    # deferred: pandas
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
 
     task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)
@@ -427,9 +428,7 @@ def calibrate_rates(
     import time
 
     if load is None:
-        from medheb_app.models.registry import load_embedder
-
-        load = load_embedder
+        load = registry.load_embedder
     out = dict(rates)
     for spec in specs:
         base = spec.removeprefix(LOGIC_PREFIX)
@@ -458,7 +457,7 @@ def estimate_run(
 ) -> Estimate:
     """Build the run's tasks (or gallery) as the run would and estimate it; runs nothing.
     `calibrate` times models never measured on a few items of each kind (calibrate_rates)."""
-    from medheb_app.index.cache import EmbeddingCache
+    # deferred: pandas
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
     specs = list(dict.fromkeys(spec.strip() for spec in specs))
@@ -468,6 +467,7 @@ def estimate_run(
     if isinstance(suite, CxrRetrieveSuite):
         gallery, train = suite.build(settings)
         if calibrate:
+            # deferred: pandas
             from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
 
             task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from medheb_app.eval import reports
+from medheb_app.eval.cxr_tables import finding_table_rows, leaderboard_rows
 from medheb_app.eval.results import Summary
 
 METRICS = ("hit@1", "mrr@5", "hit@5")
@@ -79,15 +80,11 @@ def leaderboard_with_ci(summary: Summary, frame: pd.DataFrame) -> pd.DataFrame:
 
 def cxr_leaderboard(summary: Summary) -> pd.DataFrame:
     """A CXR-Retrieve run's models: P@1 / P@5 per regime, HNRR@5, negation P@5 CI."""
-    from medheb_app.eval.cxr_tables import leaderboard_rows
-
     return pd.DataFrame(leaderboard_rows([summary.cxr_report(m) for m in summary.models]))
 
 
 def cxr_finding_table(summary: Summary) -> list[dict[str, Any]]:
     """The per-finding table of a CXR-Retrieve run (every model)."""
-    from medheb_app.eval.cxr_tables import finding_table_rows
-
     return finding_table_rows([summary.cxr_report(m) for m in summary.models])
 
 

@@ -19,6 +19,7 @@ from medheb_app.eval import metrics
 from medheb_app.eval.rankers import Progress, Ranker
 from medheb_app.eval.results import ModelSummary, TaskRun
 from medheb_app.evidence.study import EmbedItem, Evidence, Study
+from medheb_app.study.payloads import locate
 from medheb_app.tasks.base import FAMILIES, Task
 
 TOP_K = 10
@@ -88,7 +89,6 @@ def add_region_boxes(
             wholes.setdefault(base, np.asarray(query.item.image))
     if not wholes:
         return
-    from medheb_app.study.payloads import locate
 
     crops = {c.id: c.item for c in task.candidates}
 

@@ -36,8 +36,11 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from medheb_app.evidence.study import EmbedItem, Study
+from medheb_app.evidence.study import EmbedItem, Evidence, Study
+from medheb_app.index.cache import EmbeddingCache, embed_with_cache
+from medheb_app.models import registry
 from medheb_app.models.base import ModelCard, l2_normalise
+from medheb_app.ranking.specs import logic_ranker
 from medheb_app.settings import Settings
 
 Progress = Callable[[float, str], None]
@@ -152,6 +155,7 @@ def content_key(entry: Entry) -> str:
     hash, else the entry's id (the same pixels or words are embedded once across tasks)."""
     item = entry.item
     if isinstance(item, Study):
+        # deferred: faiss
         from medheb_app.index.catalog import study_content_key
 
         return study_content_key(item)
@@ -205,8 +209,6 @@ class EmbeddingRanker:
     ) -> np.ndarray:
         import time
 
-        from medheb_app.index.cache import embed_with_cache
-
         kind = item_kind(entries[0].item) if len(entries) else "text"
         fingerprint = self.card.fingerprint
         before = self.cache.count(fingerprint) if self.cache is not None else 0
@@ -258,9 +260,6 @@ def load_ranker(
     label-vector embedder. Any other spec goes through the model registry. `progress`
     follows a logic: ranker's probe fit (the only loading that embeds).
     """
-    from medheb_app.index.cache import EmbeddingCache
-    from medheb_app.models.registry import load_embedder
-
     spec = spec.strip()
     if relevance == "judgements":
         if spec == "oracle":
@@ -269,19 +268,15 @@ def load_ranker(
             return RandomRanker(seed)
     cache = cache if cache is not None else EmbeddingCache(settings.cache_dir)
     if relevance == "constraints" and spec.startswith("logic:"):
-        from medheb_app.ranking.specs import logic_ranker
-
         if train_studies is None:
             raise ValueError(f"{spec} fits probes on train studies; none were given.")
         return logic_ranker(spec, settings, train_studies, cache, probe_config, progress)
     note = LABEL_ORACLE_NOTE if spec == "oracle" else ""
-    return EmbeddingRanker(spec, load_embedder(spec, settings), cache, note=note)
+    return EmbeddingRanker(spec, registry.load_embedder(spec, settings), cache, note=note)
 
 
 def item_forms(item: EmbedItem) -> set[str]:
     """The evidence forms a model must read to embed `item`."""
-    from medheb_app.evidence.study import Evidence
-
     if isinstance(item, str):
         return {"text"}
     if isinstance(item, Evidence):

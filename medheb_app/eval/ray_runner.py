@@ -28,12 +28,17 @@ from typing import Any
 
 import numpy as np
 
+from medheb_app.cancellation import Cancelled
 from medheb_app.eval.rankers import Progress, Ranker, load_ranker, unread_forms
+from medheb_app.index.cache import EmbeddingCache
+from medheb_app.index.ray_engine import connect
 from medheb_app.models.base import ModelCard
+from medheb_app.models.baselines import BASELINES
+from medheb_app.ranking.probes import ProbeConfig
 from medheb_app.settings import Settings
+from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
 
 POLL_S = 0.5  # how often a waiting driver looks at `stop`
-BASELINES = ("random", "oracle")
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,6 @@ def score_cxr_model(
 ) -> Scored:
     """Ray task body: one model (loaded in this worker, logic: probes fit here) scores the
     145 CXR-Retrieve queries over the gallery."""
-    from medheb_app.index.cache import EmbeddingCache
-    from medheb_app.ranking.probes import ProbeConfig
-    from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
-
     ranker = (
         load_ranker(
             model,
@@ -141,8 +142,6 @@ class RayPool:
         cancelled, and a cluster started here is stopped."""
         import ray
 
-        from medheb_app.index.ray_engine import connect
-
         started_here = connect(address)
         pool = cls(settings, stop)
         try:
@@ -199,7 +198,7 @@ class RayPool:
 
         while not ray.wait([ref], timeout=POLL_S)[0]:
             if self.stop is not None and self.stop.is_set():
-                raise InterruptedError("Benchmark run was cancelled.")
+                raise Cancelled("Benchmark run was cancelled.")
         try:
             return ray.get(ref)
         except RayTaskError as error:

@@ -14,6 +14,7 @@ import numpy as np
 
 from medheb_app.eval import metrics
 from medheb_app.eval.results import Summary
+from medheb_app.models.baselines import BASELINES
 from medheb_app.tasks.base import ESTABLISHED_FAMILIES, FAMILIES, UNDEREXPLORED_FAMILIES
 
 SPLITS: tuple[str, ...] = ("ID", "held-out-source", "all")
@@ -26,7 +27,6 @@ DIFFICULTY_BUCKETS: tuple[tuple[str, float, float], ...] = (
     ("Tractable", 30.0, float("inf")),
 )
 NOT_MODELS = ("oracle",)
-BASELINES = ("random", "oracle")
 DASH = "–"
 
 
@@ -258,6 +258,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 def render_cxr_report(summary: Summary) -> str:
     """A cxr-retrieve run as markdown: provenance, then the tables `cxr-retrieve eval` prints,
     read from the run's per-model report files."""
+    # deferred: pandas
     from medheb_app.eval.cxr_tables import render_tables
 
     reports = [summary.cxr_report(model) for model in summary.models]

@@ -22,21 +22,35 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from medheb_app.eval.estimate import new_vectors_key
+from medheb_app.cancellation import Cancelled
+from medheb_app.eval.cxr_retrieve import cxr_model_summary, evaluate
+from medheb_app.eval.estimate import (
+    estimate_cxr,
+    estimate_medheb,
+    model_cards,
+    new_vectors_key,
+    rates_from_store,
+)
 from medheb_app.eval.medheb_scoring import (  # re-exported: the runner's public API
     evaluate_task,
     instruction_for,
     rank,
     summarise_model,
 )
+from medheb_app.eval.progress import WorkProgress
 from medheb_app.eval.rankers import Progress, Ranker, load_ranker, unread_forms
+from medheb_app.eval.ray_runner import RayPool
+from medheb_app.eval.reports import render_report
 from medheb_app.eval.results import ModelSummary, Summary, TaskRun, model_dirname, now_iso
 from medheb_app.index.cache import EmbeddingCache
+from medheb_app.models.device import resolve_device
+from medheb_app.ranking.probes import ProbeConfig
 from medheb_app.settings import Settings
+from medheb_app.store import runs as run_table
+from medheb_app.store.db import Store
 from medheb_app.tasks.base import Suite, Task
 from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
-BASELINE_SPECS = ("random", "oracle")
 ENGINES = ("local", "ray")
 
 
@@ -66,35 +80,27 @@ class RunRecord:
 
     def start(self, suite: str, specs: list[str], out_dir: Path, settings: dict) -> None:
         """The tasks are built: note how long that took and open the run's store row."""
-        from medheb_app.store import runs as run_table
-
         self.build_s = time.perf_counter() - self.clock
         if self.record:
-            from medheb_app.store.db import Store
-
             self.store = Store.open(self.settings.database_url)
             self.run_id = run_table.start_run(self.store, suite, specs, str(out_dir), settings)
 
     def add(self, **values: Any) -> None:
-        from medheb_app.store import runs as run_table
-
         if self.store is not None and self.run_id is not None:
             run_table.add_task_result(self.store, self.run_id, **values)
 
     def finish(self, error: BaseException | None = None) -> None:
-        from medheb_app.store import runs as run_table
-
         if self.store is None or self.run_id is None:
             return
         if error is None:
             run_table.finish_run(self.store, self.run_id, "finished")
         else:
-            status = "cancelled" if isinstance(error, InterruptedError) else "failed"
+            status = "cancelled" if isinstance(error, Cancelled) else "failed"
             run_table.finish_run(self.store, self.run_id, status, error=str(error))
 
     @contextmanager
     def guard(self) -> Iterator[None]:
-        """Mark the run cancelled (InterruptedError) or failed when the block raises; re-raise."""
+        """Mark the run cancelled (Cancelled) or failed when the block raises; re-raise."""
         try:
             yield
         except BaseException as error:
@@ -169,14 +175,13 @@ def run_suite(
 
     `models` are spec strings (see eval.rankers.load_ranker) or ready Ranker objects.
     Runs are recorded in the SQL store (`record`). Cancelling through `stop` raises
-    InterruptedError after marking the run cancelled; finished task files stay on disk.
+    Cancelled (medheb_app.cancellation) after marking the run cancelled; finished task files
+    stay on disk.
     `log` gets one line per task (what was scored, its main score, or why it was skipped).
     `engine` "ray" scores every task x model pair (every model, for cxr-retrieve) at once as
     Ray tasks on the cluster at `ray_address` ("auto", host:port; a local one is started and
     stopped when None); this process ranks, writes the same files and store rows.
     """
-    from medheb_app.eval.reports import render_report
-
     if engine not in ENGINES:
         raise ValueError(f"Unknown engine {engine!r}; use {' or '.join(ENGINES)}.")
     if ray_address and engine != "ray":
@@ -190,8 +195,6 @@ def run_suite(
     ctx = RunContext(specs, out_dir, settings, report, note, stop, only, record)
     runner = _run_cxr_retrieve if isinstance(suite, CxrRetrieveSuite) else _run_medheb
     if engine == "ray":
-        from medheb_app.eval.ray_runner import RayPool
-
         with RayPool.connect(ray_address, settings, stop) as pool:
             summary = runner(suite, models, replace(ctx, pool=pool))
         # its per-model seconds are waits on units that ran side by side, not a model's rate
@@ -214,7 +217,7 @@ def _run_medheb(
 
         def building(name: str, i: int, n: int) -> None:
             if stop is not None and stop.is_set():
-                cancelled = InterruptedError(f"cancelled while building tasks ({i} of {n})")
+                cancelled = Cancelled(f"cancelled while building tasks ({i} of {n})")
                 recorder.start(suite_name, ctx.specs, out_dir, run_settings(settings))
                 recorder.finish(cancelled)  # the run's row says it was cancelled, and when
                 raise cancelled
@@ -242,7 +245,7 @@ def _run_medheb(
             runs: list[TaskRun] = []
             for t, task in enumerate(tasks):
                 if stop is not None and stop.is_set():
-                    raise InterruptedError("Benchmark run was cancelled.")
+                    raise Cancelled("Benchmark run was cancelled.")
                 stage = m * len(tasks) + t
                 meter.at(stage, 0.0, f"{spec}: {task.name}")
                 missing = unread_forms(task, ranker.card.modalities)
@@ -297,9 +300,6 @@ def _medheb_meter(
     """Progress weighted by the run's own estimate: one stage per (model, task), its weight
     the seconds the estimate gives it (per input kind, baselines zero), so a baseline that
     takes a second no longer fills half the bar."""
-    from medheb_app.eval.estimate import estimate_medheb, model_cards, rates_from_store
-    from medheb_app.eval.progress import WorkProgress
-
     rates = rates_from_store(recorder.store, specs) if recorder.store is not None else {}
     plan = estimate_medheb(suite_name, tasks, specs, model_cards(settings), cache, rates)
     work: dict[tuple[str, str], float] = {}
@@ -315,8 +315,6 @@ def task_work(task: Any) -> int:
 
 def run_settings(settings: Settings) -> dict[str, Any]:
     """What of the settings a run's numbers depend on (kept in summary.json and the store)."""
-    from medheb_app.models.device import resolve_device
-
     return {
         "data_dir": str(settings.data_dir),
         "device": resolve_device(settings.device),  # what "auto" became on this machine
@@ -328,10 +326,6 @@ def _run_cxr_retrieve(
     suite: CxrRetrieveSuite, models: Sequence[str | Ranker], ctx: RunContext
 ) -> Summary:
     out_dir, settings, report, note, stop, record = ctx.unpack()
-    from medheb_app.eval.cxr_retrieve import cxr_model_summary, evaluate
-    from medheb_app.eval.estimate import estimate_cxr, model_cards, rates_from_store
-    from medheb_app.eval.progress import WorkProgress
-    from medheb_app.ranking.probes import ProbeConfig
 
     if ctx.only:
         raise ValueError("The cxr-retrieve suite is one task; --task does not apply.")
@@ -352,7 +346,7 @@ def _run_cxr_retrieve(
     with recorder.guard():
         for model in models:
             if stop is not None and stop.is_set():
-                raise InterruptedError("Benchmark run was cancelled.")
+                raise Cancelled("Benchmark run was cancelled.")
             model_started = time.perf_counter()
             spec = model if isinstance(model, str) else model.spec
             *fit, images, queries = stages[spec]
@@ -430,7 +424,6 @@ def _run_cxr_retrieve(
 
 
 __all__ = [
-    "BASELINE_SPECS",
     "evaluate_task",
     "instruction_for",
     "model_dirname",

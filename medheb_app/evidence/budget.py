@@ -29,7 +29,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from medheb_app.evidence.study import EvidenceError
+from medheb_app.evidence.pixels import EvidenceError, sample_frames
 
 # ~16.8 million values: a 4,096 x 4,096 radiograph, or 64 slices of 512 x 512
 MAX_DECODE_VOXELS = 16 * 2**20
@@ -133,8 +133,6 @@ def _shrink(image: np.ndarray, max_side: int) -> np.ndarray:
 def kept_for_session(pixels: np.ndarray, form: str) -> tuple[np.ndarray, bool]:
     """What an upload keeps once decoded (see KEEP_*): (pixels, whether they were reduced).
     Colour images (H, W, 3) are shrunk over rows and columns only."""
-    from medheb_app.evidence.readers import sample_frames
-
     before = pixels.shape
     if form == "3d":
         kept = _shrink(sample_frames(pixels, KEEP_MAX_FRAMES), KEEP_MAX_SIDE_3D)

@@ -24,14 +24,14 @@ from medheb_app.evidence.budget import (
     inflate_capped,
     kept_positions,
 )
-from medheb_app.evidence.readers import (
+from medheb_app.evidence.pixels import (
+    EvidenceError,
     LoadedImage,
     check_size,
     normalise,
     not_an_image,
     to_unit_range,
 )
-from medheb_app.evidence.study import EvidenceError
 
 # Allowlist, never a blocklist: a tag not named here is never copied out of a DICOM file.
 SAFE_TAGS: tuple[str, ...] = (

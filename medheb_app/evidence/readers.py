@@ -12,77 +12,27 @@ import hashlib
 import io
 import os
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
-from medheb_app.evidence.study import EvidenceError, Study
-
-SourceFormat = Literal["png", "jpg", "dicom", "dicom-series", "nifti", "npy"]
-
-SOFT_TISSUE_WINDOW = (40.0, 400.0)  # (center, width) in HU
-PERCENTILES = (0.5, 99.5)  # robust min-max for modalities without a calibrated scale
-K_FRAMES = 64  # MedHEB section 3.1.3: volumes are represented by 64 uniformly sampled frames
-
-
-@dataclass(frozen=True, eq=False)
-class LoadedImage:
-    """Pixels in [0, 1]: (H, W) or (H, W, 3) for "2d", (D, H, W) for "3d"."""
-
-    pixels: np.ndarray
-    form: Literal["2d", "3d"]
-    modality: str
-    spacing: tuple[float, ...] | None = None
-    safe_meta: dict[str, object] = field(default_factory=dict)
-    source_format: SourceFormat = "png"
-
-
-def window(hu: np.ndarray, center: float, width: float) -> np.ndarray:
-    """Linear VOI window (DICOM PS3.3 C.11.2.1.2): center - width/2 -> 0, center + width/2 -> 1."""
-    width = max(float(width), 1e-6)
-    low = float(center) - width / 2.0
-    return np.clip((np.asarray(hu, dtype=np.float32) - low) / width, 0.0, 1.0).astype(np.float32)
-
-
-def normalise(values: np.ndarray, percentiles: tuple[float, float] = PERCENTILES) -> np.ndarray:
-    """Robust min-max to [0, 1] between two percentiles; a constant image becomes zeros."""
-    values = np.nan_to_num(np.asarray(values, dtype=np.float32))
-    low, high = np.percentile(values, percentiles)
-    if high <= low:
-        low, high = float(values.min()), float(values.max())
-    if high <= low:
-        return np.zeros_like(values, dtype=np.float32)
-    return np.clip((values - low) / (high - low), 0.0, 1.0).astype(np.float32)
-
-
-def sample_frames(volume: np.ndarray, k: int = K_FRAMES) -> np.ndarray:
-    """K uniformly spaced frames along axis 0 (MedHEB section 3.1.3); all frames if fewer."""
-    if k < 1:
-        raise ValueError("k must be at least 1")
-    depth = volume.shape[0]
-    if depth <= k:
-        return volume
-    return volume[np.linspace(0, depth - 1, k).round().astype(int)]
-
-
-def _human_size(n_bytes: float) -> str:
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if n_bytes < 1024 or unit == "GB":
-            return f"{n_bytes:.0f} {unit}" if unit in ("bytes", "KB") else f"{n_bytes:.1f} {unit}"
-        n_bytes /= 1024
-    raise AssertionError("unreachable")
-
-
-def check_size(name: str, n_bytes: int, max_bytes: int | None) -> None:
-    if max_bytes is not None and n_bytes > max_bytes:
-        limit = _human_size(max_bytes).replace(".0 ", " ")
-        raise EvidenceError(f"{name} is {_human_size(n_bytes)}; the limit is {limit}.")
-
-
-def not_an_image(name: str) -> EvidenceError:
-    return EvidenceError(f"{name} is not a PNG, JPEG, DICOM or NIfTI file.")
+from medheb_app.evidence.budget import (
+    MAX_DECODE_VOXELS,
+    check_declared,
+    decoding,
+    kept_positions,
+    millions,
+)
+from medheb_app.evidence.dicom import read_dicom_bytes, read_series
+from medheb_app.evidence.pixels import (
+    EvidenceError,
+    LoadedImage,
+    SourceFormat,
+    check_size,
+    normalise,
+    not_an_image,
+    to_unit_range,
+)
 
 
 def _is_nifti_header(head: bytes) -> bool:
@@ -110,32 +60,11 @@ def _sniff(head: bytes, name: str) -> str:
     return "unknown"
 
 
-def to_unit_range(
-    values: np.ndarray,
-    modality: str,
-    photometric: str,
-    window_cw: tuple[float, float] | None,
-) -> np.ndarray:
-    """Calibrated values -> [0, 1]: CT windowed, others robustly normalised, MONOCHROME1 flipped."""
-    if values.size == 0:
-        raise EvidenceError("The image is empty (it has zero pixels).")
-    if modality == "CT":
-        center, width = window_cw or SOFT_TISSUE_WINDOW
-        out = window(values, center, width)
-    else:
-        out = normalise(values)
-    if photometric == "MONOCHROME1":
-        out = 1.0 - out
-    return out.astype(np.float32)
-
-
 # ----------------------------------------------------------------------------- raster images
 def _read_raster(data: bytes, name: str, fmt: SourceFormat) -> LoadedImage:
     """A PNG or JPEG: its declared size is checked against the decode budget before a pixel
     is inflated (Image.open reads only the header), then decoded under the global budget."""
     from PIL import Image, ImageOps, UnidentifiedImageError
-
-    from medheb_app.evidence.budget import MAX_DECODE_VOXELS, check_declared, decoding, millions
 
     # PIL's own bomb check at the same budget (it warns above it and refuses at twice it)
     Image.MAX_IMAGE_PIXELS = MAX_DECODE_VOXELS
@@ -235,8 +164,6 @@ def _read_nifti_slices(path: Path) -> tuple[np.ndarray, object, int, int]:
     (possibly gzip) stream and never past the last kept slice: (data (X, Y, kept), header,
     slices in the file, volumes in the file). The declared dimensions are checked before a
     voxel is inflated, so a small .nii.gz declaring gigabytes inflates only what is kept."""
-    from medheb_app.evidence.budget import check_declared, decoding, kept_positions
-
     with open(path, "rb") as probe:
         gzipped = probe.read(2) == b"\x1f\x8b"
     try:
@@ -311,8 +238,6 @@ def _read_nifti(path: Path) -> LoadedImage:
 
 def _read_npy(data: bytes, name: str) -> LoadedImage:
     """A .npy array; its header's declared shape is checked against the decode budget first."""
-    from medheb_app.evidence.budget import check_declared, decoding
-
     try:
         stream = io.BytesIO(data)
         version = np.lib.format.read_magic(stream)
@@ -348,8 +273,6 @@ def _read_npy(data: bytes, name: str) -> LoadedImage:
 # ----------------------------------------------------------------------------- public entry
 def read_any(path: Path | str, max_bytes: int | None = None) -> LoadedImage:
     """Read an image, volume, DICOM series folder or zip; size-checked before any byte is read."""
-    from medheb_app.evidence.dicom import read_dicom_bytes, read_series  # dicom imports us
-
     path = Path(path)
     if not path.exists():
         raise EvidenceError(f"{path.name or path} does not exist.")
@@ -400,30 +323,3 @@ def content_id(path: Path | str, prefix: str = "upload") -> str:
             while block := handle.read(1 << 20):
                 digest.update(block)
     return f"{prefix}-{digest.hexdigest()[:16]}"
-
-
-def study_from_file(path: Path | str, max_bytes: int | None = None) -> Study:
-    """A Study for an uploaded file (UI upload, CLI --file); no file name or patient tag is kept.
-
-    Only what the page shows and the embedders read is kept of the decoded pixels (at most 64
-    frames, a bounded size a side: evidence.budget.kept_for_session), so an upload held for
-    its session does not keep a full-resolution decode resident."""
-    from medheb_app.evidence.budget import kept_for_session
-
-    loaded = read_any(path, max_bytes=max_bytes)
-    pixels, reduced = kept_for_session(loaded.pixels, loaded.form)
-    meta: dict[str, object] = dict(loaded.safe_meta)
-    if reduced:
-        meta["DecodedShape"], meta["KeptShape"] = list(loaded.pixels.shape), list(pixels.shape)
-    meta["source_format"] = loaded.source_format
-    if loaded.spacing is not None:  # per kept axis: coarser where pixels were reduced
-        ratios = [a / b for a, b in zip(loaded.pixels.shape, pixels.shape, strict=False)]
-        meta["spacing"] = [float(v) * r for v, r in zip(loaded.spacing, ratios, strict=False)]
-    return Study(
-        id=content_id(path),
-        form=loaded.form,
-        modality=loaded.modality,
-        pixels=pixels,
-        source="upload",
-        meta=meta,
-    )

@@ -13,13 +13,12 @@ from typing import Literal
 
 import numpy as np
 
+from medheb_app.evidence.pixels import EvidenceError
+from medheb_app.evidence.readers import read_any
+
 Form = Literal["2d", "3d", "text"]
 FindingValue = Literal[1, 0, -1] | None
 Findings = dict[str, FindingValue]
-
-
-class EvidenceError(ValueError):
-    """Input that cannot be read as clinical evidence; the message is meant for the user."""
 
 
 @dataclass(frozen=True)
@@ -93,8 +92,6 @@ class Study:
     def load_pixels(self) -> np.ndarray | None:
         """The image or volume as float32 in [0, 1], read from `path` on first use."""
         if self.pixels is None and self.path is not None and self.form != "text":
-            from medheb_app.evidence.readers import read_any
-
             self.pixels = read_any(Path(self.path)).pixels
         return self.pixels
 

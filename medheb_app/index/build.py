@@ -45,6 +45,7 @@ from medheb_app.index.catalog import (
     write_index,
 )
 from medheb_app.index.faiss_index import VectorIndex, resolve_kind
+from medheb_app.index.ray_engine import ray_engine  # deferred: ray is heavy, optional
 from medheb_app.index.shards import (
     Shard,
     ShardResult,
@@ -232,8 +233,6 @@ def build_index(
     say(0.05, f"{len(studies)} items in {len(shards)} shards; {len(committed)} shards committed")
     resolved_device = device or settings.device
     if engine == "ray":
-        from medheb_app.index.ray_engine import ray_engine  # deferred: ray is heavy, optional
-
         results = ray_engine(
             pending, str(model_spec), settings, batch_size, resolved_device, ray_address, stop,
             ray_actors,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from medheb_app.cancellation import Cancelled
 from medheb_app.evidence.study import EmbedItem, Study
 from medheb_app.models.base import Embedder
 
@@ -141,7 +142,7 @@ def embed_with_cache(
     Misses are written back after every batch, so an interrupted job keeps its work. Studies
     whose pixels were loaded from disk only for embedding are unloaded again afterwards, so
     embedding a large corpus does not hold every image in memory. `stop` cancels between
-    batches (raises InterruptedError). With cache None everything is embedded.
+    batches (raises medheb_app.cancellation.Cancelled). With cache None everything is embedded.
     """
     if len(items) != len(ids):
         raise ValueError(f"Got {len(items)} items but {len(ids)} ids.")
@@ -162,7 +163,7 @@ def embed_with_cache(
     done = 0
     for batch in _batches(misses, batch_size):
         if stop is not None and stop.is_set():
-            raise InterruptedError("Embedding was cancelled.")
+            raise Cancelled("Embedding was cancelled.")
         batch_items = [items[position] for position in batch]
         unload = [
             item

@@ -242,6 +242,19 @@ def write_index(
     return final
 
 
+_changes = 0  # indices swapped in or removed by this process (serving.offered's freshness)
+
+
+def changes() -> int:
+    """How many times this process has swapped an index into place or removed one."""
+    return _changes
+
+
+def _changed() -> None:
+    global _changes
+    _changes += 1
+
+
 def remove_index(name: str, settings: Settings) -> list[str]:
     """Delete every build of the index `name` (all models); returns the models removed."""
     folder = settings.index_dir / check_index_name(name)
@@ -250,6 +263,7 @@ def remove_index(name: str, settings: Settings) -> list[str]:
         raise IndexNotFoundError(_missing_message(name, "", settings))
     retired = folder.parent / f".removed-{name}-{uuid.uuid4().hex[:8]}"
     os.replace(folder, retired)
+    _changed()
     shutil.rmtree(retired, ignore_errors=True)
     return removed
 
@@ -260,6 +274,7 @@ def _swap_into_place(staging: Path, final: Path) -> None:
     if final.exists():
         os.replace(final, retired)
     os.replace(staging, final)
+    _changed()
     shutil.rmtree(retired, ignore_errors=True)
 
 

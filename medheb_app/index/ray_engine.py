@@ -30,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from medheb_app.cancellation import Cancelled
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.shards import Shard, ShardResult, decode, failure_reason, shard_result
+from medheb_app.models import registry
 from medheb_app.settings import Settings
 
 CPUS_PER_ACTOR = 1  # and as many torch threads: an actor never oversubscribes its share
@@ -67,11 +69,9 @@ class EmbedActor:
     ) -> None:
         import torch
 
-        from medheb_app.models.registry import load_embedder
-
         torch.set_num_threads(max(1, threads))
         self.decode = decode
-        self.embedder = load_embedder(spec, settings, device=device)
+        self.embedder = registry.load_embedder(spec, settings, device=device)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         errors = [str(e) for e in batch["error"]] if "error" in batch else [""] * len(batch["id"])
@@ -166,9 +166,7 @@ def _run(
     import ray
     import ray.data
 
-    from medheb_app.models.registry import load_embedder
-
-    fingerprint = load_embedder(model_spec, settings, device="cpu").card.fingerprint
+    fingerprint = registry.load_embedder(model_spec, settings, device="cpu").card.fingerprint
     cache = EmbeddingCache(settings.cache_dir)
     found: dict[int, dict[str, np.ndarray]] = {}
     rows: list[dict[str, Any]] = []
@@ -233,7 +231,7 @@ def _run(
         )
         for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
             if stop is not None and stop.is_set():
-                raise InterruptedError("The index build was cancelled.")
+                raise Cancelled("The index build was cancelled.")
             for shard, key, item_id, label, vector, error in zip(
                 batch["shard"], batch["key"], batch["id"], batch["label"],
                 batch["vector"], batch["error"], strict=True,

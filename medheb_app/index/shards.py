@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from medheb_app.cancellation import Cancelled
 from medheb_app.evidence.study import Study
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.catalog import check_index_name, study_content_key
@@ -192,7 +193,7 @@ def embed_shard(
         upcoming = reader.submit(_decode_batch, batches[0]) if batches else None
         for number in range(len(batches)):
             if stop is not None and stop.is_set():
-                raise InterruptedError("The index build was cancelled.")
+                raise Cancelled("The index build was cancelled.")
             decoded = upcoming.result()  # type: ignore[union-attr]
             if number + 1 < len(batches):
                 upcoming = reader.submit(_decode_batch, batches[number + 1])

@@ -39,8 +39,15 @@ from medheb_app.evidence.findings import (
 from medheb_app.evidence.phantoms import saved  # saved.corpora_root: tests redirect it
 from medheb_app.evidence.phantoms.corpus import load_corpus
 from medheb_app.evidence.phantoms.saved import CorpusKey, ensure_saved
+from medheb_app.evidence.sources.chexpert import load_chexpert
+from medheb_app.evidence.sources.dicom_folder import load_dicom_folder
+from medheb_app.evidence.sources.layout import read_table
+from medheb_app.evidence.sources.medmnist import MEDMNIST, dataset_name, load_medmnist
+from medheb_app.evidence.sources.mimic import load_mimic
+from medheb_app.evidence.sources.nih import load_nih
 from medheb_app.evidence.study import Study
 from medheb_app.settings import Settings
+from medheb_app.tasks.manifest import read_rows
 
 SOURCE_KINDS = ("phantom", "nih", "mimic", "chexpert", "dicom", "folder", "medmnist", "manifest")
 SCHEMES = ("positive-only", "coded", "none")
@@ -194,8 +201,6 @@ def _phantom(spec: SourceSpec, settings: Settings) -> LoadedSource:
 
 
 def _nih(spec: SourceSpec, settings: Settings) -> LoadedSource:
-    from medheb_app.evidence.sources.nih import load_nih
-
     studies = load_nih(spec.path)  # type: ignore[arg-type]
     for study in studies:  # NIH's own names: "Effusion", "Emphysema", ... positive-only
         labels = set(study.meta.get("nih_labels", []))  # type: ignore[arg-type]
@@ -204,15 +209,11 @@ def _nih(spec: SourceSpec, settings: Settings) -> LoadedSource:
 
 
 def _mimic(spec: SourceSpec, settings: Settings) -> LoadedSource:
-    from medheb_app.evidence.sources.mimic import load_mimic
-
     studies = load_mimic(spec.path)  # type: ignore[arg-type]
     return LoadedSource(spec, studies, Vocabulary(CHEXPERT_14, "coded", "mimic-cxr"))
 
 
 def _chexpert(spec: SourceSpec, settings: Settings) -> LoadedSource:
-    from medheb_app.evidence.sources.chexpert import load_chexpert
-
     path = spec.path
     assert path is not None
     if path.is_dir():
@@ -233,8 +234,6 @@ def _chexpert(spec: SourceSpec, settings: Settings) -> LoadedSource:
 
 
 def _dicom(spec: SourceSpec, settings: Settings) -> LoadedSource:
-    from medheb_app.evidence.sources.dicom_folder import load_dicom_folder
-
     folder = load_dicom_folder(spec.path)  # type: ignore[arg-type]
     failed = [{"item": "DICOM series", "reason": reason} for reason in folder.skipped]
     studies = folder.studies
@@ -289,8 +288,6 @@ def _folder(spec: SourceSpec, settings: Settings) -> LoadedSource:
 
 
 def _medmnist(spec: SourceSpec, settings: Settings) -> LoadedSource:
-    from medheb_app.evidence.sources.medmnist import MEDMNIST, dataset_name, load_medmnist
-
     path = spec.path
     assert path is not None
     studies = load_medmnist(path)
@@ -310,8 +307,6 @@ def load_item_manifest(path: Path) -> tuple[list[Study], list[dict[str, str]]]:
     """Rows {"id", "image" | "volume" | "text", "findings": {name: 1|0|-1|null}, "split",
     "patient_id"}; file paths are relative to the manifest. Rows of a task manifest
     ({"query", "candidates"}) contribute their candidate items."""
-    from medheb_app.tasks.manifest import read_rows
-
     try:
         rows = read_rows(path)
     except (ValueError, OSError) as error:
@@ -400,8 +395,6 @@ def _label_table(
     The key is the first of `key_columns` the CSV has; every other column except split,
     patient_id, text and view is a finding coded 1 / 0 / -1 / blank, named as in the header.
     """
-    from medheb_app.evidence.sources.layout import read_table
-
     frame = read_table(path, [])
     key = next((c for c in key_columns if c in frame.columns), None)
     if key is None:

@@ -14,6 +14,11 @@ import numpy as np
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import EmbedItem, Evidence, Study, as_evidence
 from medheb_app.models.base import ModelCard, l2_normalise
+from medheb_app.query.parser import parse_query
+
+# The baseline specs: they embed nothing (labels or seeded noise), run in every suite, and are
+# left out where a report or a picker speaks of the real models. The one list of them.
+BASELINES = ("random", "oracle")
 
 RANDOM_DIMS = 256
 
@@ -69,8 +74,6 @@ def constraint_vector(text: str, vocabulary: Sequence[str], setting: str = "main
     one, so it is +1 like an asserted finding; main counts present-or-unknown, which the label
     vector (+1 positive, else -1) cannot tell from absent, so it is 0 (no preference).
     """
-    from medheb_app.query.parser import parse_query
-
     parsed = parse_query(text, tuple(vocabulary))
     hedged = set(parsed.uncertain) if setting == "strict" else set()
     return np.array(

@@ -34,7 +34,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from medheb_app.evidence.readers import K_FRAMES
+from medheb_app.evidence.pixels import K_FRAMES
 from medheb_app.evidence.study import EmbedItem
 from medheb_app.models.base import ModelCard
 from medheb_app.models.device import autocast, is_shared, module_device, shared_on

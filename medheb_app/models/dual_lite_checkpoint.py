@@ -10,7 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from medheb_app.evidence.readers import K_FRAMES
+from medheb_app.evidence.pixels import K_FRAMES
 from medheb_app.models.base import ModelCard
 from medheb_app.models.tower_names import IMAGE_ARCH, IMAGE_SIZE, TOWERS_LICENSE
 

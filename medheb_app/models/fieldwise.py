@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from medheb_app.evidence.readers import K_FRAMES, sample_frames
+from medheb_app.evidence.pixels import K_FRAMES, sample_frames
 from medheb_app.evidence.study import EmbedItem, as_evidence
 from medheb_app.models.base import l2_normalise
 

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from medheb_app.evidence.readers import sample_frames
+from medheb_app.evidence.pixels import sample_frames
 from medheb_app.evidence.study import EmbedItem, Evidence, as_evidence
 from medheb_app.models.base import ModelCard
 from medheb_app.models.device import autocast, module_device, shared_on

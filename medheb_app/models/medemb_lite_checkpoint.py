@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from medheb_app.evidence.readers import K_FRAMES
+from medheb_app.evidence.pixels import K_FRAMES
 from medheb_app.models.base import ModelCard
 from medheb_app.models.tower_names import IMAGE_ARCH, TEXT_DIM, TOWERS_LICENSE
 from medheb_app.settings import Settings

@@ -35,10 +35,10 @@ from urllib.parse import parse_qsl
 import numpy as np
 import torch
 
-from medheb_app.evidence.readers import K_FRAMES, sample_frames
+from medheb_app.evidence.pixels import K_FRAMES, sample_frames
 from medheb_app.evidence.study import EmbedItem, Evidence, EvidenceError, as_evidence
 from medheb_app.models.base import ModelCard, file_sha256
-from medheb_app.models.device import module_device
+from medheb_app.models.device import inference_dtype, module_device
 
 PREFIX = "mllm:"
 DEFAULT_INSTRUCTION = "Represent the user's input."  # Qwen3-VL-Embedding's default system text
@@ -161,8 +161,6 @@ class MLLMEmbedder:
 
     def to_device(self, device: str) -> MLLMEmbedder:
         """The backbone to `device`, in bf16 (fp16 without bf16 support) on CUDA."""
-        from medheb_app.models.device import inference_dtype
-
         self.backbone = self.backbone.to(device=device, dtype=inference_dtype(device))
         return self
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from medheb_app.evidence.readers import K_FRAMES
+from medheb_app.evidence.pixels import K_FRAMES
 from medheb_app.evidence.study import EmbedItem
 from medheb_app.models.base import ModelCard, file_sha256, l2_normalise
 from medheb_app.models.device import autocast, module_device

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from medheb_app.models.base import Embedder, ModelCard
 from medheb_app.models.baselines import OracleEmbedder, RandomEmbedder
+from medheb_app.models.device import place, resolve_device
 from medheb_app.models.dual_lite_checkpoint import (
     DUAL_LITE,
     HEADS_FILE,
@@ -119,12 +120,14 @@ def _load_mllm(spec: str) -> Embedder:
 
 
 def _dual_lite(folder: Path) -> Embedder:
+    # deferred: safetensors, torch
     from medheb_app.models.dual_lite import DualLiteEmbedder  # deferred: torch, at first load
 
     return DualLiteEmbedder.from_checkpoint(folder)
 
 
 def _medemb_lite(folder: Path) -> Embedder:
+    # deferred: safetensors, torch
     from medheb_app.models.medemb_lite import MedEmbLiteEmbedder  # deferred: torch, first load
 
     return MedEmbLiteEmbedder.from_checkpoint(folder)
@@ -144,6 +147,7 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
         key = (MEDEMB_LITE, str(folder.resolve()), (folder / PROJECTION_FILE).stat().st_mtime_ns)
         return key, lambda: _medemb_lite(folder)
     if spec.startswith("open_clip:"):
+        # deferred: torch
         from medheb_app.models.open_clip_embedder import OpenClipEmbedder
 
         return (spec,), lambda: OpenClipEmbedder(spec)
@@ -162,8 +166,6 @@ def load_embedder(spec: str, settings: Settings, device: str | None = None) -> E
 
     A checkpoint folder whose weights file changed (retrained in place) is reloaded, and the
     superseded copy is evicted, so a long-running app holds one model per folder and device."""
-    from medheb_app.models.device import place, resolve_device
-
     spec = spec.strip()
     resolved = resolve_device(device or settings.device)
     key, loader = _resolve(spec, settings)

@@ -186,7 +186,10 @@ class ParsedQuery:
     could not do faithfully. corrections: (typed, read as) misspellings it corrected.
     suggestions: (typed, candidates) for words it did not correct. history: findings named
     only as history ("h/o pneumonia", "s/p"), not current, so not constraints.
-    The four lists are disjoint.
+    unlabelled: findings the query names that the vocabulary has no labels for (their
+    lexicon names, e.g. "Emphysema" against the CXR-Retrieve ten); the search service refuses
+    a logic-aware query that names one (search.refuse_unanswerable) rather than answer without
+    it. The four lists are disjoint.
     """
 
     text: str
@@ -199,6 +202,7 @@ class ParsedQuery:
     corrections: tuple[tuple[str, str], ...] = ()
     suggestions: tuple[tuple[str, tuple[str, ...]], ...] = ()
     history: tuple[str, ...] = ()
+    unlabelled: tuple[str, ...] = ()
 
     @property
     def has_constraints(self) -> bool:
@@ -473,6 +477,7 @@ class _State:
         self.implied: list[tuple[str, str]] = []  # (name, the statement that excluded it)
         self.normal_all: list[str] = []
         self.unknown: list[str] = []
+        self.unlabelled: list[str] = []  # findings named that the vocabulary does not label
         self.warnings: list[str] = []
         # "pos" | "neg" | "weakneg" | "amb" (after "no A and") | "unk" (after a word not
         # understood) | "unc" | "question"
@@ -557,6 +562,7 @@ class _State:
         for target in targets:
             if not target.names:
                 self.unknown.append(phrase)
+                self.unlabelled.append(target.concept)
                 known = ", ".join(self.vocabulary)
                 meant = " / ".join(CONCEPT_TARGETS.get(target.concept, (target.concept,)))
                 self.warnings.append(
@@ -1059,6 +1065,7 @@ def _finish(
         corrections=tuple(corrections.items()),
         suggestions=tuple(suggestions.items()),
         history=_unique(history),
+        unlabelled=_unique(state.unlabelled),
     )
 
 

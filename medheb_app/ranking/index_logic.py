@@ -10,10 +10,16 @@ findings, NOT of excluded ones); the score is log p(the study satisfies the quer
 probes. On the phantom CXR-Retrieve test split this ranking over dual-lite's whole-image
 vectors reached negation P@5 76.0 against 28.2 for cosine (docs/cxr-retrieve.md).
 
-A lab's own index may have no split at all. Then the probes are fit on every labelled study
-and, so that no study is scored by a probe that saw its own label, each labelled study's
-log-odds come from k-fold cross-fitting (CROSS_FIT_FOLDS probes, each fit without the fold it
-scores, at the C the full probe chose): every labelled study's probability is out-of-fold.
+A lab's own index may have no split at all. Then the probes are fit on every labelled study.
+
+Either way the studies the probes were fit on ("training studies") would look better than they
+are: scored by a probe that saw their labels, the top of a ranking fills with them (issue 23:
+in-sample hits violated the query 13-22% of the time on the real NIH sample, held-out hits
+83-100%). So each training study is scored out of fold (k-fold cross-fitting: CROSS_FIT_FOLDS
+probes, each fit without the fold it scores, at the C the full probe chose; cached beside the
+probe file), is marked in every hit (`p_fit`: "held-out", "out-of-fold", or "in-sample" where
+the out-of-fold scores are not prepared and this caller may not fit them), and is left out of
+a logic-aware ranking unless the caller asks to include training studies.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import hashlib
 import json
 import math
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,8 +48,45 @@ INDEX_PROBE_CONFIG = ProbeConfig(views="whole")
 # whole-image probe has CV AUC 0.82 on train and puts 0-1 fractures in a held-out top 5, while
 # Pneumonia's (CV AUC 0.96) puts 3-4 there.
 WEAK_PROBE_AUC = 0.9
+
+
+@dataclass(frozen=True)
+class IndexState:
+    """What logic-aware search of one index build reads, none of it query-dependent.
+
+    logits: (n, L) per-finding log-odds of every study; on training rows they are out of fold
+    where `out_of_fold` says so, else from the full probe (in-sample). training: (n,) whether
+    the study's labels fit the probe."""
+
+    vectors: np.ndarray
+    probe: FindingProbe
+    logits: np.ndarray
+    training: np.ndarray
+    out_of_fold: np.ndarray
+
+    def p_fit(self, row: int) -> str:
+        """How the study's p was obtained: HELD_OUT, OUT_OF_FOLD or IN_SAMPLE."""
+        if not self.training[row]:
+            return HELD_OUT
+        return OUT_OF_FOLD if self.out_of_fold[row] else IN_SAMPLE
+
+
+@dataclass(frozen=True)
+class LogicHits:
+    """Top-k of a logic-aware search: scores and ids best first, how each p was obtained,
+    warnings, and how many training studies were left out of the top k."""
+
+    scores: np.ndarray
+    ids: np.ndarray
+    p_fit: tuple[str, ...]
+    notes: list[str]
+    left_out: int
+
+
 _LOCK = threading.Lock()
-_LOADED: dict[str, tuple[tuple, tuple[np.ndarray, FindingProbe, np.ndarray]]] = {}
+_LOADED: dict[str, tuple[tuple, IndexState]] = {}
+_HAS_TRAIN: dict[str, tuple[tuple, bool]] = {}
+HELD_OUT, OUT_OF_FOLD, IN_SAMPLE = "held-out", "out-of-fold", "in-sample"
 
 
 class IndexLogicError(ValueError):
@@ -146,8 +190,8 @@ def _index_state(
     settings: Settings,
     vocabulary: tuple[str, ...],
     fit: bool = True,
-) -> tuple[np.ndarray, FindingProbe, np.ndarray]:
-    """(vectors, probe, per-finding log-odds of every study), kept in memory per index build.
+) -> IndexState:
+    """The index's IndexState, kept in memory per index build.
 
     None of it depends on the query, and finding the probe file alone hashes every train
     label (tens of ms on 2,000 studies), too slow to repeat per query.
@@ -157,18 +201,79 @@ def _index_state(
     version = (stamp, embedder.card.fingerprint, vocabulary, str(settings.data_dir))
     with _LOCK:  # concurrent first searches (app users) fit and write the probe file once
         held = _LOADED.get(str(loaded.directory))
-        if held is None or held[0] != version:  # one entry per index: a rebuild replaces it
-            vectors = loaded.index.vectors()
-            probe = index_probe(loaded, embedder, settings, vectors, vocabulary, fit)
-            ranker = LogicAwareRanker(embedder, probe, vocabulary=vocabulary)
-            logits = ranker.finding_logits(vectors, vectors)
-            rows, how = probe_rows(loaded, vocabulary)
-            if how == "cross-fit":
-                labels = [loaded.items[loaded.index.ids[r]].get("findings") or {} for r in rows]
-                cross_fit_logits(logits, vectors, rows, labels, probe)
-            held = (version, (vectors, probe, logits))
-            _LOADED[str(loaded.directory)] = held
-    return held[1]
+        if held is not None and held[0] == version and (held[1].out_of_fold.any() or not fit):
+            return held[1]
+        vectors = loaded.index.vectors()
+        probe = index_probe(loaded, embedder, settings, vectors, vocabulary, fit)
+        ranker = LogicAwareRanker(embedder, probe, vocabulary=vocabulary)
+        logits = ranker.finding_logits(vectors, vectors)
+        rows, _how = probe_rows(loaded, vocabulary)
+        training = np.zeros(len(vectors), dtype=bool)
+        training[rows] = True
+        out_of_fold = np.zeros(len(vectors), dtype=bool)
+        crossed = out_of_fold_logits(loaded, embedder, settings, logits, vectors, rows, probe, fit)
+        if crossed is not None:
+            logits[rows] = crossed
+            out_of_fold[rows] = True
+        state = IndexState(vectors, probe, logits, training, out_of_fold)
+        _LOADED[str(loaded.directory)] = (version, state)  # a rebuild replaces the entry
+    return state
+
+
+def out_of_fold_logits(
+    loaded: LoadedIndex,
+    embedder: Embedder,
+    settings: Settings,
+    logits: np.ndarray,
+    vectors: np.ndarray,
+    rows: list[int],
+    probe: FindingProbe,
+    fit: bool = True,
+) -> np.ndarray | None:
+    """(len(rows), L) out-of-fold log-odds of the training rows (cross_fit_logits), cached
+    beside the probe file; None when they are not on disk and fit=False (a web request)."""
+    path = index_probe_path(settings, embedder, loaded, rows)
+    cached = path.parent / "out-of-fold" / path.name
+    if cached.is_file():
+        arrays = np.load(cached)
+        if arrays["rows"].tolist() == list(rows):
+            return arrays["logits"]
+    if not fit:
+        return None
+    labels = [loaded.items[loaded.index.ids[row]].get("findings") or {} for row in rows]
+    crossed = cross_fit_logits(logits.copy(), vectors, rows, labels, probe)[rows]
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(f"{cached.stem}.partial.npz")
+    np.savez(partial, rows=np.asarray(rows, dtype=np.int64), logits=crossed)
+    partial.replace(cached)  # a reader never sees half a file
+    return crossed
+
+
+def training_ids(loaded: LoadedIndex, vocabulary: tuple[str, ...], ids: list[str]) -> list[bool]:
+    """Whether each of `ids` is a study the index's probes are fit on (probe_rows), without
+    reading every row: the labelled train split if the index has one, else every labelled
+    2D study. Used to mark similarity hits, where no probe state is loaded."""
+    index_file = loaded.directory / "index.faiss"
+    stamp = index_file.stat().st_mtime_ns if index_file.is_file() else 0
+    version = (stamp, vocabulary)
+    with _LOCK:
+        known = _HAS_TRAIN.get(str(loaded.directory))
+        if known is None or known[0] != version:
+            has_train = any(_labelled(item, vocabulary) and item.get("split") == TRAIN_SPLIT
+                            for item in loaded.items.values())  # fmt: skip
+            known = (version, has_train)
+            _HAS_TRAIN[str(loaded.directory)] = known
+    marks = []
+    for item_id in ids:
+        item = loaded.items.get(item_id, {})
+        in_split = item.get("split") == TRAIN_SPLIT or not known[1]
+        marks.append(_labelled(item, vocabulary) and in_split)
+    return marks
+
+
+def _labelled(item: dict, vocabulary: tuple[str, ...]) -> bool:
+    findings = item.get("findings") or {}
+    return item.get("form", "2d") == "2d" and any(name in findings for name in vocabulary)
 
 
 def cross_fit_logits(
@@ -262,20 +367,32 @@ def logic_search(
     settings: Settings,
     fit: bool = True,
     setting: Setting = "main",
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Top-k (scores, ids) of every study in the index by the parsed query's logic, and
-    warnings about the probes of the query's findings (probe_notes).
+    include_training: bool = False,
+) -> LogicHits:
+    """Top-k of every study in the index by the parsed query's logic, with how each hit's p
+    was obtained and warnings about the probes of the query's findings (probe_notes).
 
     `query_vector` is the query's embedding; its cosine to each study only breaks ties.
     fit=False (a web request) raises ProbesNotReady rather than fitting probes. `setting`
-    (main / strict) says what an uncertain finding of the query asks (logic_scores).
+    (main / strict) says what an uncertain finding of the query asks (logic_scores). The
+    studies the probes were fit on are left out unless `include_training`; included, they are
+    scored out of fold (or marked in-sample where those scores are not prepared).
     """
-    vectors, probe, logits = _index_state(loaded, embedder, settings, parsed.vocabulary, fit)
+    state = _index_state(loaded, embedder, settings, parsed.vocabulary, fit)
     query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
     # einsum, not BLAS: a threaded BLAS call here leaves spinning threads that slow down the
     # next query's text encoder (measured p50 11 -> 24 ms).
-    similarity = np.einsum("nd,d->n", vectors, query)
-    scores = logic_scores(parsed, logits, probe.findings, similarity, setting=setting)
-    top = np.argsort(-scores, kind="stable")[: min(int(k), len(scores))]
+    similarity = np.einsum("nd,d->n", state.vectors, query)
+    scores = logic_scores(parsed, state.logits, state.probe.findings, similarity, setting=setting)
+    k = min(int(k), len(scores))
+    left_out = 0
+    if include_training:
+        top = np.argsort(-scores, kind="stable")[:k]
+    else:
+        order = np.argsort(-scores, kind="stable")
+        left_out = int(state.training[order[:k]].sum())
+        top = order[~state.training[order]][:k]
     ids = np.asarray([loaded.index.ids[row] for row in top], dtype=object)
-    return scores[top].astype(np.float32), ids, probe_notes(probe, parsed)
+    marks = tuple(state.p_fit(int(row)) for row in top)
+    notes = probe_notes(state.probe, parsed)
+    return LogicHits(scores[top].astype(np.float32), ids, marks, notes, left_out)

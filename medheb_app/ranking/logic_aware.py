@@ -29,6 +29,7 @@ import numpy as np
 
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
+from medheb_app.index.cache import embed_with_cache
 from medheb_app.models.base import Embedder
 from medheb_app.query.parser import ParsedQuery, Setting, parse_query
 from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
@@ -171,7 +172,7 @@ def study_vectors(
     embedder: Embedder, studies: Sequence[Study], cache: object = None, progress: Any = None
 ) -> np.ndarray:
     """Image embeddings of studies through the embedding cache (content-addressed keys)."""
-    from medheb_app.index.cache import embed_with_cache
+    # deferred: faiss
     from medheb_app.index.catalog import study_content_key
 
     keys = [study_content_key(study) for study in studies]
@@ -224,6 +225,7 @@ def probe_file(
 ) -> Path:
     """probe_path from a model's fingerprint alone: a run's estimate asks whether the probe
     is already fit without loading the model (eval/estimate.py)."""
+    # deferred: faiss
     from medheb_app.index.catalog import study_content_key
 
     digest = hashlib.sha1()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from medheb_app.evidence.study import Study
+from medheb_app.models import registry
 from medheb_app.ranking.logic_aware import PREFIX, LogicAwareRanker, load_or_fit_probe
 from medheb_app.ranking.probes import ProbeConfig
 from medheb_app.settings import Settings
@@ -26,13 +27,11 @@ def logic_ranker(
 ) -> LogicAwareRanker:
     """The logic-aware ranker for `logic:<spec>`; `train_studies` is called only to fit
     (`progress` follows that fit's embeddings)."""
-    from medheb_app.models.registry import load_embedder
-
     spec = spec.strip()
     base = spec[len(PREFIX) :] if spec.startswith(PREFIX) else ""
     if not base:
         raise ValueError("A logic-aware spec names its embedder, e.g. 'logic:dual-lite'.")
-    embedder = load_embedder(base, settings)
+    embedder = registry.load_embedder(base, settings)
     probe = load_or_fit_probe(
         embedder, list(train_studies()), settings, cache, config=probe_config, progress=progress
     )

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from medheb_app.evidence.study import Evidence, EvidenceError, Study
+from medheb_app.index.cache import embed_with_cache
 from medheb_app.models.base import Embedder
 
 CROP_FRACTION = 0.55
@@ -107,7 +108,7 @@ def _grid_vectors(
 
     A study's content key is computed, and its pixels read from disk, once for all grids.
     """
-    from medheb_app.index.cache import embed_with_cache
+    # deferred: faiss
     from medheb_app.index.catalog import study_content_key
 
     width = sum(grid * grid for grid, _ in geometry) * embedder.card.dims

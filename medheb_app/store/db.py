@@ -18,6 +18,8 @@ from sqlalchemy import Column, Engine, create_engine, event, inspect
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.schema import CreateColumn
 
+import medheb_app.store as package
+
 
 def utcnow() -> datetime:
     """Naive UTC now: SQLite drops time zones, so every timestamp is stored as naive UTC."""
@@ -51,8 +53,6 @@ def create_schema(engine: Engine) -> list[str]:
     Only additive changes are migrated: a new column must be nullable or carry a server
     default, which is how table modules should grow. Nothing is dropped or rewritten.
     """
-    import medheb_app.store as package
-
     for module in pkgutil.iter_modules(package.__path__):
         if module.name != "db":
             importlib.import_module(f"{package.__name__}.{module.name}")

@@ -24,8 +24,10 @@ from sqlalchemy import select
 
 from medheb_app.store.db import Store
 from medheb_app.store.study_tables import Assignment, PreferenceStudy, Rater, StudyItem, Vote
+from medheb_app.study.analysis import model_votes
 from medheb_app.study.errors import StudyError
 from medheb_app.study.items import find_study
+from medheb_app.study.mrmc import mrmc_input
 
 COLUMNS = [
     "study",
@@ -179,9 +181,6 @@ def export_mrmc(
 ) -> int:
     """Write the MRMC input table (reader, case, modality, score, truth, pair; study.mrmc) of
     the compared (non-gold) votes in force; returns the number of rows written."""
-    from medheb_app.study.analysis import model_votes
-    from medheb_app.study.mrmc import mrmc_input
-
     out = Path(out)
     if out.is_dir():
         raise StudyError(f"{out} is a folder; give a file name such as {out / 'mrmc.csv'}.")

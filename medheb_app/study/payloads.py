@@ -39,6 +39,7 @@ from typing import Any, Literal, TypedDict
 import numpy as np
 import PIL.Image
 
+from medheb_app.evidence.readers import read_any
 from medheb_app.evidence.study import EmbedItem, Evidence, EvidenceError, Study
 from medheb_app.tasks.base import Task
 
@@ -320,8 +321,6 @@ class Renderer:
         return mixed(text, media) if text else media
 
     def _media_from_file(self, path: Path, key: str, is_volume: bool, synthetic: bool) -> Payload:
-        from medheb_app.evidence.readers import read_any
-
         if not path.is_file():
             raise Unrenderable(f"media file not found: {path.name}")
         try:

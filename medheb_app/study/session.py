@@ -1,7 +1,8 @@
 """The rater's flow once signed in (see `identity` for who a rater is): get the next blinded
 item, vote, reveal the models, undo.
 
-`record_vote` is the only function that writes a vote (FastChat's single vote writer). Blinding
+`record_vote` is the only function that records a vote (FastChat's single vote writer); `reveal`
+and `undo_last_vote` append their own events to the same append-only log. Blinding
 lives here on the server: the left/right order is a CSPRNG draw (`secrets`) made when a rater
 claims an item and stored on the assignment, the item a rater gets next is drawn the same way
 among the free ones (so gold items fall at unpredictable positions), and the `ItemView`

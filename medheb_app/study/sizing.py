@@ -178,6 +178,7 @@ def creation_note(n_items: int, votes_per_item: int, raters: int | None = None) 
 def pilot_estimates(votes: Any) -> dict[str, Any]:
     """From a (pilot) study's compared votes of its first model pair: the observed preference
     rate for model A, the ICC by query and by rater of A's score, votes per item, raters."""
+    # deferred: pandas
     from medheb_app.study.mrmc import score_matrix
 
     if votes is None or not len(votes):

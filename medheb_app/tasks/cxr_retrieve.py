@@ -19,6 +19,8 @@ from typing import Literal
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.phantoms.corpus import load_corpus
 from medheb_app.evidence.phantoms.saved import demo_corpus
+from medheb_app.evidence.sources.mimic import load_mimic
+from medheb_app.evidence.sources.nih import load_nih
 from medheb_app.evidence.study import Study
 from medheb_app.query.parser import ParsedQuery, Setting, is_hard_negative, satisfies
 from medheb_app.settings import Settings
@@ -167,14 +169,10 @@ def _phantom_studies(settings: Settings) -> list[Study]:
 
 
 def _nih_studies(path: str) -> list[Study]:
-    from medheb_app.evidence.sources.nih import load_nih
-
     return load_nih(path)
 
 
 def _mimic_studies(path: str) -> list[Study]:
-    from medheb_app.evidence.sources.mimic import load_mimic
-
     return load_mimic(path)
 
 

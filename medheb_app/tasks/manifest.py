@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from medheb_app.evidence.readers import read_any
 from medheb_app.evidence.study import EmbedItem, Evidence, EvidenceError
 from medheb_app.settings import Settings
 from medheb_app.tasks.base import (
@@ -110,8 +111,6 @@ def _decode(value: Any) -> Any:
 
 def _load_item(item: ManifestItem, root: Path, digest: Any) -> EmbedItem:
     """Text stays a string; files are read (and hashed into the task revision)."""
-    from medheb_app.evidence.readers import read_any
-
     if item.image is None and item.volume is None:
         return item.text or ""
     arrays: dict[str, Any] = {}

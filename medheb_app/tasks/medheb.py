@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from medheb_app.evidence.phantoms import saved
+from medheb_app.evidence.phantoms import region_description, saved
 from medheb_app.evidence.study import EmbedItem
 from medheb_app.settings import Settings
 from medheb_app.tasks.base import (
@@ -26,6 +26,7 @@ from medheb_app.tasks.base import (
     revision,
 )
 from medheb_app.tasks.builders import generic, phantom, real
+from medheb_app.tasks.manifest import manifest_suite
 
 # Corpus sizes and caps: the phantom test split (20% of patients) gives ~{CHEST_N/5} studies.
 CHEST_N = 2000
@@ -167,8 +168,6 @@ def phantom_cxr_vqa(settings: Settings, part: Part = "test") -> Task:
 
 
 def phantom_cxr_vg(settings: Settings, part: Part = "test") -> Task:
-    from medheb_app.evidence.phantoms import region_description
-
     studies, rev = _chest(settings, part)
     meta = _phantom_meta(
         "phantom-cxr-vg",
@@ -393,8 +392,6 @@ def get_suite(name: str) -> Suite:
     if name in SUITES:
         return SUITES[name]()
     if Path(name).is_dir():
-        from medheb_app.tasks.manifest import manifest_suite
-
         return manifest_suite(Path(name))
     raise KeyError(f"Unknown suite {name!r}; known: {', '.join(SUITES)} or a manifest folder")
 

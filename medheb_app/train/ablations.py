@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from medheb_app.settings import Settings
+from medheb_app.train.config import config_to_dict
 
 OURS = {"loss": "label-aware", "mix": "2:1:1"}
 VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
@@ -98,6 +99,7 @@ class SharedFeatureRanker:
 
 def anchor_settings(tune: str | None = None) -> dict[str, Any]:
     """What the "ours" model varies over: OURS plus the recipe's default tuning, init, kernel."""
+    # deferred: pandas, safetensors, torch
     from medheb_app.train.label_aware import LabelAwareConfig
 
     default = LabelAwareConfig()
@@ -120,8 +122,6 @@ def is_anchor(overrides: dict[str, Any], anchor: dict[str, Any]) -> bool:
 
 def _trained_before(folder: Path, config: Any) -> bool:
     """A checkpoint in `folder` trained with exactly this config (reused, not retrained)."""
-    from medheb_app.train.config import config_to_dict
-
     path = folder / "config.json"
     if not path.is_file():
         return False
@@ -130,6 +130,7 @@ def _trained_before(folder: Path, config: Any) -> bool:
 
 
 def run_ablations(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
+    # deferred: pandas, safetensors, torch
     from medheb_app.eval.cxr_retrieve import evaluate
     from medheb_app.eval.cxr_tables import table4
     from medheb_app.models.dual_lite import DualLiteEmbedder

@@ -26,6 +26,7 @@ import torch
 from safetensors.torch import load_file
 
 from medheb_app.models.base import ModelCard
+from medheb_app.models.device import resolve_device
 from medheb_app.models.dual_lite import (
     ADAPTER_DIRS,
     DUAL_LITE,
@@ -36,7 +37,9 @@ from medheb_app.models.dual_lite import (
     checkpoint_sha256,
     peft_warnings_silenced,
     read_checkpoint_config,
+    untrained,
 )
+from medheb_app.models.registry import checkpoint_folders
 from medheb_app.models.towers import (
     IMAGE_ARCH,
     IMAGE_SIZE,
@@ -167,10 +170,11 @@ def init_folder(init: str, settings: Settings | None = None) -> Path | None:
     if path.is_dir():
         read_checkpoint_config(path)  # a clear error when the folder is not a checkpoint
         return path
-    from medheb_app.models.registry import checkpoint_folders
 
     tag = init.removeprefix(f"{DUAL_LITE}@")
-    folders = checkpoint_folders(settings or Settings.from_env())
+    if settings is None:
+        raise ValueError(f"init {init!r} names a checkpoint tag; looking it up needs settings.")
+    folders = checkpoint_folders(settings)
     if tag not in folders:
         raise FileNotFoundError(
             f"init {init!r} is neither a dual-lite checkpoint folder nor a known tag; "
@@ -216,8 +220,6 @@ def load_init_heads(folder: Path, heads: HeadConfig) -> ProjectionHeads:
 def build_embedder(config: TrainerConfig, init: Path | None = None) -> DualLiteEmbedder:
     """Heads (fresh and seeded, or copied from the `init` checkpoint) on frozen shared towers,
     or on LoRA-wrapped private towers."""
-    from medheb_app.models.dual_lite import untrained
-
     heads = HeadConfig(config.embed_dim, config.hidden_dim)
     embedder = untrained(heads, seed=config.seed, image_size=config.image_size)
     if init is not None:
@@ -358,9 +360,8 @@ def train_contrastive(
     init = init_folder(config.init, settings)
     report_stage(progress, f"loading the towers for {len(images)} training images")
     embedder = build_embedder(config, init)
-    from medheb_app.models.device import resolve_device
 
-    embedder.to_device(resolve_device((settings or Settings.from_env()).device))
+    embedder.to_device(resolve_device(settings.device if settings is not None else "auto"))
     init_info = None
     if init is not None:
         init_info = {

@@ -42,6 +42,7 @@ import torch
 from medheb_app.evidence.findings import CXR_RETRIEVE_10
 from medheb_app.evidence.study import Study
 from medheb_app.settings import Settings
+from medheb_app.tasks.cxr_retrieve import load_studies
 from medheb_app.train.captions import Caption, parse_mix, sample_captions
 from medheb_app.train.contrastive import (
     Pairs,
@@ -165,8 +166,6 @@ def train_label_aware(
 
     `studies` defaults to every study of `config.data`; only the train split is trained on.
     """
-    from medheb_app.tasks.cxr_retrieve import load_studies
-
     vocabulary = CXR_RETRIEVE_10
     source = config.data if studies is None else "given"
     studies = list(studies) if studies is not None else load_studies(config.data, settings)

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from medheb_app.cancellation import Cancelled
+
 Progress = Callable[[int, int, float], None]
 
 
@@ -46,9 +48,9 @@ def report_stage(progress: Progress | None, text: str) -> None:
 
 
 def check_stop(stop: threading.Event | None, doing: str) -> None:
-    """Raise InterruptedError (whose text says what is kept: nothing) when `stop` is set."""
+    """Raise Cancelled (whose text says what is kept: nothing) when `stop` is set."""
     if stop is not None and stop.is_set():
-        raise InterruptedError(f"stopped while {doing}; no checkpoint saved")
+        raise Cancelled(f"stopped while {doing}; no checkpoint saved")
 
 
 @dataclass

@@ -46,7 +46,11 @@ import torch
 
 from medheb_app.evidence.study import Evidence, as_evidence
 from medheb_app.models.base import ModelCard
+from medheb_app.models.device import resolve_device
+from medheb_app.models.medemb_lite import MedEmbLiteConfig, MedEmbLiteEmbedder
+from medheb_app.models.mllm import MLLMConfig, load, mllm_card
 from medheb_app.settings import Settings
+from medheb_app.tasks.medheb import training_pairs
 from medheb_app.train.batching import TokenBudgetBatcher, padded_cost, static_batches, token_budget
 from medheb_app.train.config import config_to_dict
 from medheb_app.train.contrastive import Progress, TrainResult
@@ -211,14 +215,10 @@ def build_model(config: MedEmbConfig, device: str = "cpu"):
 
     torch.manual_seed(config.seed)
     if config.model == "medemb-lite":
-        from medheb_app.models.medemb_lite import MedEmbLiteConfig, MedEmbLiteEmbedder
-
         lite = MedEmbLiteConfig(pooling=config.pooling, max_text_tokens=config.max_text_tokens)
         model = MedEmbLiteEmbedder.untrained(lite, config.seed)
         trainable = list(model.projection.parameters())
     else:
-        from medheb_app.models.mllm import load
-
         model = load(config.model)
         trainable = []
     model.backbone.requires_grad_(False)
@@ -251,8 +251,6 @@ def train_medemb(
     started = time.perf_counter()
     captioned = pairs
     if pairs is None:
-        from medheb_app.tasks.medheb import training_pairs
-
         report_stage(progress, "building the MedHEB-lite training pairs")
         raw = training_pairs(settings)
         pairs = sample_pairs(raw, config.pairs_per_task, config.seed)
@@ -268,7 +266,6 @@ def train_medemb(
             f"Stage-1 alignment needs image -> report pairs (tasks {', '.join(ALIGN_TASKS)}) "
             "among the training pairs; none were found. Use --align-steps 0."
         )
-    from medheb_app.models.device import resolve_device
 
     check_stop(stop, "building the training pairs")
     report_stage(progress, f"loading the model for {len(pairs)} training pairs")
@@ -386,7 +383,6 @@ def save(model, folder: Path, info: dict) -> ModelCard:
     """medemb-lite: its own checkpoint format; mllm: the peft adapter plus a run record."""
     if hasattr(model, "save_checkpoint"):
         return model.save_checkpoint(folder, info)
-    from medheb_app.models.mllm import MLLMConfig, mllm_card
 
     folder.mkdir(parents=True, exist_ok=True)
     model.backbone.save_pretrained(str(folder))

@@ -42,6 +42,7 @@ class Recipe:
 
 
 def _run_report(config, out, settings, progress, stop):
+    # deferred: safetensors, torch
     from medheb_app.train.report import train_report
 
     return train_report(
@@ -55,18 +56,21 @@ def _run_report(config, out, settings, progress, stop):
 
 
 def _run_label_aware(config, out, settings, progress, stop):
+    # deferred: safetensors, torch
     from medheb_app.train.label_aware import train_label_aware
 
     return train_label_aware(config, out, settings, progress=progress, stop=stop)
 
 
 def _run_medemb(config, out, settings, progress, stop):
+    # deferred: safetensors, torch
     from medheb_app.train.medemb import train_medemb
 
     return train_medemb(config, out, settings, progress=progress, stop=stop)
 
 
 def _medemb_spec(card: dict) -> str:
+    # deferred: safetensors, torch
     from medheb_app.train.medemb import spec_for_card
 
     return spec_for_card(card)

@@ -7,6 +7,7 @@ protection, since any handler is callable by fn_index from any session.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import gradio as gr
@@ -14,11 +15,23 @@ import pandas as pd
 
 from medheb_app.access.auth import Authenticator
 from medheb_app.api import audit
-from medheb_app.services import Services, describe_for_run
-from medheb_app.study.items import GOLD_SHARE_HELP
+from medheb_app.services import Services
+from medheb_app.services.runs import describe_for_run, run_summary
+from medheb_app.study import (
+    StudyError,
+    create_invitations,
+    list_invitations,
+    list_studies,
+    revoke_invitation,
+)
+from medheb_app.study.items import GOLD_SHARE_HELP, fraction, item_counts
+from medheb_app.study.items import create_study as create
+from medheb_app.study.sizing import creation_note
 from medheb_app.ui import components as ui
 
 NOT_ADMIN = "Sign in as admin first."
+
+log = logging.getLogger(__name__)
 
 
 def create_study(
@@ -39,16 +52,12 @@ def create_study(
     pages only); raters see `public_title`. `gold_share` (a fraction, as in the CLI) of the
     items are quality-control items (one side the oracle's top-3), indistinguishable to
     raters."""
-    from medheb_app.study.items import create_study as create
-    from medheb_app.study.items import fraction, item_counts
-    from medheb_app.ui.explorer_tab import load_summary
-
     if not is_admin:
         return ui.notice_html("error", NOT_ADMIN)
     if run_id in (None, ""):
         return ui.notice_html("error", "Pick a finished benchmark run.")
     try:
-        summary = load_summary(services, int(run_id))
+        summary = run_summary(services, int(run_id))
         created = create(
             services.store,
             name or "",
@@ -71,7 +80,6 @@ def create_study(
         if created.withheld
         else ""
     )
-    from medheb_app.study.sizing import creation_note
 
     return ui.notice_html(
         "info",
@@ -84,8 +92,6 @@ def create_study(
 
 def study_picker(services: Services) -> list[tuple[str, int]]:
     """Every study by internal name and public title (admin only)."""
-    from medheb_app.study import list_studies
-
     return [
         (f"Study {s['id']}: {s['name']} · raters see {s.get('public_title') or '-'!r}", s["id"])
         for s in list_studies(services.store)
@@ -97,8 +103,6 @@ def issue_invitations(
 ) -> str:
     """New invitations, each shown ONCE as a link and a short code (stored hashed)."""
     import html
-
-    from medheb_app.study import StudyError, create_invitations
 
     if not is_admin:
         return ui.notice_html("error", NOT_ADMIN)
@@ -125,8 +129,6 @@ def issue_invitations(
 
 
 def invitation_table(services: Services, is_admin: bool, study_id: Any) -> pd.DataFrame | None:
-    from medheb_app.study import list_invitations
-
     if not is_admin or study_id in (None, ""):
         return None
     rows = [
@@ -144,8 +146,6 @@ def invitation_table(services: Services, is_admin: bool, study_id: Any) -> pd.Da
 
 
 def revoke(services: Services, is_admin: bool, invitation_id: Any) -> str:
-    from medheb_app.study import StudyError, revoke_invitation
-
     if not is_admin:
         return ui.notice_html("error", NOT_ADMIN)
     if not invitation_id:
@@ -202,13 +202,12 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
             revoke_button = gr.Button("Revoke", variant="stop")
 
     def _run_models(run_id, request: gr.Request):
-        from medheb_app.ui.explorer_tab import load_summary
-
         if run_id in (None, "") or not auth.is_admin(request):
             return gr.update(choices=[], value=[])
         try:
-            names = list(load_summary(services, int(run_id)).models)
-        except Exception:
+            names = list(run_summary(services, int(run_id)).models)
+        except (KeyError, OSError, ValueError) as error:  # an unknown run, or its files gone
+            log.warning("run %s has no readable summary for the study picker: %s", run_id, error)
             return gr.update(choices=[], value=[])
         return gr.update(choices=names, value=names[:2])
 
@@ -233,15 +232,18 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
         admin = auth.is_admin(request)
         return revoke(services, admin, invitation_id), invitation_table(services, admin, study_id)
 
-    refresh_studies.click(_studies, None, [invite_study], api_name=False)
+    refresh_studies.click(_studies, None, [invite_study], api_visibility="private")
     invite.click(
-        _invite, [invite_study, n_invites, invite_label], [invite_note, invitations], api_name=False
+        _invite,
+        [invite_study, n_invites, invite_label],
+        [invite_note, invitations],
+        api_visibility="private",
     )
-    invite_study.change(_invitations, [invite_study], [invitations], api_name=False)
+    invite_study.change(_invitations, [invite_study], [invitations], api_visibility="private")
     revoke_button.click(
-        _revoke, [invite_study, revoke_id], [invite_note, invitations], api_name=False
+        _revoke, [invite_study, revoke_id], [invite_note, invitations], api_visibility="private"
     )
-    run.change(_run_models, [run], [study_models], api_name=False)
+    run.change(_run_models, [run], [study_models], api_visibility="private")
     create.click(
         _create,
         [
@@ -257,6 +259,6 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
             gold,
         ],
         [study_note],
-        api_name=False,
+        api_visibility="private",
     )
     return {"run": run, "invite_study": invite_study}

@@ -17,15 +17,19 @@ import gradio as gr
 import pandas as pd
 
 from medheb_app.access.auth import Authenticator
-from medheb_app.run_service import (
+from medheb_app.api import audit
+from medheb_app.services import Services
+from medheb_app.services.admin_jobs import BENCH_SUITES, INDEX_CORPORA, JOB_FACTORIES
+from medheb_app.services.runs import (
     SKIPPED_COLUMNS,
     bench_estimate,
     finished_run_choices,
     job_skipped,
     shared_data_line,
 )
-from medheb_app.services import INDEX_CORPORA, JOB_FACTORIES, Services
+from medheb_app.serving import build_default_model, default_demo_models
 from medheb_app.tasks.base import FAMILIES
+from medheb_app.tasks.medheb import get_suite
 from medheb_app.train.recipes import RECIPES
 from medheb_app.ui import components as ui
 from medheb_app.ui.admin_study import NOT_ADMIN, build_study_admin, study_picker
@@ -49,8 +53,6 @@ SIGNED_IN_NOTE = (
 
 def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, Any]):
     """Submit a job of `kind`; returns (job id or None, message). Refused unless admin."""
-    from medheb_app.api import audit
-
     if not is_admin:
         return None, ui.notice_html("error", NOT_ADMIN)
     if kind not in JOB_FACTORIES:
@@ -148,8 +150,6 @@ def cancel_job(services: Services, is_admin: bool, job_id: float | None) -> str:
     except ValueError as error:
         return ui.notice_html("error", str(error))
     if cancelled:
-        from medheb_app.api import audit
-
         audit.ui_admin(services, "job-cancel", f"job {int(job_id)}")
         return ui.notice_html("info", f"Asked job {int(job_id)} to stop.")
     return ui.notice_html("warning", f"Job {int(job_id)} has already finished.")
@@ -157,16 +157,11 @@ def cancel_job(services: Services, is_admin: bool, job_id: float | None) -> str:
 
 def medheb_task_names() -> list[str]:
     """The medheb-lite suite's task names (registered builders only: nothing is built)."""
-    from medheb_app.tasks.medheb import get_suite
-
     return get_suite("medheb-lite").names()
 
 
 def admin_choices(services: Services):
     """Fresh picker contents after sign-in: models (the shipped ones chosen), suites, runs."""
-    from medheb_app.services import BENCH_SUITES
-    from medheb_app.serving import build_default_model, default_demo_models
-
     models = [str(entry["spec"]) for entry in services.list_models()]
     shipped = [m for m in default_demo_models(services.settings) if m in models]
     runs = finished_run_choices(services)
@@ -298,7 +293,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         ),
         [suite, bench_models, bench_tasks, bench_families],
         job_outputs,
-        api_name=False,
+        api_visibility="private",
     )
 
     def _estimate(chosen_suite, chosen_models, chosen_tasks, chosen_families, request: gr.Request):
@@ -311,27 +306,29 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         _estimate,
         [suite, bench_models, bench_tasks, bench_families],
         [estimate_table, estimate_note],
-        api_name=False,
+        api_visibility="private",
     )
     train_start.click(
         _start("train", lambda r, t, e, n: {"recipe": r, "tag": t, "epochs": e, "n": n}),
         [recipe, tag, epochs, n_train],
         job_outputs,
-        api_name=False,
+        api_visibility="private",
     )
     index_start.click(
         _start("index-build", lambda n, m, c: {"name": n, "model": m, "source": c}),
         [index_name, index_model, corpus],
         job_outputs,
-        api_name=False,
+        api_visibility="private",
     )
 
     def _cancel(selected, request: gr.Request):
         return cancel_job(services, auth.is_admin(request), selected)
 
-    cancel.click(_cancel, [job_id], [job_note], api_name=False)
+    cancel.click(_cancel, [job_id], [job_note], api_visibility="private")
 
-    timer.tick(_poll, [job_id], [jobs, job_progress, job_log, job_skips, timer], api_name=False)
+    timer.tick(
+        _poll, [job_id], [jobs, job_progress, job_log, job_skips, timer], api_visibility="private"
+    )
     return {
         "panel": panel,
         "on_load": on_load,

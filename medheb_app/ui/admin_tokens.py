@@ -12,6 +12,8 @@ import gradio as gr
 import pandas as pd
 
 from medheb_app.access.auth import Authenticator
+from medheb_app.api import audit
+from medheb_app.api.tokens import TokenError, create_token, list_tokens, revoke_token
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
 
@@ -20,8 +22,6 @@ TOKEN_COLUMNS = ("id", "name", "scope", "active", "prefix", "expires_at", "revok
 
 
 def token_table(services: Services) -> pd.DataFrame:
-    from medheb_app.api.tokens import list_tokens
-
     rows = [info.to_dict() for info in list_tokens(services.store)]
     return pd.DataFrame(
         [{key: row[key] for key in TOKEN_COLUMNS} for row in rows], columns=list(TOKEN_COLUMNS)
@@ -32,9 +32,6 @@ def issue_token(
     services: Services, is_admin: bool, scope: str | None, days: float | None, name: str | None
 ) -> tuple[str, str]:
     """(the secret or '', a notice). The secret is shown once and never stored in clear."""
-    from medheb_app.api import audit
-    from medheb_app.api.tokens import TokenError, create_token
-
     if not is_admin:
         return "", ui.notice_html("error", NOT_ADMIN)
     try:
@@ -56,9 +53,6 @@ def issue_token(
 
 
 def revoke(services: Services, is_admin: bool, token_id: float | None) -> str:
-    from medheb_app.api import audit
-    from medheb_app.api.tokens import TokenError, revoke_token
-
     if not is_admin:
         return ui.notice_html("error", NOT_ADMIN)
     try:
@@ -102,6 +96,6 @@ def build_token_admin(services: Services, auth: Authenticator) -> dict[str, Any]
         admin = auth.is_admin(request)
         return revoke(services, admin, chosen), token_table(services) if admin else gr.update()
 
-    issue.click(_issue, [scope, days, name], [secret, note, table], api_name=False)
-    revoke_button.click(_revoke, [token_id], [note, table], api_name=False)
+    issue.click(_issue, [scope, days, name], [secret, note, table], api_visibility="private")
+    revoke_button.click(_revoke, [token_id], [note, table], api_visibility="private")
     return {"table": table}

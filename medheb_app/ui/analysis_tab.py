@@ -18,15 +18,18 @@ import pandas as pd
 from fastapi import Request, Response
 
 from medheb_app.services import Services
-from medheb_app.study.items import GOLD_ACCURACY_HELP
+from medheb_app.study import StudyError
+from medheb_app.study.analysis import model_votes, stratum_figure, summarise
+from medheb_app.study.export import csv_text, votes_frame
+from medheb_app.study.items import GOLD_ACCURACY_HELP, fraction, item_counts, list_studies
+from medheb_app.study.mrmc import mrmc_input
+from medheb_app.study.quality import confirmed_exclusions, record_exclusion
 from medheb_app.ui import components as ui
 
 OUTCOME_LABELS = {"a": "A preferred", "b": "B preferred", "tie": "Tie", "both_poor": "Both poor"}
 
 
 def study_options(services: Services) -> list[tuple[str, int]]:
-    from medheb_app.study.items import item_counts, list_studies
-
     return [
         (
             f"Study {s['id']}: {s['name']} ({item_counts(s['n_items'], s['n_gold'])}, "
@@ -244,10 +247,6 @@ def analyse(
     --min-gold-accuracy), raters below that gold accuracy
     are excluded from rates, Bradley-Terry, bias and MRMC (agreement is shown with and
     without them). `ties` and `margin`: the MRMC figure of merit and non-inferiority margin."""
-    from medheb_app.study.analysis import model_votes, stratum_figure, summarise
-    from medheb_app.study.export import votes_frame
-    from medheb_app.study.items import fraction
-
     nothing = (None, None, None, None, "")
     if study_id in (None, ""):
         return ui.notice_html("info", "Pick a study."), *nothing
@@ -257,7 +256,6 @@ def analyse(
         return ui.notice_html("error", str(error)), *nothing
     if votes.empty:
         return ui.notice_html("info", "No votes in this study yet."), *nothing
-    from medheb_app.study.quality import confirmed_exclusions
 
     try:
         threshold = fraction(min_gold_accuracy, "gold accuracy threshold") or None
@@ -327,9 +325,6 @@ def exclude_rater(
     services: Services, study_id: Any, rater_id: Any, reason: str, reinstate: bool
 ) -> str:
     """Log an admin's exclusion (or reinstatement) of a rater; the caller checks admin."""
-    from medheb_app.study import StudyError
-    from medheb_app.study.quality import record_exclusion
-
     if study_id in (None, "") or rater_id in (None, ""):
         return ui.notice_html("error", "Pick a study and give the rater id.")
     try:
@@ -366,10 +361,6 @@ def export_bytes(services: Services, study_id: Any, kind: str = "votes") -> byte
     """A study's export as CSV bytes, made in memory for one admin's download (never written
     to a file: a file in a shared temporary folder outlives the session and can be read by
     anyone on the machine). None for no study or an unknown kind."""
-    from medheb_app.study.analysis import model_votes
-    from medheb_app.study.export import csv_text, votes_frame
-    from medheb_app.study.mrmc import mrmc_input
-
     if study_id in (None, "") or kind not in EXPORTS:
         return None
     votes = votes_frame(services.store, int(study_id))
@@ -401,7 +392,6 @@ def add_export_routes(app: Any, services: Services, auth: Any) -> None:
         kind = name.removesuffix(".csv")
         if not STUDY_ID.fullmatch(study_id) or kind not in EXPORTS or not name.endswith(".csv"):
             return Response("No such export.", status_code=404, headers=headers)
-        from medheb_app.study import StudyError
 
         try:
             body = export_bytes(services, int(study_id), kind)
@@ -514,8 +504,8 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
     shown = [overview, rates, bt, figure, quality, mrmc, download]
     mrmc_inputs = [study, min_gold, ties, margin]
     for event in (study.change, min_gold.submit):
-        event(_show, [study, min_gold], shown, api_name=False).then(
-            _show_mrmc, mrmc_inputs, [mrmc], api_name=False
+        event(_show, [study, min_gold], shown, api_visibility="private").then(
+            _show_mrmc, mrmc_inputs, [mrmc], api_visibility="private"
         )
 
     def _exclude(study_id, rater_id, reason, request: gr.Request):
@@ -529,11 +519,11 @@ def build_analysis_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         return exclude_rater(services, study_id, rater_id, reason, True)
 
     decision = [study, exclude_id, exclude_reason]
-    exclude_button.click(_exclude, decision, [exclude_note], api_name=False)
-    reinstate_button.click(_reinstate, decision, [exclude_note], api_name=False)
-    ties.change(_show_mrmc, mrmc_inputs, [mrmc], api_name=False)
-    margin.submit(_show_mrmc, mrmc_inputs, [mrmc], api_name=False)
-    refresh.click(_refresh, [study], [study], api_name=False).then(
-        _show, [study, min_gold], shown, api_name=False
-    ).then(_show_mrmc, mrmc_inputs, [mrmc], api_name=False)
+    exclude_button.click(_exclude, decision, [exclude_note], api_visibility="private")
+    reinstate_button.click(_reinstate, decision, [exclude_note], api_visibility="private")
+    ties.change(_show_mrmc, mrmc_inputs, [mrmc], api_visibility="private")
+    margin.submit(_show_mrmc, mrmc_inputs, [mrmc], api_visibility="private")
+    refresh.click(_refresh, [study], [study], api_visibility="private").then(
+        _show, [study, min_gold], shown, api_visibility="private"
+    ).then(_show_mrmc, mrmc_inputs, [mrmc], api_visibility="private")
     return {"study": study, "overview": overview, "refresh_studies": _refresh}

@@ -13,10 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from medheb_app.services import Services
+from medheb_app.study.blinding import run_is_blinded as content_blinded
 
 
 def run_is_blinded(services: Services, out_dir: str | Path | None) -> bool:
     """True when the run folder `out_dir` holds a ranked list an open study's item shows."""
-    from medheb_app.study.blinding import run_is_blinded as content_blinded
-
     return content_blinded(services.store, out_dir)

@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from medheb_app.evidence.readers import read_any
+
 log = logging.getLogger(__name__)
 MAX_SIDE = 1024  # full resolution shown on zoom, capped so one item stays a few hundred KB
 MONTAGE_SLICES = 9
@@ -154,8 +156,6 @@ def png_data_uri(image: np.ndarray, max_side: int = MAX_SIDE) -> str:
 
 
 def _read(path: Any) -> np.ndarray:
-    from medheb_app.evidence.readers import read_any
-
     if not path or not Path(str(path)).exists():
         raise Unrenderable("its file is missing")
     try:

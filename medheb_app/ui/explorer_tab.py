@@ -1,6 +1,6 @@
 """Benchmark explorer: leaderboards and charts from stored runs, and a per-query drill-down.
 
-Runs of both kinds (MedHEB suites, CXR-Retrieve) come through medheb_app.run_service (the UI
+Runs of both kinds (MedHEB suites, CXR-Retrieve) come through medheb_app.services.runs (the UI
 never queries the store) as Summary files; the paper tables come from medheb_app.eval.reports
 and eval.cxr_tables, the drill-down's data from medheb_app.eval.drilldown. The filtered
 leaderboard and the per-family / per-split bars are task-macro averages over the tasks that
@@ -19,8 +19,6 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from medheb_app.eval import drilldown, figures, reports
-
-# re-exported: the explorer's tables are eval's functions
 from medheb_app.eval.leaderboard import (  # noqa: F401
     METRICS,
     cxr_finding_table,
@@ -31,7 +29,11 @@ from medheb_app.eval.leaderboard import (  # noqa: F401
     task_frame,
 )
 from medheb_app.eval.results import Summary
-from medheb_app.run_service import (
+
+# re-exported: the explorer's tables are eval's functions
+from medheb_app.models.baselines import BASELINES
+from medheb_app.services import Services
+from medheb_app.services.runs import (
     SKIPPED_COLUMNS,
     finished_run_choices,
     recorded_colours,
@@ -39,8 +41,8 @@ from medheb_app.run_service import (
     run_skipped,
     run_summary,
 )
-from medheb_app.services import Services
 from medheb_app.ui import components as ui
+from medheb_app.ui.blinding import run_is_blinded
 from medheb_app.ui.drilldown_view import drilldown_html
 
 log = logging.getLogger(__name__)
@@ -176,7 +178,7 @@ def _options(frame: pd.DataFrame, column: str) -> list[str]:
 
 def _real_models(names: list[str]) -> list[str]:
     """The run's models without the baselines (drawn as floor / ceiling marks, not bars)."""
-    return [name for name in names if name not in reports.BASELINES] or names
+    return [name for name in names if name not in BASELINES] or names
 
 
 BLINDED_NOTE = (
@@ -335,8 +337,6 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         return skipped_frame(services, summary, admin), line
 
     def _blinded(summary, request: gr.Request) -> bool:
-        from medheb_app.ui.blinding import run_is_blinded
-
         admin = auth is not None and auth.is_admin(request)
         return not admin and run_is_blinded(services, getattr(summary, "out_dir", None))
 
@@ -381,19 +381,22 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         scatter_plot,
     ]
     query_inputs = [summary_state, task, compare_models, failures]
-    loaded = run.change(_load, [run], load_outputs, api_name=False)
-    loaded.then(_views, view_inputs, view_outputs, api_name=False).then(
-        _queries, query_inputs, [query], api_name=False
+    loaded = run.change(_load, [run], load_outputs, api_visibility="private")
+    loaded.then(_views, view_inputs, view_outputs, api_visibility="private").then(
+        _queries, query_inputs, [query], api_visibility="private"
     )
-    loaded.then(_skipped, [summary_state], [skipped, shared_data], api_name=False)
+    loaded.then(_skipped, [summary_state], [skipped, shared_data], api_visibility="private")
     for control in (families, forms, splits, models, model_x, model_y):
         # .input (user edits only): a run load sets all of them and redraws once, via .then
-        control.input(_views, view_inputs, view_outputs, api_name=False)
+        control.input(_views, view_inputs, view_outputs, api_visibility="private")
     for control in (task, compare_models, failures):
-        control.input(_queries, query_inputs, [query], api_name=False)
+        control.input(_queries, query_inputs, [query], api_visibility="private")
     for control in (query, compare_models):
         control.change(
-            _ranked, [summary_state, task, query, compare_models], [ranked], api_name=False
+            _ranked,
+            [summary_state, task, query, compare_models],
+            [ranked],
+            api_visibility="private",
         )
 
     def _refresh_runs(current=None):
@@ -401,5 +404,5 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         ids = [value for _, value in choices]
         return gr.update(choices=choices, value=current if current in ids else (ids or [None])[0])
 
-    refresh.click(_refresh_runs, [run], [run], api_name=False)
+    refresh.click(_refresh_runs, [run], [run], api_visibility="private")
     return {"run": run, "board": board, "ranked": ranked, "refresh_runs": _refresh_runs}

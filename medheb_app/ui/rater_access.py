@@ -7,6 +7,14 @@ from __future__ import annotations
 
 from medheb_app.access.auth import RaterClaim
 from medheb_app.services import Services
+from medheb_app.study import (
+    StudyError,
+    list_open_studies,
+    resume,
+    sign_in_open,
+    sign_in_with_invitation,
+)
+from medheb_app.study.identity import signed_out_reason as reason
 
 
 class SignInError(ValueError):
@@ -16,8 +24,6 @@ class SignInError(ValueError):
 def public_studies(services: Services) -> list:
     """Open studies as raters may see them: PublicStudy(id, title, open_enrolment), never the
     internal name."""
-    from medheb_app.study import list_open_studies
-
     return list(list_open_studies(services.store))
 
 
@@ -27,8 +33,6 @@ def _claim(session) -> RaterClaim:
 
 def redeem(services: Services, code: str, display_name: str = "") -> RaterClaim:
     """An invitation link secret or short code -> the claim for its rater."""
-    from medheb_app.study import StudyError, sign_in_with_invitation
-
     try:
         return _claim(sign_in_with_invitation(services.store, code or "", display_name or ""))
     except StudyError as error:
@@ -38,8 +42,6 @@ def redeem(services: Services, code: str, display_name: str = "") -> RaterClaim:
 def enrol(services: Services, study_id: int, label: str, address: str | None = None) -> RaterClaim:
     """Open enrolment: always a fresh rater for this sign-in; `label` is a display name and
     `address` the client's (sign-ins per address per hour are capped)."""
-    from medheb_app.study import StudyError, sign_in_open
-
     try:
         return _claim(sign_in_open(services.store, int(study_id), label or "", address))
     except StudyError as error:
@@ -49,8 +51,6 @@ def enrol(services: Services, study_id: int, label: str, address: str | None = N
 def resolve(services: Services, claim: RaterClaim | None) -> int | None:
     """The rater id of a cookie claim while its resume secret is current (not replaced by a
     newer sign-in, not revoked, study open), else None."""
-    from medheb_app.study import resume
-
     if claim is None:
         return None
     session = resume(services.store, claim.secret)
@@ -65,8 +65,6 @@ def resolve(services: Services, claim: RaterClaim | None) -> int | None:
 def signed_out_reason(services: Services, claim: RaterClaim | None) -> str | None:
     """For a cookie that no longer signs its rater in: whether the invitation was revoked or
     the study closed (a message for the rater), else None."""
-    from medheb_app.study.identity import signed_out_reason as reason
-
     if claim is None:
         return None
     return reason(services.store, claim.secret)

@@ -26,8 +26,17 @@ import gradio as gr
 
 from medheb_app.access.auth import Authenticator
 from medheb_app.services import Services
+from medheb_app.study import ItemGoneError, StudyError, find_study
 from medheb_app.study.instructions import INSTRUCTIONS as KIND_INSTRUCTIONS
-from medheb_app.study.session import CANNOT_JUDGE_REASONS
+from medheb_app.study.session import (
+    CANNOT_JUDGE_REASONS,
+    UNDO_WINDOW_SECONDS,
+    next_item,
+    progress,
+    record_vote,
+    reveal,
+    undo_last_vote,
+)
 from medheb_app.ui import components as ui
 from medheb_app.ui import evidence_view, rater_access
 
@@ -195,8 +204,6 @@ def keys_line(can_undo: bool, named_later: bool = False) -> str:
     """The keys a rater has in this study: U = undo only where a vote can be withdrawn (names
     never shown, or shown only once every rater of the item has voted: until then); where
     names are revealed right after each vote, that vote is final at once."""
-    from medheb_app.study.session import UNDO_WINDOW_SECONDS
-
     until = ", until the systems are named" if named_later else ""
     undo = f"U = undo (within {UNDO_WINDOW_SECONDS:g} s of a vote{until}), " if can_undo else ""
     final = (
@@ -215,8 +222,6 @@ def _undo_rule(services: Services, study_id: int) -> tuple[bool, bool]:
     """(can undo, names come later): a vote can be withdrawn while its names are unseen, so
     in a study that never reveals them, or reveals them once all raters of an item voted
     (several raters per item); with one rater per item and reveal on, never."""
-    from medheb_app.study import StudyError, find_study
-
     try:
         study = find_study(services.store, study_id)
     except StudyError:
@@ -277,9 +282,6 @@ def render_view(view: Any) -> tuple[str, str, str]:
 
 def next_screen(services: Services, auth: Authenticator, request: Any, note: str = "") -> Screen:
     """The rater's next item (or why there is none)."""
-    from medheb_app.study import StudyError
-    from medheb_app.study.session import next_item
-
     who = current_rater(services, auth, request)
     if who is None:
         return Screen(message=signed_out_html(services, auth, request))
@@ -292,8 +294,6 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
     except StudyError as error:
         return Screen(message=note + ui.notice_html("error", str(error)))
     if view is None:
-        from medheb_app.study.session import progress
-
         counts = progress(services.store, study_id, rater_id)
         done, total = int(counts.get("done", 0)), int(counts.get("total", 0))
         text, finished = end_message(counts)
@@ -377,9 +377,6 @@ def cast_vote(
 ) -> tuple[bool, str, str, str]:
     """Record a vote (with the optional cannot-judge reason, comment and clinical-significance
     flag); returns (recorded, message, reveal over A, reveal over B)."""
-    from medheb_app.study import ItemGoneError, StudyError
-    from medheb_app.study.session import record_vote, reveal
-
     who = current_rater(services, auth, request)
     if who is None:
         return False, signed_out_html(services, auth, request), "", ""
@@ -419,9 +416,6 @@ def cast_vote(
 
 def undo_vote(services: Services, auth: Authenticator, request: Any) -> tuple[bool, str]:
     """Withdraw the rater's last vote in this study, if the study allows it (not revealed)."""
-    from medheb_app.study import StudyError
-    from medheb_app.study.session import undo_last_vote
-
     who = current_rater(services, auth, request)
     if who is None:
         return False, signed_out_html(services, auth, request)
@@ -546,27 +540,27 @@ def build_rater_app(services: Services, auth: Authenticator) -> gr.Blocks:
                 return (*[gr.update()] * 6, note, *[gr.update()] * (len(vote_buttons) + 3))
             return _screen(next_screen(services, auth, request, note))
 
-        blocks.load(show, None, screen_outputs, api_name=False)
+        blocks.load(show, None, screen_outputs, api_visibility="private")
         for choice, button in buttons.items():
             button.click(
                 make_vote(choice),
                 [token, side_a, side_b, reason, comment, significant],
                 [advance, message, side_a, side_b, *vote_buttons],
-                api_name=False,
+                api_visibility="private",
             ).then(
                 None,
                 None,
                 None,
                 js=f"() => new Promise((done) => setTimeout(done, {REVEAL_PAUSE_MS}))",
-                api_name=False,
+                api_visibility="private",
             ).then(
                 after_vote,
                 [advance],
                 [advance, *screen_outputs, reason, comment, significant],
-                api_name=False,
+                api_visibility="private",
             )
-        nxt.click(press_next, [token], screen_outputs, api_name=False)
-        undo.click(do_undo, None, screen_outputs, api_name=False)
+        nxt.click(press_next, [token], screen_outputs, api_visibility="private")
+        undo.click(do_undo, None, screen_outputs, api_visibility="private")
     return blocks
 
 

@@ -71,6 +71,10 @@ IN_SAMPLE_NOTE = (
     "This study is one of the index's training studies: the probes were fit on its labels, so "
     "its p is optimistic."
 )
+OUT_OF_FOLD_NOTE = (
+    "This study is one of the index's training studies: the probes were fit on its labels; its "
+    "p comes from the cross-fitted probe that left it out."
+)
 RANKING_CHOICES = [
     ("Best for this index (logic-aware where it has probes)", "auto"),
     ("Similarity (cosine to the query)", "similarity"),
@@ -208,7 +212,9 @@ def _ranked(answer: SearchResponse) -> tuple[list[dict], list[tuple]]:
         record = asdict(hit)
         broken = ui.violation_words(hit.violations)
         record.update(broken=broken, positive=answer.positive, negative=answer.negative)
+        record["index"] = answer.index  # opening the hit is audited against it
         text = caption(hit.rank, hit.typed_score, hit.satisfies, broken)
+        text += " · training study" if hit.training else ""  # issue 23: the typed mark
         hits.append(record)
         gallery.append((thumbnail(hit.path, hit.synthetic), text))
     return hits, gallery
@@ -313,8 +319,9 @@ def hit_detail(hits: list[dict[str, Any]] | None, position: int | None):
             if hit.get("broken") or hit.get("satisfies") is False
             else ""
         )
-        if logic and hit.get("split") == "train":
-            verdict += ui.notice_html("info", IN_SAMPLE_NOTE)
+        if logic and hit.get("training"):
+            in_sample = hit.get("p_fit") == "in-sample"
+            verdict += ui.notice_html("info", IN_SAMPLE_NOTE if in_sample else OUT_OF_FOLD_NOTE)
         report = hit.get("text") or "No report text stored for this study."
         chips = ui.finding_chips_html(
             hit.get("findings") or {}, hit.get("positive") or [], hit.get("negative") or []
@@ -479,36 +486,47 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
         hidden = gr.update(visible=False)
         return None, gr.update(value=None, visible=False), hidden, hidden, "", hidden
 
-    def _select(hits, evt: gr.SelectData):
-        return hit_detail(hits, evt.index if isinstance(evt.index, int) else None)
+    def _select(hits, evt: gr.SelectData, request: gr.Request):
+        position = evt.index if isinstance(evt.index, int) else None
+        image, body = hit_detail(hits, position)
+        if body:  # a record shown: a read of a real study is audited (api/audit.py)
+            audit.ui_record(services, client_key(request, hops), hits[position])
+        return image, body
 
     outputs = [parsed, notice, gallery, compare_gallery, hits_state, large, detail]
     inputs = [query, upload_state, model, index, k, ranking, compare, volume_mode, slice_slider]
     search_events = dict(concurrency_limit=SEARCH_CONCURRENCY, concurrency_id="search")
-    button.click(_search, inputs, outputs, api_name="search", **search_events)
-    query.submit(_search, inputs, outputs, api_name=False, **search_events)
-    examples.load_input_event.then(_search, inputs, outputs, api_name=False, **search_events)
+    button.click(
+        _search, inputs, outputs, api_name="search_page", api_visibility="private", **search_events
+    )
+    query.submit(_search, inputs, outputs, api_visibility="private", **search_events)
+    examples.load_input_event.then(
+        _search, inputs, outputs, api_visibility="private", **search_events
+    )
     upload_outputs = [upload_state, preview, slice_slider, volume_mode, notice, clear_upload]
     upload_file.upload(
         _upload,
         [upload_file],
         upload_outputs,
-        api_name=False,
+        api_visibility="private",
         concurrency_limit=UPLOAD_CONCURRENCY,
         concurrency_id="upload",
     )
-    clear_upload.click(_clear, None, upload_outputs, api_name=False)
-    slice_slider.change(on_slice, [upload_state, slice_slider], [preview], api_name=False)
-    volume_mode.change(on_volume_mode, [volume_mode], [slice_slider], api_name=False)
-    gallery.select(_select, [hits_state], [large, detail], api_name=False)
+    clear_upload.click(_clear, None, upload_outputs, api_visibility="private")
+    slice_slider.change(on_slice, [upload_state, slice_slider], [preview], api_visibility="private")
+    volume_mode.change(on_volume_mode, [volume_mode], [slice_slider], api_visibility="private")
+    gallery.select(_select, [hits_state], [large, detail], api_visibility="private")
     index.change(
-        lambda m, i: refresh_pickers(services, m, i), [model, index], [model, index], api_name=False
+        lambda m, i: refresh_pickers(services, m, i),
+        [model, index],
+        [model, index],
+        api_visibility="private",
     )
     timer.tick(
         lambda m, i: bootstrap_status(services, m, i),
         [model, index],
         [status, timer, model, index],
-        api_name=False,
+        api_visibility="private",
     )
     return {
         "query": query,

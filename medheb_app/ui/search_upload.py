@@ -21,7 +21,7 @@ import gradio as gr
 import numpy as np
 
 from medheb_app.access.limits import RateLimiter
-from medheb_app.evidence.readers import study_from_file
+from medheb_app.evidence.file_study import study_from_file
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.services import Services
 from medheb_app.ui import components as ui

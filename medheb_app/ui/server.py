@@ -33,7 +33,11 @@ from medheb_app.access.queue_guard import QueueCallGuard, fair_queue, quiet_grad
 from medheb_app.access.sessions import StoreSessions
 from medheb_app.access.uploads import NoUploadedFilesServed, UploadIntake
 from medheb_app.services import Services
-from medheb_app.ui import rater_access
+from medheb_app.ui import components as ui
+from medheb_app.ui import evidence_view, rater_access
+from medheb_app.ui.analysis_tab import add_export_routes
+from medheb_app.ui.rater_app import RATER_HEAD, build_rater_app
+from medheb_app.ui.shell import build_app
 
 log = logging.getLogger(__name__)
 RATER_PATH = "/rate"
@@ -327,12 +331,8 @@ def bounded_queue(blocks: gr.Blocks, services: Services) -> gr.Blocks:
 
 def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     """The FastAPI app: auth routes, the raters' Blocks at /rate, the workbench at /."""
+    # deferred: starlette
     from medheb_app.api.app import mount_api
-    from medheb_app.ui import components as ui
-    from medheb_app.ui import evidence_view
-    from medheb_app.ui.analysis_tab import add_export_routes
-    from medheb_app.ui.rater_app import RATER_HEAD, build_rater_app
-    from medheb_app.ui.shell import build_app
 
     guards = guards or make_guards(services)
     settings = services.settings

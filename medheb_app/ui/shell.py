@@ -17,12 +17,14 @@ from typing import Any
 import gradio as gr
 
 from medheb_app.access.auth import Authenticator
+from medheb_app.api.gradio_api import add_search_api
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
 from medheb_app.ui.admin_tab import build_admin_tab
 from medheb_app.ui.analysis_tab import build_analysis_tab
 from medheb_app.ui.explorer_tab import build_explorer_tab
 from medheb_app.ui.search_tab import build_search_tab
+from medheb_app.ui.search_upload import TabLimits
 
 log = logging.getLogger(__name__)
 TITLE = "Clinical evidence retrieval workbench"
@@ -79,7 +81,9 @@ def build_app(services: Services, auth: Authenticator | None = None) -> gr.Block
         gr.Markdown(f"## {TITLE}\n{DESCRIPTION}", elem_id="app-description")
         with gr.Tabs():
             with gr.Tab("Search", id="search"):
-                search = build_search_tab(services)
+                limits = TabLimits()  # one per-visitor budget for the page and its /search
+                search = build_search_tab(services, limits)
+                add_search_api(services, limits)  # the public JSON endpoint (api/gradio_api.py)
             with gr.Tab("Benchmark explorer", id="explorer"):
                 gr.Markdown(EXPLORER_INTRO, elem_id="explorer-intro")
                 explorer = build_explorer_tab(services, auth)
@@ -108,5 +112,5 @@ def build_app(services: Services, auth: Authenticator | None = None) -> gr.Block
         outputs = [search["model"], search["index"], explorer["run"], analysis["study"]]
         if admin is not None:
             outputs += admin["load_outputs"]
-        demo.load(on_load, None, outputs, api_name=False)
+        demo.load(on_load, None, outputs, api_visibility="private")
     return demo

@@ -18,7 +18,7 @@ from pathlib import Path
 import pydicom
 
 from medheb_app.evidence.dicom import image_from_dataset, volume_from_datasets
-from medheb_app.evidence.readers import LoadedImage, check_size
+from medheb_app.evidence.pixels import LoadedImage, check_size
 from medheb_app.evidence.sources.layout import require_dir
 from medheb_app.evidence.study import EvidenceError, Study
 

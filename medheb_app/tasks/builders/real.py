@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from medheb_app.evidence.study import Study
+from medheb_app.evidence.readers import read_any
+from medheb_app.evidence.sources.iu_xray import bundled_reports, load_iu_reports
+from medheb_app.evidence.study import Evidence, Study
 from medheb_app.tasks.base import Item, TaskUnavailable, file_digest
 from medheb_app.tasks.builders.generic import LabelledItem, single_label
 
@@ -30,9 +32,6 @@ def prostate_slice_pairs(directory: Path) -> tuple[list[tuple[Item, Item]], str]
     The two series share slice positions (../shared/data/README.md), so the DWI slice at the
     same index is the paired positive; slices are 2D images read through readers.read_any.
     """
-    from medheb_app.evidence.readers import read_any
-    from medheb_app.evidence.study import Evidence
-
     t2_path = require(directory / "t2.nii.gz", "prostate T2 volume")
     dwi_path = require(directory / "dwi.nii.gz", "prostate DWI volume")
     t2 = read_any(t2_path).pixels
@@ -63,6 +62,7 @@ def nih_label(study: Study) -> str | None:
 
 def load_nih_part(directory: Path, part: str) -> tuple[list[Study], str]:
     """NIH studies of one patient-level part (seeded 70/30 re-split) and the data revision."""
+    # deferred: pandas
     from medheb_app.evidence.sources.nih import load_nih
 
     labels = require(directory / "labels.csv", "NIH ChestX-ray14 labels.csv")
@@ -81,6 +81,7 @@ def nih_labelled(studies: Sequence[Study], revision: str) -> list[LabelledItem]:
 
 def pubmedqa_pairs(directory: Path, part: str) -> tuple[list[tuple[Item, Item]], str]:
     """Question -> its abstract context (PubMedQA PQA-L; test = the 500 official test ids)."""
+    # deferred: pandas
     from medheb_app.evidence.sources.pubmedqa import load_pubmedqa
 
     data_file = require(directory / "ori_pqal.json", "PubMedQA ori_pqal.json")
@@ -105,7 +106,7 @@ def iu_findings_impression_pairs(part: str, test_fraction: float = 0.3, seed: in
     each distinct impression text is one candidate and every report stating it points to it:
     the single positive is then never a false negative of an identical twin.
     """
-    from medheb_app.evidence.sources.iu_xray import bundled_reports, load_iu_reports
+    # deferred: pandas
     from medheb_app.evidence.sources.layout import split_by_patient
 
     source = bundled_reports()

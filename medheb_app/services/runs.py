@@ -1,4 +1,5 @@
-"""Service functions the UI calls for stored benchmark runs (the UI never queries the store).
+"""Stored benchmark runs as the UI and the API read them (the UI never queries the store), and
+what raters are shown for a run's items.
 
 Both kinds of run (MedHEB suites and CXR-Retrieve) are listed and loaded alike: the store
 indexes them, their folders hold the full record (medheb_app.eval.results).
@@ -12,15 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from medheb_app.eval.colours import run_colours
-from medheb_app.eval.estimate import Estimate
+from medheb_app.eval.estimate import Estimate, estimate_run, rates_from_store
 from medheb_app.eval.results import Summary
+from medheb_app.services import Services
+from medheb_app.services.admin_jobs import bench_suite, stamp
+from medheb_app.settings import Settings
 from medheb_app.store.colours import model_slots
+from medheb_app.store.runs import run_listing, run_out_dir
+from medheb_app.store.study_tables import PreferenceStudy
+from medheb_app.study.payloads import Renderer, describe_with_tasks
+from medheb_app.tasks.medheb import SUITES
 
 
-def finished_run_choices(services: Any, limit: int = 200) -> list[tuple[str, int]]:
+def finished_run_choices(services: Services, limit: int = 200) -> list[tuple[str, int]]:
     """Finished runs, newest first, as (label, run id) for a picker."""
-    from medheb_app.store.runs import run_listing
-
     return [
         (
             f"Run {row['id']}: {row['suite']} · {', '.join(row['models'])} · "
@@ -31,15 +37,13 @@ def finished_run_choices(services: Any, limit: int = 200) -> list[tuple[str, int
     ]
 
 
-def run_summary(services: Any, run_id: int) -> Summary:
+def run_summary(services: Services, run_id: int) -> Summary:
     """The Summary of a stored run, read from its folder; KeyError for an unknown id."""
-    from medheb_app.store.runs import run_out_dir
-
     return Summary.from_disk(run_out_dir(services.store, int(run_id)))
 
 
 def bench_estimate(
-    services: Any,
+    services: Services,
     suite: str,
     models: list[str],
     tasks: list[str] | None = None,
@@ -49,9 +53,6 @@ def bench_estimate(
     and model, the items it embeds, how many the embedding cache holds, and the seconds the
     rest take at each model's measured rate (eval/estimate.py). Builds the tasks as the run
     would (real-data tasks that cannot be built are listed as skipped); loads no model."""
-    from medheb_app.eval.estimate import estimate_run, rates_from_store
-    from medheb_app.services import bench_suite
-
     if not models:
         raise ValueError("Pick at least one model to estimate.")
     params = {"suite": suite, "tasks": tasks or [], "families": families or []}
@@ -60,7 +61,7 @@ def bench_estimate(
     return estimate_run(built, models, services.settings, rates, only, calibrate=True)
 
 
-def shared_data_line(services: Any) -> str:
+def shared_data_line(services: Services) -> str:
     """Where real data is read from (MEDHEB_SHARED_DATA) and whether it is there."""
     folder = services.settings.shared_data_dir
     state = "found" if folder.is_dir() else "MISSING: real-data tasks will be skipped"
@@ -105,7 +106,7 @@ def skipped_rows(
     return rows
 
 
-def _path_roots(services: Any, recorded: Mapping[str, Any] | None = None) -> dict[str, str]:
+def _path_roots(services: Services, recorded: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The folders a reason may name, as recorded by the run and as set now, with labels."""
     recorded = recorded or {}
     roots = {
@@ -119,7 +120,7 @@ def _path_roots(services: Any, recorded: Mapping[str, Any] | None = None) -> dic
     return roots
 
 
-def run_skipped(services: Any, summary: Summary, is_admin: bool) -> list[dict[str, str]]:
+def run_skipped(services: Services, summary: Summary, is_admin: bool) -> list[dict[str, str]]:
     """The skipped tasks of a stored run and why (paths shown to admins only)."""
     return skipped_rows(summary.skipped, _path_roots(services, summary.settings), is_admin)
 
@@ -130,7 +131,7 @@ def run_shared_data_line(summary: Summary) -> str:
     return f"Real data folder (MEDHEB_SHARED_DATA) of this run: {folder}" if folder else ""
 
 
-def job_skipped(services: Any, job_id: int) -> list[dict[str, str]]:
+def job_skipped(services: Services, job_id: int) -> list[dict[str, str]]:
     """The skipped tasks of a finished benchmark job (admin view: paths shown); empty for
     other jobs and for a job still running (its log names each skip as it happens)."""
     info = services.jobs.status(int(job_id))
@@ -146,12 +147,10 @@ def resolved_dir(path: str | Path) -> str:
         return str(path)
 
 
-def open_study_sources(services: Any) -> set[str]:
+def open_study_sources(services: Services) -> set[str]:
     """The resolved run folders of every reader study that is not closed: the runs whose
     per-query results stay hidden from non-admins (ui/blinding.py)."""
     from sqlalchemy import select
-
-    from medheb_app.store.study_tables import PreferenceStudy
 
     with services.store.session() as session:
         studies = session.scalars(select(PreferenceStudy)).all()
@@ -162,8 +161,20 @@ def open_study_sources(services: Any) -> set[str]:
         }
 
 
-def recorded_colours(services: Any, names: Sequence[str]) -> dict[str, str]:
+def recorded_colours(services: Services, names: Sequence[str]) -> dict[str, str]:
     """`eval.colours.run_colours` with the slots recorded in the services' store (recording
     new models), so a model keeps its colour across runs. Here, not in eval/, because it
     reads the store (eval/ stays below store/: store.colours imports eval.colours)."""
     return run_colours(names, model_slots(services.store, names))
+
+
+def describe_for_run(settings: Settings, suite: str) -> Renderer:
+    """What raters are shown for a run's items: the suite's tasks rebuilt and rendered by
+    medheb_app.study.payloads (salted file names, so no path names a task or an item). For a
+    run of a suite this checkout cannot rebuild, the run files' own payloads are rendered;
+    items that cannot be shown are withheld from the study."""
+    media_dir = settings.data_dir / "study-media" / stamp()
+    if suite not in SUITES:
+        return Renderer(media_dir)
+    tasks, _skipped = SUITES[suite]().build(settings)
+    return describe_with_tasks(tasks, media_dir)

@@ -1,0 +1,159 @@
+"""What the admin panel launches (and the admin API, and bench/bench_cancel.py): each factory
+binds settings and returns a JobRunner function fn(params, progress, log, stop) -> result dict
+(medheb_app/jobs.py). Benchmark runs, training and index builds call the same library
+functions as the CLI."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from medheb_app.cancellation import Cancelled
+from medheb_app.eval.runner import run_suite
+from medheb_app.index.build import build_from_source
+from medheb_app.index.catalog import check_index_name
+from medheb_app.models.registry import spec_of_folder
+from medheb_app.settings import Settings
+from medheb_app.tasks.cxr_retrieve import SUITE_NAME, CxrRetrieveSuite
+from medheb_app.tasks.medheb import SUITES
+from medheb_app.train.config import config_from_sources
+from medheb_app.train.loop import TrainingProgress
+from medheb_app.train.recipes import get_recipe
+
+JobFn = Callable[
+    [dict[str, Any], Callable[..., None], Callable[[str], None], threading.Event], dict
+]
+# Presets the admin panel offers ("nih-1000" is the shared NIH sample wherever settings put
+# it); any source spec (medheb_app/index/sources.py) is accepted.
+INDEX_CORPORA = ("phantom", "nih-1000")
+_LEGACY_CORPORA = {"phantom-demo": "phantom"}
+
+
+def stamp() -> str:
+    """A UTC time stamp for a run or media folder name."""
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+
+
+BENCH_SUITES = ("medheb-lite", "cxr-retrieve")
+
+
+def bench_suite(settings: Settings, params: dict[str, Any]):
+    """The suite a job's params name, and the tasks chosen (--task / --family alike)."""
+    suite = str(params["suite"])
+    if suite == SUITE_NAME:
+        return (
+            CxrRetrieveSuite(
+                data=str(params.get("data") or "phantom"),
+                setting=str(params.get("setting") or "main"),
+                paraphrase=bool(params.get("paraphrase", False)),
+            ),
+            None,
+        )
+    if suite not in SUITES:
+        raise ValueError(f"Unknown suite {suite!r}; known: {', '.join(BENCH_SUITES)}.")
+    built = SUITES[suite]()
+    wanted = [str(t) for t in params.get("tasks") or []]
+    families = {str(f) for f in params.get("families") or []}
+    wanted += [name for name, spec in built.specs.items() if spec.family in families]
+    unknown = [name for name in wanted if name not in built.specs]
+    if unknown:
+        raise ValueError(f"Unknown task(s) {', '.join(unknown)} in suite {suite}.")
+    return built, list(dict.fromkeys(wanted)) or None
+
+
+def bench_job(settings: Settings) -> JobFn:
+    """A benchmark run (MedHEB suite or CXR-Retrieve) for the chosen models and tasks; its
+    results land in the store and runs_dir. Logs one line per task (scored or skipped, why)."""
+
+    def run(params, progress, log, stop) -> dict:
+        suite, only = bench_suite(settings, params)
+        models = [str(m) for m in params["models"]]
+        out = settings.runs_dir / f"{suite.name}-{stamp()}"
+        log(f"benchmark {suite.name}: {', '.join(models)} -> {out}")
+        log(f"real data (MEDHEB_SHARED_DATA): {settings.shared_data_dir}")
+        if only:
+            log(f"tasks: {', '.join(only)}")
+        summary = run_suite(suite, models, out, settings, progress, stop, only=only, log=log)
+        log(f"finished run {summary.run_id} ({len(summary.skipped)} skipped)")
+        return {"run_id": summary.run_id, "out_dir": str(out), "skipped": summary.skipped}
+
+    return run
+
+
+def _training_progress(progress, log) -> Callable[[int, int, float], None]:
+    """Adapt the trainer's (step, total, loss) callback and its stages to the job's progress."""
+    return TrainingProgress(progress, log)
+
+
+def train_job(settings: Settings) -> JobFn:
+    """Train a checkpoint; it registers itself (dual-lite@<tag> or medemb-lite@<tag>) when saved."""
+
+    def run(params, progress, log, stop) -> dict:
+        recipe = get_recipe(str(params["recipe"]))
+        tag = str(params["tag"]).strip()
+        if not tag or not tag.replace("-", "").replace("_", "").isalnum():
+            raise ValueError("A checkpoint tag uses letters, digits, - and _ only.")
+        out = settings.trained_models_dir / tag
+        defaults = {"epochs": 5, "n": 2000}
+        overrides = {field: int(params.get(field, defaults[field])) for field in recipe.job_fields}
+        config = config_from_sources(recipe.config_class(), overrides=overrides)
+        log(f"training {recipe.name} -> {out} with {overrides}")
+        result = recipe.run(config, out, settings, _training_progress(progress, log), stop)
+        if stop.is_set() or result.card is None:
+            raise Cancelled(f"stopped after step {result.steps}; no checkpoint saved")
+
+        spec = spec_of_folder(out, settings)  # the name the resolver registers it under
+        if spec is None:  # its tag is taken by a committed checkpoint: load it by path
+            spec = f"{recipe.spec(result.card.to_dict()).split('@')[0]}@{out}"
+            log(f"tag {tag} is taken by a committed checkpoint; load this one by path")
+        log(f"saved {spec}")
+        return {"spec": spec, "out": str(out), "result": repr(result)[:500]}
+
+    return run
+
+
+def index_source(settings: Settings, params: dict[str, Any]) -> str:
+    """The job's source spec: params["source"] (any spec `index build --source` takes), or
+    the older params["corpus"] ("phantom-demo", "nih-1000")."""
+    source = str(params.get("source") or params.get("corpus") or "").strip()
+    if source == "nih-1000":
+        return f"nih:{settings.shared_data_dir / 'nih-cxr14-1000'}"
+    return _LEGACY_CORPORA.get(source, source)
+
+
+def index_job(settings: Settings) -> JobFn:
+    """Build a named index from any source spec (the same builder as `index build`, which also
+    prepares logic-aware ranking), with items/s and an ETA in the progress messages; the
+    search pickers then offer it."""
+
+    def run(params, progress, log, stop) -> dict:
+        name, spec = check_index_name(str(params["name"])), str(params["model"])
+        source = index_source(settings, params)
+        log(f"index {name}: source {source}, model {spec}")
+        report = build_from_source(  # a stop raises Cancelled: the job is recorded cancelled
+            source,
+            spec,
+            name,
+            settings,
+            kind=str(params.get("kind", "auto")),
+            batch_size=int(params.get("batch_size", 32)),
+            progress=progress,
+            stop=stop,
+        )
+        log(
+            f"built {name}: {report.n_items} items, {report.embedded} embedded, "
+            f"{report.reused} reused, {report.failed} failed in {report.seconds:.1f} s"
+        )
+        log("logic-aware ranking prepared" if report.logic else report.logic_note)
+        return {"index": name, "model": spec, "count": report.n_items, **report.to_json()}
+
+    return run
+
+
+JOB_FACTORIES: dict[str, Callable[[Settings], JobFn]] = {
+    "bench-run": bench_job,
+    "train": train_job,
+    "index-build": index_job,
+}
