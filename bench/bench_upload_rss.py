@@ -128,16 +128,21 @@ def upload_one(
     return {"seconds": round(time.perf_counter() - started, 1), "message": message[:160]}
 
 
-def upload_all(url: str, zips: list[Path]) -> list[dict[str, object]]:
-    deadline = time.monotonic() + 120
-    while True:  # the server logs its address just before it binds
+def wait_for_upload_fn_index(url: str, timeout_s: float = 120.0) -> int:
+    """The upload event's fn_index, once the server answers (it logs its address just before
+    it binds, so the first requests may be refused)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
         try:
-            fn_index = upload_fn_index(url)
-            break
+            return upload_fn_index(url)
         except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def upload_all(url: str, zips: list[Path]) -> list[dict[str, object]]:
+    fn_index = wait_for_upload_fn_index(url)
     with concurrent.futures.ThreadPoolExecutor(len(zips)) as pool:
         return list(pool.map(lambda path: upload_one(url, fn_index, path), zips))
 
@@ -202,15 +207,7 @@ def bomb_phases(url: str, files: dict[str, list[Path]]) -> list[dict[str, object
     per phase: the RSS before the phase, its peak, and what the page said."""
     import psutil
 
-    deadline = time.monotonic() + 120
-    while True:  # the server logs its address just before it binds
-        try:
-            fn_index = upload_fn_index(url)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    fn_index = wait_for_upload_fn_index(url)
     (app,) = psutil.Process().children()
     rows: list[dict[str, object]] = []
     for kind, paths in files.items():

@@ -13,6 +13,7 @@ import importlib
 import json
 import pkgutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,9 +28,11 @@ class UserError(Exception):
     """An error caused by the user's input; printed as one line, exit code 2."""
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, shallow: bool = False) -> argparse.ArgumentParser:
     """The whole parser, or (`command` given and known) only that command's subcommands: the
-    train recipes import torch for their config flags, 5-10 s that `bench list` should not pay."""
+    train recipes import torch for their config flags, 5-10 s that `bench list` should not pay.
+    `shallow` (main's top-level --help, or an unknown command) lets a command skip its own
+    flags when more than one command is registered, so `--help` never imports torch."""
     modules = sorted(m.name for m in pkgutil.iter_modules(commands.__path__))
     if command is not None and command.replace("-", "_") in modules:
         modules = [command.replace("-", "_")]
@@ -39,9 +42,38 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=medheb_app.__version__)
     subparsers = parser.add_subparsers(dest="command", required=True)
+    # the whole parser only lists the commands (--help, a typo): a command may then skip
+    # building its own flags (train: its recipes' config classes import torch)
+    subparsers.shallow = shallow and len(modules) > 1  # type: ignore[attr-defined]
     for name in modules:
         importlib.import_module(f"{commands.__name__}.{name}").register(subparsers)
     return parser
+
+
+class StderrProgress:
+    """A build's progress as lines on stderr (stdout stays one JSON document): one line per new
+    step (a message's first word: "embedding", "writing", ...) and one per 10%, so a long
+    embedding pass prints a dozen lines, not thousands; and one at least every LIVENESS_S while
+    a long step stays in one decile (reading a large DICOM folder's headers).
+    `index build` and `demo build` use it."""
+
+    LIVENESS_S = 10.0
+
+    def __init__(self) -> None:
+        self.last_step, self.last_decile, self.last_time = "", -1, 0.0
+
+    def __call__(self, fraction: float, message: str) -> None:
+        step = message.split(" ", 1)[0]
+        decile = int(fraction * 10)
+        now = time.monotonic()
+        if (
+            step != self.last_step
+            or decile != self.last_decile
+            or now - self.last_time >= self.LIVENESS_S
+        ):
+            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+            self.last_time = now
+        self.last_step, self.last_decile = step, decile
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +83,8 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command, shallow=True)
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:
@@ -63,8 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"error: {message}", file=sys.stderr)
         return 2
-    except Exception as error:  # the contract is one line, never a traceback
-        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+    except Exception as error:  # the contract is one line, never a traceback or a class name
+        detail = str(error).strip() or "no further detail"
+        print(f"error: the command failed unexpectedly ({detail})", file=sys.stderr)
         return 1
     if getattr(args, "json", False):
         print(json.dumps(payload, indent=2, default=_json_default))

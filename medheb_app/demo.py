@@ -108,7 +108,9 @@ def _ensure_index(
     except IndexNotFoundError:
         if progress:
             progress(0.0, f"building index {name} for {spec}")
-        report = build_index(source(), embedder, name, settings, progress=progress, stop=stop)
+        report = build_index(
+            source(), embedder, name, settings, model_spec=spec, progress=progress, stop=stop
+        )
         loaded = load_index(name, embedder.card.fingerprint, settings)
         note, built = (None if report.logic else report.logic_note), True
     return {

@@ -39,6 +39,23 @@ def parse_proxy_hops(value: str) -> int:
     )
 
 
+def parse_source_roots(text: str) -> tuple[tuple[str, Path], ...]:
+    """MEDHEB_SOURCE_ROOTS "name=/path,name2=/path2" -> ((name, path), ...); a malformed
+    entry is refused, so a typo never leaves an archive unnamed."""
+    roots = []
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        name, equals, path = entry.partition("=")
+        if not equals or not name.strip().isidentifier() or not path.strip():
+            raise ValueError(
+                f"MEDHEB_SOURCE_ROOTS entries are name=/path (name: letters, digits, _); "
+                f"not {entry!r}"
+            )
+        roots.append((name.strip(), Path(path.strip()).expanduser()))
+    return tuple(roots)
+
+
 def _default_data_dir() -> Path:
     """DATA_DIR, else /data on a Hugging Face Space with persistent storage, else data/runtime."""
     if os.environ.get("DATA_DIR"):
@@ -92,6 +109,13 @@ class Settings:
     public_origins: tuple[str, ...] = ()
     # UPLOAD_TTL_S: an upload not consumed within this many seconds is deleted (and at start)
     upload_ttl_s: float = 600.0
+    # MEDHEB_PSEUDONYM_KEY: the secret of the keyed item pseudonyms of folder and DICOM
+    # indices (HMAC-SHA256, medheb_app.index.provenance); empty: a random key kept in
+    # DATA_DIR/pseudonym.key (created on first use, readable by the owner only)
+    pseudonym_key: str = ""
+    # MEDHEB_SOURCE_ROOTS: named roots of the archives indexed here ("pacs=/data/pacs,
+    # exports=/mnt/exports"); catalogs name a source by its root, never by the path typed
+    source_roots: tuple[tuple[str, Path], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "default_model", self.default_model.strip() or AUTO_MODEL)
@@ -168,6 +192,10 @@ class Settings:
                 name.strip() for name in env.get("ADMIN_USERS", "").split(",") if name.strip()
             ),
         }
+        if env.get("MEDHEB_PSEUDONYM_KEY"):
+            values["pseudonym_key"] = env["MEDHEB_PSEUDONYM_KEY"]
+        if env.get("MEDHEB_SOURCE_ROOTS"):
+            values["source_roots"] = parse_source_roots(env["MEDHEB_SOURCE_ROOTS"])
         if env.get("MEDHEB_INDEX_MEMORY_MB"):
             values["index_memory_mb"] = float(env["MEDHEB_INDEX_MEMORY_MB"])
         if env.get("MEDHEB_SHARED_DATA"):

@@ -83,14 +83,14 @@ def test_a_pair_the_page_does_not_offer_is_refused_in_words(site):
     assert "not offered" in message and "Error" not in message.split(":")[-1]
 
 
-def test_the_page_search_button_still_renders_its_gallery(site):
+def test_the_page_search_button_still_renders_its_hit_list(site):
     base, blocks, _ = site
     page = next(d["id"] for d in _dependencies(blocks) if d["api_name"] == "search_page")
     client = QueueClient(base)
     try:
         result = client.call(page, list(PAGE_VALUES))
         assert result["output"]["success"], result["text"]
-        assert len(result["output"]["output"]["data"][2]) == 4  # the gallery of 4 hits
+        assert result["output"]["output"]["data"][2].count('class="sr-hit') == 4  # 4 hits
     finally:
         client.close()
 
@@ -133,7 +133,7 @@ def test_opening_a_hit_on_the_page_is_audited_on_real_indices_only(site):
         assert searched["output"]["success"], searched["text"]
         opened = _open_hit(client, select, 1)
         assert opened["success"] and "<h4>Report</h4>" in opened["output"]["data"][1]
-        second_id = opened["output"]["data"][1].split(" · ")[1]
+        second_id = opened["output"]["data"][1].split(" · ")[1].split("</h3>")[0]
         assert _open_hit(client, select, 7)["output"]["data"][1] == ""  # no such hit: nothing
         demo = client.call(page, list(PAGE_VALUES))  # the synthetic demo: never logged
         assert demo["output"]["success"]

@@ -214,8 +214,8 @@ def test_first_minute_description_examples_and_results_above_the_fold(app, brows
         thumbnails = page.locator("#search-hits img")
         thumbnails.first.wait_for()
         assert _above_the_fold(page.locator("#search-hits img").first)
-        captions = page.locator("#search-hits").inner_text()
-        assert "#1 · ✓ meets · " in captions and "violates" not in captions
+        captions = page.locator("#search-hits .sr-cap").all_inner_texts()
+        assert captions[0] == "#1 ✓" and not any("✗" in text for text in captions)
         _shot(page, "first-minute")
     finally:
         context.close()
@@ -229,12 +229,12 @@ def test_search_returns_marked_results(app, page):
     page.locator("#search-parsed").get_by_text("Pleural Effusion").wait_for()
     parsed = page.locator("#search-parsed").inner_text()
     assert "Must show: Pleural Effusion" in parsed and "Must not show: Cardiomegaly" in parsed
-    page.locator("#search-notice").get_by_text("Ranked logic-aware").wait_for()
+    page.locator("#search-hits .sr-line").get_by_text("Ranked logic-aware").wait_for()
     thumbnails = page.locator("#search-hits img")
     thumbnails.first.wait_for()
     assert thumbnails.count() == 10
-    captions = page.locator("#search-hits").inner_text()
-    assert "#1 · " in captions and "#10 · " in captions
+    captions = page.locator("#search-hits .sr-cap").all_inner_texts()
+    assert captions[0].startswith("#1") and captions[9].startswith("#10")
     thumbnails.first.click()
     page.locator("#search-detail").get_by_text("Report").wait_for()
     assert "SYNTHETIC phantom" in page.locator("#search-detail").inner_text()
@@ -250,14 +250,14 @@ def test_similarity_is_one_click_away_and_shown_side_by_side(app, page):
     page.locator("#search-compare").get_by_text("side by side").click()
     page.locator("#search-button").click()
     page.locator("#search-compare-hits img").first.wait_for()
-    assert " · cos " in page.locator("#search-compare-hits").inner_text()
-    assert "#1 · ✓ meets · " in page.locator("#search-hits").inner_text()
+    assert "Ranked by similarity" in page.locator("#search-compare-hits").inner_text()
+    assert page.locator("#search-hits .sr-cap").first.inner_text() == "#1 ✓"
     _shot(page, "search-side-by-side")
     page.locator("#search-ranking").get_by_text("Similarity (cosine").click()
     page.locator("#search-button").click()
-    page.locator("#search-notice").get_by_text("Ranked logic-aware").wait_for(state="detached")
-    page.locator("#search-hits").get_by_text("cos ").first.wait_for()
-    assert "#1 · " in page.locator("#search-hits").inner_text()
+    page.locator("#search-hits").get_by_text("Ranked logic-aware").wait_for(state="detached")
+    page.locator("#search-hits").get_by_text("Ranked by similarity").first.wait_for()
+    assert page.locator("#search-hits .sr-cap").first.inner_text().startswith("#1")
 
 
 def test_explorer_and_analysis_tabs_render(app, page):

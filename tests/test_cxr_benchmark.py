@@ -14,9 +14,9 @@ from medheb_app.query.parser import parse_query, satisfies
 from medheb_app.tasks.cxr_retrieve import (
     Gallery,
     benchmark_queries,
+    benchmark_source,
     hard_negative_ids,
     label_notes,
-    parse_source,
     relevant_ids,
     select_split,
 )
@@ -169,7 +169,10 @@ def test_split_and_source_errors() -> None:
     assert len(select_split(studies, None)) == 2
     with pytest.raises(ValueError, match="splits present: test, train"):
         select_split(studies, "val")
-    assert parse_source("nih:/data/nih") == ("nih", "/data/nih")
-    assert parse_source("phantom") == ("phantom", "")
+    nih = benchmark_source("nih:/data/nih")
+    assert (nih.kind, str(nih.path)) == ("nih", "/data/nih")
+    assert benchmark_source("phantom").kind == "phantom"
     with pytest.raises(ValueError, match="phantom"):
-        parse_source("chexpert:/x")
+        benchmark_source("chexpert:/x")
+    with pytest.raises(ValueError, match="Unknown source"):  # the one grammar's own words
+        benchmark_source("nhi:/x")

@@ -17,6 +17,7 @@ from medheb_app.store.colours import model_slots
 from medheb_app.store.runs import start_run
 from medheb_app.tasks.base import Item, TaskMetadata
 from medheb_app.tasks.builders.generic import paired_task
+from medheb_app.ui.explorer_tab import grouped_figure, task_frame
 
 NAMES = ("dual-lite", "medemb-lite", "dual-lite@ux-report", "open_clip:ViT-B-32", "mllm:tiny")
 
@@ -43,11 +44,11 @@ def _bar_colours(figure) -> dict[str, str]:
 
 
 def test_every_pair_of_models_in_a_run_gets_distinct_colours(summary) -> None:
-    for build in (figures.family_profile, figures.split_profile):
-        bars = _bar_colours(build(summary))
+    for by in ("family", "split"):
+        bars = _bar_colours(grouped_figure(task_frame(summary), by, by))
         assert set(bars) == set(NAMES)
         for first, second in itertools.combinations(NAMES, 2):
-            assert bars[first] != bars[second], (build.__name__, first, second)
+            assert bars[first] != bars[second], (by, first, second)
         assert set(bars.values()) <= set(colours.PALETTE)  # the colour-blind-safe list only
     (points,) = figures.accuracy_vs_balance(summary).data
     real = [c for name, c in zip(points.text, points.marker.color, strict=True) if name in NAMES]
@@ -62,7 +63,7 @@ def test_shipped_models_hold_the_first_colours_whatever_the_order() -> None:
 
 
 def test_random_and_oracle_are_grey_marks_not_bars(summary) -> None:
-    figure = figures.family_profile(summary)
+    figure = grouped_figure(task_frame(summary), "family", "family")
     marks = [t for t in figure.data if t.type == "scatter"]
     assert [t.name for t in marks] == ["random (floor)", "oracle (ceiling)"]
     for trace in marks:

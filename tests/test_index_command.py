@@ -17,6 +17,7 @@ from medheb_app.cli import main
 from medheb_app.evidence.findings import CHEXPERT_14, NIH_14
 from medheb_app.index.build import FAILED_FILE, BuildError, build_from_source
 from medheb_app.index.catalog import list_indices, load_index
+from medheb_app.index.provenance import pseudonym, pseudonym_key
 from medheb_app.index.sources import SourceError, parse_source
 from medheb_app.search import SearchError, search
 from tests.conftest import NIH_DIR, require_shared
@@ -93,7 +94,7 @@ def test_nih_sample_builds_with_its_own_vocabulary_and_resumes(settings, capsys)
         "names": list(NIH_14), "scheme": "positive-only", "source": "nih-cxr14",
     }  # fmt: skip
     assert "items/s" in err and "ETA" in err
-    again = run_cli(capsys, *argv, "--json")[1]
+    again = run_cli(capsys, *argv, "--replace", "--json")[1]  # a rebuild must say so
     assert again["reused"] == 1000 and again["embedded"] == 0
     loaded = load_index("nih", "8edde42cb6a477b6", settings)
     emphysema = [r for r in loaded.items.values() if r["findings"].get("Emphysema") == 1]
@@ -148,13 +149,18 @@ def test_png_folder_counts_a_corrupt_file_as_failed_and_lists_why(settings, tmp_
     assert report.n_items == 12 and report.failed == 1 and report.embedded == 12
     assert report.vocabulary == {"names": ["Nodule", "Scar"], "scheme": "coded", "source": "folder"}
     failures = [json.loads(line) for line in (Path(report.directory) / FAILED_FILE).open()]
-    assert len(failures) == 1 and failures[0]["item"] == "folder-b-broken0"
-    assert "broken0.png" in failures[0]["reason"]
+    assert len(failures) == 1 and failures[0]["item"] == "b/broken0.png"
+    assert failures[0]["reason"] == "unreadable" and "broken0.png" in failures[0]["detail"]
     loaded = load_index("pngs", "8edde42cb6a477b6", settings)
-    assert loaded.item("folder-a-img001")["findings"] == {"Nodule": None, "Scar": 0}
-    assert loaded.item("folder-b-img000")["findings"] == {"Nodule": 1, "Scar": 1}
+    key = pseudonym_key(settings)
+    assert loaded.item(pseudonym(key, "folder", "a/img001.png"))["findings"] == {
+        "Nodule": None,
+        "Scar": 0,
+    }
+    first = pseudonym(key, "folder", "b/img000.png")
+    assert loaded.item(first)["findings"] == {"Nodule": 1, "Scar": 1}
     # no split in a lab's folder: logic-aware probes cross-fit instead of failing
-    assert loaded.item("folder-b-img000")["split"] is None
+    assert loaded.item(first)["split"] is None
 
 
 def test_nothing_readable_fails_the_command_with_one_line(settings, tmp_path, capsys) -> None:
@@ -201,7 +207,9 @@ def test_dicom_folder_series_with_labels_and_a_damaged_series(settings, tmp_path
     report = build_from_source(
         f"dicom:{root},labels={tmp_path / 'labels.csv'}", "random", "pacs", settings
     )
-    assert report.n_items == 2 and report.failed == 1  # two series; the truncated one fails
+    # two series; the truncated one fails, and the series' README.txt is counted too
+    assert report.n_items == 2 and report.failed == 2
+    assert report.failed_by_reason == {"not an image": 1, "unreadable": 1}
     assert report.vocabulary["names"] == ["Hemorrhage"]
     loaded = load_index("pacs", "8edde42cb6a477b6", settings)
     labelled = [row for row in loaded.items.values() if row["findings"]]

@@ -90,8 +90,10 @@ def test_index_build_kind_ivfpq_on_disk_and_search_nprobe(
     assert Settings.from_env().index_memory_mb == 0.0
     settings = replace(settings, index_memory_mb=0.0)
     root = png_folder(tmp_path / "pngs", n=40, corrupt=0)
+    # 40 items are too few for IVF-PQ's default quantisers (the build would fall back to
+    # exact, test_cli_safe_defaults); naming nbits asks for a 4-centroid PQ all the same
     report = build_from_source(f"folder:{root}", "random", "pq", settings, kind="ivfpq",
-                               shard_size=16)  # fmt: skip
+                               shard_size=16, index_params={"nbits": 2})  # fmt: skip
     assert report.kind == "ivfpq" and report.n_items == 40
     loaded = load_index("pq", "8edde42cb6a477b6", settings)
     assert loaded.info["params"]["on_disk"] is True

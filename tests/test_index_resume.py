@@ -16,6 +16,7 @@ from PIL import Image
 
 from medheb_app.index.build import build_from_source
 from medheb_app.index.catalog import load_index
+from medheb_app.index.provenance import pseudonym, pseudonym_key
 from medheb_app.index.shards import BUILD_MANIFEST, build_dir
 from medheb_app.models.registry import load_embedder
 from medheb_app.settings import PROJECT_ROOT, Settings
@@ -69,7 +70,8 @@ def test_killed_build_resumes_reusing_everything_committed(settings, tmp_path) -
     loaded = load_index("resume", fingerprint, settings)
     embedder = load_embedder("dual-lite", settings)
     order = sorted(tmp_path.joinpath("pngs").iterdir())
-    assert loaded.index.ids == [f"folder-{path.stem}" for path in order]
+    key = pseudonym_key(settings)  # ids: keyed pseudonyms of the relative paths
+    assert loaded.index.ids == [pseudonym(key, "folder", path.name) for path in order]
     from medheb_app.evidence.readers import read_any
     from medheb_app.evidence.study import Evidence
 

@@ -26,6 +26,7 @@ from medheb_app.eval.estimate import (
     measured_rate,
     model_cards,
     new_vectors_key,
+    rate_for,
     rates_from_store,
     samples_by_kind,
 )
@@ -87,7 +88,11 @@ def test_medheb_estimate_goes_from_nothing_cached_to_all_cached(
     assert stored["bow/text"].seconds_per_item <= rate.seconds_per_item
     fresh = estimate_medheb("custom", tasks, ["bow"], cards, EmbeddingCache(tmp_path / "c"), stored)
     assert {c.kind for c in fresh.cells} == {"text"}
-    assert all(c.rate == stored["bow/text"] for c in fresh.cells)
+    # texts are priced by length: the run recorded the characters it embedded
+    assert summary.timing["bow/text_new_chars"] > 0 and stored["bow/text"].per_char
+    assert all(c.rate.per_char == stored["bow/text"].per_char for c in fresh.cells)
+    assert all(c.rate.quality == "kind" and " per 1,000 characters" in c.rate.source
+               for c in fresh.cells)  # fmt: skip
     low, high = fresh.range_seconds
     expected = sum(c.to_embed * c.rate.seconds_per_item for c in fresh.cells)
     assert low == pytest.approx(0.6 * expected, abs=0.01)  # a range, tight for a measured rate
@@ -249,3 +254,159 @@ def test_a_never_measured_model_is_timed_on_a_calibration_batch(settings: Settin
     assert 0.002 <= rates["slow/text"].seconds_per_item < 0.02
     assert 0.02 <= rates["slow/image"].seconds_per_item < 0.2
     assert rates["known"] == measured["known"]
+
+
+# ---------------------------------------------------------------- training estimate
+
+
+class _Clock:
+    """A fake perf_counter the fake trainer below advances: timings are exact, not slept."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _fake_recipe(clock: _Clock, fixed: float, per_study: float, step: float, batch: int):
+    """A Recipe-like trainer whose setup costs fixed + per_study x n seconds, then
+    epochs x ceil(n / batch) steps of `step` seconds each, stopping between steps on `stop`."""
+    import dataclasses
+
+    from medheb_app.train.recipes import Recipe
+
+    @dataclasses.dataclass
+    class Config:
+        epochs: int = 5
+        n: int = 2000
+
+    def run(config, out, settings, progress, stop):
+        clock.now += fixed + per_study * config.n
+        total = config.epochs * -(-config.n // batch)
+        for i in range(1, total + 1):
+            if stop is not None and stop.is_set():
+                return None
+            clock.now += step
+            progress(i, total, 0.5)
+        return None
+
+    recipe = Recipe("fake", "a fake recipe", "x:y", run, job_fields=("epochs", "n"))
+    object.__setattr__(recipe, "config_class", lambda: Config)
+    return recipe
+
+
+def test_training_progress_times_setup_and_steps(monkeypatch) -> None:
+    from medheb_app.train import loop
+
+    clock = _Clock()
+    monkeypatch.setattr(loop.time, "perf_counter", clock)
+    watch = loop.TrainingProgress(lambda *a: None, lambda line: None)
+    assert watch.timing() == {}
+    watch.stage("drawing 120 phantom studies")
+    clock.now += 20.0
+    watch.stage("reading the pixels of 120 studies")
+    clock.now += 5.0
+    watch.stage("caching image features 0/120")
+    clock.now += 5.0
+    watch(0, 40, float("nan"))  # a step-0 report is not a step
+    for step in range(1, 11):
+        clock.now += 2.0
+        watch(step, 40, 1.0)
+    assert watch.timing() == {
+        "setup_s": 30.0, "step_s": 2.0, "steps": 10, "total_steps": 40, "first_step_s": 32.0,
+        "reusable_s": 25.0,  # drawing and caching: a rerun on the same data reads them
+    }  # fmt: skip
+
+
+def test_a_training_estimate_scales_the_last_job_of_its_recipe() -> None:
+    from types import SimpleNamespace
+
+    from medheb_app.eval.estimate import estimate_training, training_history
+
+    def job(i, kind="train", status="done", timing=None, **params):
+        timing = {"setup_s": 40.0, "step_s": 0.5, "steps": 200, "total_steps": 200,
+                  "reusable_s": 30.0}  # fmt: skip
+        return SimpleNamespace(id=i, kind=kind, status=status, params=params,
+                               result={"timing": timing})  # fmt: skip
+
+    jobs = [
+        job(9, recipe="report", epochs=2, n=500, status="failed"),
+        job(8, kind="bench-run", recipe="report", epochs=2, n=500),
+        job(7, recipe="label-aware", epochs=10),
+        job(6, recipe="report", epochs=2, n=500),
+        SimpleNamespace(
+            id=5,
+            kind="train",
+            status="done",
+            params={"recipe": "report"},
+            result={"spec": "dual-lite@old"},
+        ),  # fmt: skip  (no timing: older job)
+    ]
+    history = training_history(jobs)
+    assert [t.source for t in history] == ["job 7", "job 6"]
+    same = estimate_training("report", 2, 500, history)  # same data: corpus, features on disk
+    assert same.quality == "same" and same.seconds == 10.0 + 200 * 0.5
+    assert "measured in job 6 (2 epochs, 500 studies); its corpus and features are on disk" in (
+        same.summary_line()
+    )
+    bigger = estimate_training("report", 6, 1000, history)  # steps x3 x2, setup x2
+    assert bigger.quality == "scaled" and bigger.steps == 1200 and bigger.setup_s == 80.0
+    assert bigger.seconds == 80.0 + 1200 * 0.5 and bigger.range_seconds == (340.0, 1360.0)
+    fixed_data = estimate_training("label-aware", 20, None, history, uses_n=False)
+    assert fixed_data.steps == 400 and fixed_data.seconds == 10.0 + 400 * 0.5
+    assert estimate_training("medemb", 5, None, history, uses_n=False) is None
+
+
+def test_a_first_training_is_timed_on_two_small_calibration_runs(monkeypatch, tmp_path) -> None:
+    """No earlier job: two calibration runs (1 step on 16 studies, 4 on 64) split the setup into
+    its fixed and per-study parts; the planned job's seconds follow exactly for a trainer whose
+    costs are linear, as this fake one's are."""
+    from medheb_app.eval import estimate as est
+    from medheb_app.train import loop
+
+    clock = _Clock()
+    monkeypatch.setattr(loop.time, "perf_counter", clock)
+    recipe = _fake_recipe(clock, fixed=12.0, per_study=0.05, step=0.8, batch=16)
+    settings = Settings.from_env(data_dir=tmp_path)
+    found = est.calibrate_training(recipe, epochs=20, n=2000, settings=settings)
+    assert found.quality == "calibrated"
+    assert found.setup_s == pytest.approx(12.0 + 0.05 * 2000)
+    assert found.steps == 20 * 2000 // 16 and found.step_s == pytest.approx(0.8)
+    assert found.seconds == pytest.approx(112.0 + 2500 * 0.8, rel=1e-3)
+    assert "calibration runs of 16 and 64 studies" in found.source
+    spent = clock.now - 100.0  # what calibrating cost: two small setups and 5 steps
+    assert spent == pytest.approx(2 * 12.0 + 0.05 * (16 + 64) + 5 * 0.8)
+
+
+def test_the_training_estimate_is_for_admins_only() -> None:
+    from medheb_app.ui.admin_tab import training_estimate_view
+
+    refused = training_estimate_view(None, False, "report", 5, 2000)  # type: ignore[arg-type]
+    assert "medheb-notice error" in refused and "admin" in refused.lower()
+
+
+def test_texts_are_priced_by_their_length_where_it_was_measured() -> None:
+    """CXR-Retrieve's 145 queries are short phrases; a text rate measured on reports (MedHEB
+    i2report) priced them per item at 6x their cost (BENCHMARKS.md). A run records the
+    characters of the texts it embedded, and the estimate prices texts per character."""
+    timing = {
+        "dual-lite/text_s": 150.0,
+        new_vectors_key("dual-lite/text"): 1000,
+        "dual-lite/text_new_chars": 300_000,
+    }  # fmt: skip  (300 characters per report)
+
+    def summary_of(timing: dict) -> Summary:
+        return Summary("s", {}, [], {}, "", "", "", timing=timing)
+
+    summary = summary_of(timing)
+    rate = measured_rate("dual-lite", [(4, summary)], "text")
+    assert rate.seconds_per_item == pytest.approx(0.15) and rate.per_char == pytest.approx(5e-4)
+    short = rate_for({"dual-lite/text": rate}, "dual-lite", "text", chars=36.0)
+    assert short.seconds_per_item == pytest.approx(36 * 5e-4) and short.quality == "kind"
+    assert "0.500 s per 1,000 characters x 36 characters" in short.source
+    both = {"dual-lite/text": rate, "dual-lite/image": rate}
+    assert rate_for(both, "dual-lite", "image", chars=36.0) is rate  # texts only
+    old = summary_of({**timing, "dual-lite/text_new_chars": 0})
+    unmeasured = measured_rate("dual-lite", [(3, old)], "text")  # an older run: per item
+    assert rate_for({"dual-lite/text": unmeasured}, "dual-lite", "text", 36.0) is unmeasured

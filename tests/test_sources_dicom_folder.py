@@ -31,14 +31,27 @@ def test_folder_groups_series_and_keeps_no_identifiers(tmp_path: Path) -> None:
     (root / "misc" / "notes.txt").write_text("not dicom")
     result = load_dicom_folder(root)
     by_files = sorted((s.meta["files"], s.form, s.modality) for s in result.studies)
-    assert by_files == [(1, "2d", "CT"), (1, "3d", "MR"), (10, "3d", "MR")]
-    assert len(result.skipped) == 1 and "damaged or truncated pixel data" in result.skipped[0]
+    # headers only so far: the truncated MR is a study until its pixels are decoded
+    assert by_files == [(1, "2d", "CT"), (1, "2d", "MR"), (1, "3d", "MR"), (10, "3d", "MR")]
+    assert all(s.pixels is None for s in result.studies)
+    reasons = sorted((f["item"], f["reason"]) for f in result.failed)
+    assert reasons == [
+        ("misc/notes.txt", "not an image"),
+        ("misc/reportsi.dcm", "no pixel data"),
+        ("patient_a/series_1/README.txt", "not an image"),
+    ]
+    assert result.files_seen == 16  # 10 slices + README, 4 DICOM files + notes.txt
+    truncated = next(s for s in result.studies if s.meta["relative_path"].endswith("truncated.dcm"))
+    with pytest.raises(EvidenceError, match="damaged or truncated pixel data"):
+        truncated.load_pixels()
     series = next(s for s in result.studies if s.meta["files"] == 10)
-    np.testing.assert_allclose(series.pixels, normalise(frames.astype(np.float32)), atol=1e-6)
-    assert series.meta["spacing"] == pytest.approx([2.5, 0.9, 0.9])
+    np.testing.assert_allclose(
+        series.load_pixels(), normalise(frames.astype(np.float32)), atol=1e-6
+    )
     ct = next(s for s in result.studies if s.modality == "CT")
     emri = next(s for s in result.studies if s.meta["files"] == 1 and s.form == "3d")
-    assert {ct.patient_id, series.patient_id} == {"patient-1", "patient-2"}
+    assert {s.patient_id for s in result.studies} == {"patient-1", "patient-2", "patient-3"}
+    assert ct.patient_id != series.patient_id
     assert emri.patient_id == series.patient_id  # same (empty) PatientID, same pseudonym
     surface = repr(result)
     for name in ("CT_small.dcm", "emri_small.dcm"):

@@ -1,4 +1,4 @@
-"""Shared rendering helpers: SYNTHETIC overlay, volume slices, finding chips, notices."""
+"""Shared rendering helpers: SYNTHETIC band under an image, volume slices, chips, notices."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ import pytest
 from medheb_app.ui import components as ui
 
 
-def test_synthetic_label_is_burnt_into_the_top_band_only():
+def test_synthetic_label_is_a_band_under_the_pixels_never_over_them():
     image = np.full((200, 160), 0.5, dtype=np.float32)
     plain = ui.render_image(image, synthetic=False)
     labelled = ui.render_image(image, synthetic=True)
-    assert plain.shape == labelled.shape == (200, 160, 3) and plain.dtype == np.uint8
-    band = max(12, 200 // 10)
-    top_changed = np.abs(labelled[:band].astype(int) - plain[:band]).sum(axis=-1) > 0
-    assert top_changed.mean() > 0.9  # the band covers the top rows
-    assert (labelled[band + 2 :] == plain[band + 2 :]).all()  # the anatomy below is untouched
-    white = (labelled[:band] > 240).all(axis=-1)
+    assert plain.shape == (200, 160, 3) and plain.dtype == np.uint8
+    band = max(14, 200 // 10)
+    assert labelled.shape == (200 + band, 160, 3)
+    assert (labelled[:200] == plain).all()  # every pixel of the image is untouched
+    under = labelled[200:]
+    assert (np.abs(under.astype(int) - (122, 16, 32)).sum(axis=-1) == 0).mean() > 0.5
+    white = (under > 240).all(axis=-1)
     assert white.sum() > 30  # the word itself is drawn in white
 
 
@@ -80,3 +81,30 @@ def test_constraints_show_corrections_suggestions_and_why_a_query_was_not_read()
         'Uncertain (hedged or unclear):</b> <span class="medheb-chip uncertain">Pleural Effusion'
         in left_open
     )
+
+
+def test_warnings_of_one_kind_collapse_into_one_line():
+    """14 probe notes of the same kind (ranking/index_logic.probe_notes' wording, one per
+    finding, numbers differing) become one box listing the findings; other kinds stay apart."""
+    names = [f"Finding {chr(65 + i)}" for i in range(14)]
+    probe = [
+        f"{name}: too few labelled training studies in this index to fit a probe ({i} positive "
+        "of 40); it is scored by each image's similarity to the word instead, which is weak."
+        for i, name in enumerate(names)
+    ]
+    other = "No known finding in the query, so results are ranked by similarity only."
+    warnings = [probe[0], other, *probe[1:], other]
+    kinds = ui.warning_kinds(warnings)
+    assert [len(members) for _, members in kinds] == [14, 1]
+    line = kinds[0][0]
+    assert line.startswith("14 findings (Finding A, Finding B, ") and "Finding N)" in line
+    assert line.endswith(
+        "too few labelled training studies in this index to fit a probe; it is "
+        "scored by each image's similarity to the word instead, which is weak."
+    )
+    page = ui.warnings_html(warnings)
+    assert page.count('class="medheb-notice warning"') == 2
+    assert page.count("<summary>") == 1 and page.count("<li>") == 14  # details one click away
+    assert "(13 positive of 40)" in page
+    single = ui.warnings_html([probe[0]])
+    assert single.count("medheb-notice warning") == 1 and "<details>" not in single

@@ -12,6 +12,7 @@ from medheb_app.api.read_routes import router as read_router
 from medheb_app.api.schemas import Problem
 from medheb_app.api.search_routes import router as search_router
 from medheb_app.api.security import ApiLimits
+from medheb_app.api.source_routes import router as source_router
 from medheb_app.services import Services
 
 API_PREFIX = "/api/v1"
@@ -40,6 +41,7 @@ def build_api(services: Services) -> FastAPI:
     install_handlers(api)
     api.include_router(search_router)
     api.include_router(read_router)
+    api.include_router(source_router)
     api.include_router(admin_router)
     _bearer_scheme(api)
     _local_docs(api)

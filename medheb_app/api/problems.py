@@ -9,7 +9,6 @@ through `public_detail`, and anything unexpected becomes a generic 500 logged on
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -17,11 +16,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from medheb_app.public_text import public_message
+
 log = logging.getLogger(__name__)
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_BASE = "https://medheb.invalid/problems/"  # stable identifiers, not a page to fetch
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@+-]+){2,}[\\/]?")
-_CLASS = re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception|Warning)\b:?\s*")
 
 TITLES = {
     "bad-request": "The request cannot be read",
@@ -59,9 +58,7 @@ STATUS = {
 
 def public_detail(text: object) -> str:
     """A service message with server paths and exception class names taken out."""
-    value = str(text.args[0]) if isinstance(text, KeyError) and text.args else str(text)
-    value = _PATH.sub("(a server file)", value)
-    return _CLASS.sub("", value).strip() or "The request could not be completed."
+    return public_message(text, "The request could not be completed.")
 
 
 class ApiProblem(Exception):

@@ -189,7 +189,7 @@ def _row(services: Services, caller: Principal, index: str, study_id: str) -> di
         raise ApiProblem("not-found", f"There is no index named {index!r}.") from None
     if study_id not in loaded.items:
         raise ApiProblem("not-found", f"Index {index!r} holds no study {study_id!r}.")
-    return dict(loaded.items[study_id])
+    return dict(loaded.item(study_id))
 
 
 def _audit_read(services: Services, caller: Principal, route: str, index: str, row: dict) -> None:

@@ -253,6 +253,7 @@ class IndexBuildJob(Strict):
     model: str = Field(min_length=1, max_length=300)
     index_kind: Literal["auto", "exact", "ivf", "hnsw", "ivfpq"] = "auto"
     batch_size: int = Field(32, ge=1, le=4096)
+    replace: bool = Field(False, description="rebuild an index that exists for this model")
 
 
 class TrainJob(Strict):

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from medheb_app.cli import UserError, add_json_flag
+from medheb_app.cli import StderrProgress, UserError, add_json_flag
 from medheb_app.settings import Settings
 
 
@@ -33,21 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.set_defaults(handler=run_build)
 
 
-class _StderrProgress:
-    """Progress lines on stderr (stdout stays one JSON document): each new message, each 10%."""
-
-    def __init__(self) -> None:
-        self.last_message = ""
-        self.last_decile = -1
-
-    def __call__(self, fraction: float, message: str) -> None:
-        decile = int(fraction * 10)
-        new_step = message != self.last_message and not message.startswith("embedded")
-        if new_step or decile != self.last_decile:
-            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
-        self.last_message, self.last_decile = message, decile
-
-
 def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     # deferred: faiss, pandas
     from medheb_app.demo import ensure_demo
@@ -56,7 +40,7 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
         raise UserError(f"--n must be at least 10; got {args.n}.")
     assets = ensure_demo(
         settings,
-        progress=_StderrProgress(),
+        progress=StderrProgress(),
         n=args.n,
         seed=args.seed,
         models=args.model,

@@ -1,14 +1,23 @@
-"""`python -m medheb_app index build|list|info|remove`: a lab's own archive as a named index."""
+"""`python -m medheb_app index build|list|info|remove`: a lab's own archive as a named index.
+
+`index list` and `index info` read catalog and manifest files only: they must never import
+torch (or the model registry, or FAISS), so that they answer in well under 2 s
+(tests/test_cli_fast.py guards it). Keep their imports to index.catalog's readers,
+index.shards.incomplete_builds, index.lock and evidence.findings."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+import shlex
+from pathlib import Path
 from typing import Any
 
-from medheb_app.cli import UserError, add_json_flag
+from medheb_app.cli import StderrProgress, UserError, add_json_flag
 from medheb_app.evidence.findings import Vocabulary
+from medheb_app.index.catalog import CATALOG_FILE, IndexNotFoundError, list_indices, remove_index
+from medheb_app.index.lock import current_holder
+from medheb_app.index.shards import DEFAULT_SHARD_SIZE, FAILED_FILE, incomplete_builds
 from medheb_app.settings import Settings
 
 KINDS = ("auto", "exact", "ivf", "hnsw", "ivfpq")
@@ -24,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "SOURCE: phantom[:N], nih:PATH, mimic:PATH, chexpert:PATH, dicom:FOLDER[,labels=CSV], "
             "folder:PATH[,labels=CSV], medmnist:FILE.npz or manifest:FILE (.jsonl or .parquet). "
             "Unreadable files are listed in failed.jsonl next to the index; a build that is "
-            "interrupted resumes where it stopped when run again with the same arguments."
+            "interrupted resumes where it stopped when run again with the same arguments. "
+            "A finished index is rebuilt only with --replace; one build per name at a time."
         ),
     )
     build.add_argument("--source", required=True, help="what to index (see above)")
@@ -35,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "shipped model whose weights are present)",
     )
     build.add_argument("--name", required=True, help="index name (letters, digits, . _ @ + -)")
+    build.add_argument(
+        "--replace",
+        action="store_true",
+        help="rebuild an index that already exists for this model (without it: refused)",
+    )
     build.add_argument("--engine", choices=("local", "ray"), default="local")
     build.add_argument(
         "--ray-address", default=None, help="join a Ray cluster ('auto' or host:port)"
@@ -63,30 +78,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_json_flag(info)
     info.set_defaults(handler=run_info)
 
+    resolve = actions.add_parser(
+        "resolve",
+        help="which file or DICOM UIDs an item of a folder / DICOM / manifest index is "
+        "(admins only: it reads the server's source references)",
+    )
+    resolve.add_argument("name", help="index name")
+    resolve.add_argument("id", help="item id, as a hit shows it (e.g. dicom-3f2a...)")
+    add_json_flag(resolve)
+    resolve.set_defaults(handler=run_resolve)
+
     remove = actions.add_parser("remove", help="delete an index (every model's build of it)")
     remove.add_argument("name")
     add_json_flag(remove)
     remove.set_defaults(handler=run_remove)
 
 
-class _Progress:
-    """One stderr line per new step and per 10% (stdout stays one JSON document)."""
-
-    def __init__(self) -> None:
-        self.last_step, self.last_decile = "", -1
-
-    def __call__(self, fraction: float, message: str) -> None:
-        step = message.split(" ", 1)[0]
-        decile = int(fraction * 10)
-        if step != self.last_step or decile != self.last_decile:
-            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
-        self.last_step, self.last_decile = step, decile
-
-
 def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    # deferred: faiss, pandas
+    # deferred: torch (the model registry), faiss, pandas: list and info must not load them
     from medheb_app.index.build import build_from_source
-    from medheb_app.index.sources import describe_vocabulary
     from medheb_app.serving import build_default_model
 
     if args.batch_size < 1:
@@ -104,59 +114,106 @@ def run_build(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[s
         batch_size=args.batch_size,
         kind=args.kind,
         shard_size=args.shard_size,
-        progress=_Progress(),
+        progress=StderrProgress(),
         ray_actors=args.ray_actors,
+        replace=args.replace,
     )
     payload = report.to_json()
     vocabulary = Vocabulary.from_dict(report.vocabulary) or Vocabulary()
     lines = [
-        f"Index {report.name} ({report.model}): {report.n_items} items, {report.kind}, "
+        f"Index {report.name} ({report.model_spec}): {report.n_items} items, {report.kind}, "
         f"built in {report.seconds:.1f} s on {report.device} with the {report.engine} engine",
         f"Embedded {report.embedded}, reused {report.reused} (already embedded), "
         f"failed {report.failed}",
-        f"Vocabulary: {describe_vocabulary(vocabulary)}",
+        f"Vocabulary: {vocabulary.describe()}",
         "Logic-aware ranking: prepared"
         if report.logic
         else f"Logic-aware ranking: not available ({report.logic_note})",
     ]
+    lines += [f"Note: {note}" for note in report.notes]
     if report.failed:
-        lines.append(f"Unreadable items and why: {report.directory}/failed.jsonl")
+        reasons = ", ".join(f"{n} {why}" for why, n in report.failed_by_reason.items())
+        lines.append(f"Not indexed: {reasons}")
+        lines.append(f"Every file not indexed and why: {report.directory}/failed.jsonl")
     return "\n".join(lines), payload
 
 
-def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[dict[str, Any]]]:
-    # deferred: faiss
-    from medheb_app.index.catalog import list_indices
+def resume_command(build: dict[str, Any]) -> str:
+    """The `index build` command line that resumes an interrupted build (same arguments)."""
+    parts = ["python -m medheb_app index build", "--source", shlex.quote(build["source"])]
+    if build.get("model_spec"):
+        parts += ["--model", shlex.quote(build["model_spec"])]
+    parts += ["--name", shlex.quote(build["name"])]
+    if build.get("kind") and build["kind"] != "auto":
+        parts += ["--kind", build["kind"]]
+    if build.get("shard_size") and build["shard_size"] != DEFAULT_SHARD_SIZE:
+        parts += ["--shard-size", str(build["shard_size"])]
+    if build.get("replace"):
+        parts.append("--replace")
+    return " ".join(parts)
 
+
+def unfinished_builds(settings: Settings) -> list[dict[str, Any]]:
+    """Builds in progress (their lock's holder is alive) or interrupted (resume_command)."""
+    finished = {(entry["name"], entry["fingerprint"]) for entry in list_indices(settings)}
+    builds = []
+    for build in incomplete_builds(settings):
+        holder = current_holder(settings, build["name"])
+        build["replace"] = (build["name"], build["fingerprint"]) in finished
+        build["state"] = "building" if holder is not None else "incomplete"
+        build["holder"] = holder.describe() if holder is not None else None
+        build["resume"] = None if holder is not None else resume_command(build)
+        builds.append(build)
+    return builds
+
+
+def _unfinished_lines(builds: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for build in builds:
+        spec = build["model_spec"] or build["fingerprint"]
+        head = (
+            f"{build['name']} ({spec}): {build['state']}, {build['done']} of {build['count']} "
+            f"items committed"
+        )
+        if build["holder"]:
+            lines.append(f"{head}, being built by {build['holder']}")
+        else:
+            lines.append(f"{head} (started {build['started'] or '?'}); resume with:")
+            lines.append(f"  {build['resume']}")
+    return lines
+
+
+def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[dict[str, Any]]]:
     entries = list_indices(settings)
-    if not entries:
-        return "No index has been built yet.", entries
-    lines = [f"{'name':<24} {'model':<28} {'kind':<6} {'items':>8}  findings"]
+    unfinished = unfinished_builds(settings)
+    payload = [
+        {**entry, "state": "complete"} for entry in entries
+    ] + unfinished  # fmt: skip
+    if not entries and not unfinished:
+        return "No index has been built yet.", payload
+    lines = [f"{'name':<24} {'model':<28} {'kind':<6} {'items':>8}  findings"] if entries else []
     for entry in entries:
         vocabulary = entry.get("vocabulary") or {}
         names = vocabulary.get("names") or []
         labels = f"{len(names)} ({vocabulary.get('scheme')})" if names else "-"
         lines.append(
-            f"{entry['name']:<24} {entry['model']:<28} {entry['kind']:<6} {entry['count']:>8}  "
-            f"{labels}"
+            f"{entry['name']:<24} {entry['model_spec']:<28} {entry['kind']:<6} "
+            f"{entry['count']:>8}  {labels}"
         )
-    return "\n".join(lines), entries
+    if unfinished:
+        lines += ["", "Not finished:"] if entries else ["Not finished:"]
+        lines += _unfinished_lines(unfinished)
+    return "\n".join(lines), payload
 
 
 def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    from pathlib import Path
-
-    # deferred: faiss, pandas
-    from medheb_app.index.build import FAILED_FILE
-    from medheb_app.index.catalog import CATALOG_FILE, IndexNotFoundError, list_indices
-    from medheb_app.index.sources import describe_vocabulary
-
     builds = [entry for entry in list_indices(settings) if entry["name"] == args.name]
-    if not builds:
+    unfinished = [b for b in unfinished_builds(settings) if b["name"] == args.name]
+    if not builds and not unfinished:
         names = sorted({entry["name"] for entry in list_indices(settings)})
         hint = f"Available: {', '.join(names)}." if names else "No index has been built yet."
         raise IndexNotFoundError(f"Index {args.name!r} does not exist. {hint}")
-    payload: dict[str, Any] = {"name": args.name, "builds": []}
+    payload: dict[str, Any] = {"name": args.name, "builds": [], "unfinished": unfinished}
     lines = [f"Index {args.name}"]
     for entry in builds:
         folder = Path(entry["path"])
@@ -172,21 +229,43 @@ def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
         vocabulary = Vocabulary.from_dict(info.get("vocabulary")) or Vocabulary()
         source = info.get("corpus", {}).get("spec") or info.get("corpus", {}).get("kind", "?")
         lines += [
-            f"  model {entry['model']} ({entry['fingerprint']}): {entry['count']} items, "
+            f"  model {entry['model_spec']} ({entry['fingerprint']}): {entry['count']} items, "
             f"{entry['kind']} {info.get('params', {})}, {entry['dims']} dims",
             f"  source: {source}; built {entry['created']}",
-            f"  vocabulary: {describe_vocabulary(vocabulary)}",
+            f"  vocabulary: {vocabulary.describe()}",
             f"  failed items: {len(failures)}" + (f" (see {failed_file})" if failures else ""),
         ]
+        lines += [f"  note: {note}" for note in info.get("notes", [])]
+    if unfinished:
+        lines += ["  not finished:"] + [f"    {line}" for line in _unfinished_lines(unfinished)]
     return "\n".join(lines), payload
 
 
 def run_remove(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    # deferred: faiss
-    from medheb_app.index.catalog import remove_index
-
     models = remove_index(args.name, settings)
     return f"Removed index {args.name} ({', '.join(models) or 'no complete build'}).", {
         "name": args.name,
         "removed_models": models,
     }
+
+
+def run_resolve(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    """`index resolve NAME ID`: the item's file, or its study / series / instance UIDs."""
+    # deferred: SQLAlchemy and the store, needed only when resolving
+    from medheb_app.index.provenance import resolve_reference
+
+    try:
+        found = resolve_reference(settings, args.name, args.id)
+    except LookupError as error:
+        raise UserError(str(error)) from None
+    lines = [f"Item {args.id} of index {args.name} ({found['root_name']} source):"]
+    if found["kind"] == "dicom":
+        lines += [
+            f"  StudyInstanceUID  {found['study_uid']}",
+            f"  SeriesInstanceUID {found['series_uid']}",
+            f"  SOPInstanceUIDs   {', '.join(found['instance_uids'])}",
+        ]
+    lines.append(f"  file {found['file']}")
+    if len(found["files"]) > 1:
+        lines.append(f"  ({len(found['files'])} files in {found['root_path']})")
+    return "\n".join(lines), found

@@ -21,7 +21,6 @@ from medheb_app.study import (
 )
 from medheb_app.study.items import item_counts
 from medheb_app.study.payloads import Renderer, describe_with_tasks
-from medheb_app.study.sizing import creation_note, pilot_estimates, plan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -234,6 +233,8 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         human += "".join(
             f"\n  {w['task']} {w['query_id']}: {w['reason']}" for w in created.withheld[:20]
         )
+    # deferred: scipy.stats (study.sizing), which `study list` and the others do not need
+    from medheb_app.study.sizing import creation_note
 
     human += "\n" + creation_note(created.n_items, args.raters)
     if args.open_enrolment:
@@ -550,6 +551,9 @@ def mrmc_lines(pairs: list[dict[str, Any]]) -> list[str]:
 
 
 def run_plan(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    # deferred: scipy.stats
+    from medheb_app.study.sizing import pilot_estimates, plan
+
     preference, raters = args.preference, args.raters
     icc_query, icc_rater, source = args.icc_query, args.icc_rater, None
     pilot = None

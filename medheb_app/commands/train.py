@@ -12,14 +12,16 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medheb_app.cli import UserError, add_json_flag
 from medheb_app.settings import Settings
 from medheb_app.train.ablations import add_ablation_arguments, run_ablations
 from medheb_app.train.config import add_config_arguments, config_from_sources
-from medheb_app.train.contrastive import Progress, TrainResult
 from medheb_app.train.recipes import RECIPES, Recipe
+
+if TYPE_CHECKING:  # annotations only: train.contrastive imports torch, which --help must not
+    from medheb_app.train.contrastive import Progress, TrainResult
 
 
 def add_recipe(recipes: argparse._SubParsersAction, recipe: Recipe) -> argparse.ArgumentParser:
@@ -88,6 +90,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train", help="train dual-lite checkpoints", description="Train dual-lite checkpoints."
     )
+    if getattr(subparsers, "shallow", False):  # `--help` lists commands: no torch for flags
+        return
     recipes = parser.add_subparsers(dest="recipe", required=True, metavar="RECIPE")
     for recipe in RECIPES.values():
         add_recipe(recipes, recipe)

@@ -21,11 +21,13 @@ Nothing here loads a model: fingerprints come from the registry's cards.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from medheb_app.eval.rankers import content_key, item_kind, unread_forms
+from medheb_app.eval.rankers import content_key, item_kind, text_chars, unread_forms
 from medheb_app.eval.results import Summary
 from medheb_app.index.cache import EmbeddingCache, cache_key
 from medheb_app.models import registry
@@ -35,6 +37,9 @@ from medheb_app.ranking.logic_aware import probe_file
 from medheb_app.ranking.probes import ProbeConfig
 from medheb_app.ranking.views import VIEW_SETS, crop_key
 from medheb_app.settings import Settings
+from medheb_app.train.config import config_from_sources
+from medheb_app.train.loop import TrainingProgress
+from medheb_app.train.recipes import get_recipe
 
 # at the top of what was measured on a shared 2-core CPU machine, model load included:
 # dual-lite 0.08 s/item on 658 texts (`bench run --family T-T`), 0.27 s/item on 45 images and
@@ -63,16 +68,31 @@ class Rate:
     seconds_per_item: float
     source: str
     quality: str = "default"
+    per_char: float | None = None  # texts: seconds per character, where it was measured
+
+    def for_texts(self, chars: float | None) -> Rate:
+        """This rate for texts of `chars` characters on average: priced by length where the
+        per-character cost was measured (a 20-character query embeds faster than a report)."""
+        if self.per_char is None or not chars:
+            return self
+        per_item = self.per_char * chars
+        source = (
+            f"{1000 * self.per_char:.3f} s per 1,000 characters x {chars:.0f} characters "
+            f"per text = {per_item:.4f} s/text ({self.source})"
+        )
+        return Rate(per_item, source, self.quality, self.per_char)
 
 
 DEFAULT_RATE = Rate(DEFAULT_SECONDS_PER_ITEM, DEFAULT_RATE_NOTE, "default")
 
 
-def rate_for(rates: Mapping[str, Rate], spec: str, kind: str) -> Rate:
-    """The rate of `spec` for `kind` (rates keyed "spec/kind" or "spec"), else the default."""
+def rate_for(rates: Mapping[str, Rate], spec: str, kind: str, chars: float | None = None) -> Rate:
+    """The rate of `spec` for `kind` (rates keyed "spec/kind" or "spec"), else the default;
+    for texts averaging `chars` characters, priced by length where that was measured."""
     if spec.removeprefix(LOGIC_PREFIX) in BASELINES:  # labels or seeded noise: no model runs
         return Rate(0.0, "baseline: no model runs (cost ~0)", "none")
-    return rates.get(f"{spec}/{kind}") or rates.get(spec) or DEFAULT_RATE
+    rate = rates.get(f"{spec}/{kind}") or rates.get(spec) or DEFAULT_RATE
+    return rate.for_texts(chars) if kind == "text" else rate
 
 
 @dataclass(frozen=True)
@@ -200,6 +220,11 @@ def new_vectors_key(spec: str) -> str:
     return f"{spec}_new_vectors"
 
 
+def new_chars_key(spec: str) -> str:
+    """The Summary.timing key of the characters of the texts a model embedded anew."""
+    return f"{spec}/text_new_chars"
+
+
 def measured_rate(
     spec: str, history: Iterable[tuple[int | None, Summary]], kind: str | None = None
 ) -> Rate:
@@ -217,10 +242,12 @@ def measured_rate(
             rate = float(seconds) / float(fresh)
             where = f"run {run_id}" if run_id is not None else "an earlier run"
             what = f"{kind} " if kind else ""
+            chars = summary.timing.get(new_chars_key(spec)) if kind == "text" else None
             return Rate(
                 rate,
                 f"{rate:.4f} s/{what}item measured in {where} ({int(fresh)} new vectors)",
                 "kind" if kind else "model",
+                float(seconds) / float(chars) if chars else None,
             )
     return DEFAULT_RATE
 
@@ -298,6 +325,15 @@ def medheb_keys(task: Any) -> dict[str, list[str]]:
     return {kind: list(dict.fromkeys(values)) for kind, values in keys.items()}
 
 
+def mean_text_chars(task: Any) -> float | None:
+    """Mean characters of a task's text inputs as the ranker hands them over (queries with
+    the task instruction, candidates plain); None without texts."""
+    sizes = [text_chars(e.item) for e in task.candidates if item_kind(e.item) == "text"]
+    instruction = task.instruction or None
+    sizes += [text_chars(e.item, instruction) for e in task.queries if item_kind(e.item) == "text"]
+    return sum(sizes) / len(sizes) if sizes else None
+
+
 def estimate_medheb(
     suite_name: str,
     tasks: Sequence[Any],
@@ -311,6 +347,7 @@ def estimate_medheb(
     cells: list[Cell] = []
     view = CacheView(cache)
     keys = {task.name: medheb_keys(task) for task in tasks}
+    chars = {task.name: mean_text_chars(task) for task in tasks}
     for spec in specs:
         card = cards.get(spec) or {}
         for task in tasks:
@@ -326,7 +363,7 @@ def estimate_medheb(
             note = "" if fingerprint else "not a listed model: cache not checked"
             for kind, kind_keys in keys[task.name].items():
                 found = view.take(fingerprint, kind_keys)
-                rate = rate_for(rates, spec, kind)
+                rate = rate_for(rates, spec, kind, chars[task.name])
                 cells.append(Cell(task.name, spec, len(kind_keys), found, rate, note, kind))
     return Estimate(suite_name, cells, dict(skipped or {}))
 
@@ -367,6 +404,7 @@ def estimate_cxr(
 
     task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)
     query_keys = list(dict.fromkeys(cache_key(content_key(q)) for q in task.queries))
+    query_chars = sum(text_chars(q.item) for q in task.queries) / max(len(task.queries), 1)
     cells: list[Cell] = []
     view = CacheView(cache)
     for spec in specs:
@@ -396,7 +434,7 @@ def estimate_cxr(
         found = 0 if logic else view.take(fingerprint, query_keys)
         what = f"{suite.name}: {len(task.queries)} queries"
         why = "; ".join(filter(None, [note, "encoded each run, never cached" if logic else ""]))
-        text_rate = rate_for(rates, spec, "text")
+        text_rate = rate_for(rates, spec, "text", query_chars)
         cells.append(Cell(what, spec, len(query_keys), found, text_rate, why, "text"))
     return Estimate(suite.name, cells, {})
 
@@ -443,7 +481,9 @@ def calibrate_rates(
             embedder.encode(list(items))
             per_item = (time.perf_counter() - started) / len(items)
             source = f"{per_item:.4f} s/{kind} item timed on {len(items)} calibration items"
-            out[f"{spec}/{kind}"] = Rate(per_item, source, "calibrated")
+            chars = sum(text_chars(item) for item in items) if kind == "text" else 0
+            per_char = per_item * len(items) / chars if chars else None
+            out[f"{spec}/{kind}"] = Rate(per_item, source, "calibrated", per_char)
     return out
 
 
@@ -458,7 +498,7 @@ def estimate_run(
     """Build the run's tasks (or gallery) as the run would and estimate it; runs nothing.
     `calibrate` times models never measured on a few items of each kind (calibrate_rates)."""
     # deferred: pandas
-    from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
+    from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite, CxrRetrieveTask
 
     specs = list(dict.fromkeys(spec.strip() for spec in specs))
     cards = model_cards(settings)
@@ -467,9 +507,6 @@ def estimate_run(
     if isinstance(suite, CxrRetrieveSuite):
         gallery, train = suite.build(settings)
         if calibrate:
-            # deferred: pandas
-            from medheb_app.tasks.cxr_retrieve import CxrRetrieveTask
-
             task = CxrRetrieveTask(gallery, paraphrase=suite.paraphrase)
             samples = samples_by_kind([*task.candidates, *task.queries])
             rates = calibrate_rates(specs, samples, rates, settings)
@@ -479,3 +516,213 @@ def estimate_run(
         entries = [entry for task in tasks for entry in (*task.candidates, *task.queries)]
         rates = calibrate_rates(specs, samples_by_kind(entries), rates, settings)
     return estimate_medheb(suite.name, tasks, specs, cards, cache, rates, skipped)
+
+
+# ---------------------------------------------------------------- training runs
+
+TRAINING_CALIBRATION_STEPS = 4  # steps a calibration run times before it stops
+TRAINING_CALIBRATION_N = 64  # phantom studies of a calibration run (recipes with `n`)
+TRAINING_RANGES = {  # (low, high) multipliers, by where the figure comes from
+    "same": (0.7, 1.5),  # an earlier job of this recipe with the same epochs and studies
+    "scaled": (0.5, 2.0),  # an earlier job of this recipe, scaled to these epochs and studies
+    "calibrated": (0.3, 3.0),  # a few steps of a small calibration run
+}
+
+
+@dataclass(frozen=True)
+class TrainingTiming:
+    """How a training run spent its time (train.loop.TrainingProgress.timing): seconds before
+    the first step (corpus, features, model load), seconds per step, and its planned steps,
+    with the recipe settings it ran with."""
+
+    recipe: str
+    epochs: int
+    n: int | None
+    setup_s: float
+    step_s: float
+    total_steps: int
+    source: str
+    reusable_s: float = 0.0  # of setup_s: drawing the corpus and caching features
+
+
+@dataclass(frozen=True)
+class TrainingEstimate:
+    """A training job's expected seconds, as a range, and where the figure comes from."""
+
+    seconds: float
+    quality: str  # a key of TRAINING_RANGES
+    source: str
+    setup_s: float
+    steps: int
+    step_s: float
+
+    @property
+    def range_seconds(self) -> tuple[float, float]:
+        low, high = TRAINING_RANGES[self.quality]
+        return round(self.seconds * low, 1), round(self.seconds * high, 1)
+
+    def summary_line(self) -> str:
+        low, high = self.range_seconds
+        return (
+            f"about {human_seconds(self.seconds)} ({human_seconds(low)} to "
+            f"{human_seconds(high)}): {self.steps} steps of {self.step_s:.2f} s after "
+            f"{human_seconds(self.setup_s)} of setup; {self.source}"
+        )
+
+
+def _scale(planned: int | None, earlier: int | None) -> float:
+    """How much a quantity grows from the earlier run's value (1 when either is unknown)."""
+    if not planned or not earlier:
+        return 1.0
+    return float(planned) / float(earlier)
+
+
+def training_history(jobs: Iterable[Any]) -> list[TrainingTiming]:
+    """The training jobs that ended well (JobInfo-like: kind, status "done", params, result)
+    whose result records its timing, newest first as given."""
+    found = []
+    for job in jobs:
+        result = getattr(job, "result", None) or {}
+        timing = result.get("timing") if isinstance(result, dict) else None
+        if getattr(job, "kind", "") != "train" or getattr(job, "status", "") != "done":
+            continue
+        if not timing or not timing.get("total_steps"):
+            continue
+        params = getattr(job, "params", {}) or {}
+        n = params.get("n")
+        found.append(
+            TrainingTiming(
+                str(params.get("recipe", "")),
+                int(params.get("epochs") or 1),
+                int(n) if n is not None else None,
+                float(timing["setup_s"]),
+                float(timing["step_s"]),
+                int(timing["total_steps"]),
+                f"job {job.id}",
+                float(timing.get("reusable_s", 0.0)),
+            )
+        )
+    return found
+
+
+def estimate_training(
+    recipe: str,
+    epochs: int,
+    n: int | None,
+    history: Sequence[TrainingTiming],
+    uses_n: bool = True,
+) -> TrainingEstimate | None:
+    """A training job's seconds from the newest earlier job of the same recipe: its steps
+    scaled by epochs x studies (steps per epoch grow with the training split), each at the
+    earlier step time (the batch size is the recipe's); its setup as the earlier one's, less
+    what that job left on disk when the data is the same (the corpus drawn and the features
+    cached: a rerun reads them), else scaled by the studies drawn. None without one."""
+    for earlier in history:
+        if earlier.recipe != recipe:
+            continue
+        studies = _scale(n, earlier.n) if uses_n else 1.0
+        steps = max(1, round(earlier.total_steps * _scale(epochs, earlier.epochs) * studies))
+        same_data = not uses_n or earlier.n == n
+        if same_data:
+            setup = max(earlier.setup_s - earlier.reusable_s, 0.0)
+        else:
+            setup = earlier.setup_s * studies
+        seconds = round(setup + steps * earlier.step_s, 1)
+        same = earlier.epochs == epochs and (not uses_n or earlier.n == n)
+        what = "measured in" if same else "scaled from"
+        source = f"{what} {earlier.source} ({earlier.epochs} epochs" + (
+            f", {earlier.n} studies)" if uses_n and earlier.n else ")"
+        )
+        if same_data and earlier.reusable_s:
+            source += f"; its corpus and features are on disk ({earlier.reusable_s:.0f} s saved)"
+        return TrainingEstimate(
+            seconds, "same" if same else "scaled", source, round(setup, 1), steps, earlier.step_s
+        )
+    return None
+
+
+def _timed_steps(recipe: Any, overrides: dict[str, int], settings: Settings, steps: int) -> dict:
+    """TrainingProgress.timing() of `recipe` run with `overrides` for `steps` steps into a
+    temporary folder, then stopped (the trainer stops between batches; nothing is kept)."""
+    import tempfile
+    import threading
+
+    config = config_from_sources(recipe.config_class(), overrides=overrides)
+    stop = threading.Event()
+
+    def progress(fraction: float, message: str = "") -> None:
+        if watch.steps >= steps:
+            stop.set()
+
+    watch = TrainingProgress(progress, lambda line: None)
+    # stopped by the calibration itself, as intended, whether the trainer returns or raises
+    with (
+        tempfile.TemporaryDirectory(prefix="medheb-train-calibration-") as out,
+        contextlib.suppress(InterruptedError),
+    ):
+        recipe.run(config, Path(out), settings, watch, stop)
+    timing = watch.timing()
+    if not timing:
+        raise ValueError(f"The {recipe.name} recipe took no step in its calibration run.")
+    return timing
+
+
+def calibrate_training(
+    recipe: Any,
+    epochs: int,
+    n: int | None,
+    settings: Settings,
+    steps: int = TRAINING_CALIBRATION_STEPS,
+) -> TrainingEstimate:
+    """A training job's seconds when no earlier job of its recipe was timed: the recipe runs a
+    few `steps` (of two epochs) into a temporary folder and stops (nothing is saved or
+    registered), and its setup and step times are scaled to the planned job. A recipe that
+    draws `n` studies runs twice, one step on TRAINING_CALIBRATION_N / 4 studies and up to
+    `steps` steps of two epochs on TRAINING_CALIBRATION_N, so its setup splits into a fixed
+    part (loading models) and a part per study (drawing the corpus, caching its features),
+    and its steps per epoch into a rate per study. This loads the recipe's models: seconds
+    to minutes of work."""
+    if "n" not in recipe.job_fields or not n:
+        timing = _timed_steps(recipe, {"epochs": 2}, settings, steps)
+        total = max(1, round(timing["total_steps"] / 2 * epochs))
+        seconds = round(timing["setup_s"] + total * timing["step_s"], 1)
+        source = f"timed on a {steps}-step calibration run"
+        return TrainingEstimate(
+            seconds, "calibrated", source, timing["setup_s"], total, timing["step_s"]
+        )
+    small, large = TRAINING_CALIBRATION_N // 4, TRAINING_CALIBRATION_N
+    first = _timed_steps(recipe, {"epochs": 1, "n": small}, settings, 1)
+    # two epochs: a small corpus may be one batch, and a step's time needs two steps
+    second = _timed_steps(recipe, {"epochs": 2, "n": large}, settings, steps)
+    step_s = second["step_s"]  # the small run may have one step only: its setup is the rest
+    small_setup = max(first["first_step_s"] - step_s, 0.0)
+    per_study = max((second["setup_s"] - small_setup) / (large - small), 0.0)
+    fixed = max(second["setup_s"] - per_study * large, 0.0)
+    setup = round(fixed + per_study * int(n), 1)
+    total = max(1, round(second["total_steps"] / 2 * epochs * int(n) / large))
+    seconds = round(setup + total * step_s, 1)
+    source = (
+        f"timed on {steps}-step calibration runs of {small} and {large} studies "
+        f"({fixed:.0f} s fixed + {per_study:.2f} s per study of setup)"
+    )
+    return TrainingEstimate(seconds, "calibrated", source, setup, total, step_s)
+
+
+def training_estimate(
+    recipe_name: str,
+    epochs: int,
+    n: int | None,
+    jobs: Iterable[Any],
+    settings: Settings,
+    calibrate: bool = True,
+) -> TrainingEstimate | None:
+    """The estimate the admin panel shows before a training job starts: from the newest
+    earlier job of the recipe (training_history of `jobs`), else from calibration runs
+    (calibrate_training; None with calibrate=False)."""
+
+    recipe = get_recipe(recipe_name)
+    uses_n = "n" in recipe.job_fields
+    found = estimate_training(recipe.name, epochs, n, training_history(jobs), uses_n)
+    if found is not None or not calibrate:
+        return found
+    return calibrate_training(recipe, epochs, n if uses_n else None, settings)

@@ -1,8 +1,11 @@
 """MedHEB's and CXR-Retrieve's figures as plotly Figure objects (the UI shows them).
 
-Family profile (Figure 6A), accuracy vs balance (Figure 6C), difficulty buckets (Figure 4A),
-established vs under-explored relations (Figure 4B), graded NDCG@5 (Table 5) and CXR-Retrieve
-P@5 per regime. Each function reads only a run Summary, through the row builders of reports.py.
+Accuracy vs balance (Figure 6C), difficulty buckets (Figure 4A), established vs under-explored
+relations (Figure 4B), graded NDCG@5 (Table 5) and CXR-Retrieve P@5 per regime. Each function
+reads only a run Summary, through the row builders of reports.py. The family and split
+profiles (Figure 6A) are drawn by the explorer from its filtered task table
+(ui/explorer_tab.grouped_figure), with the same colours and bounds (`model_colours`,
+`add_bounds`).
 
 Two rules every chart keeps: a model has one colour in every chart, distinct from every other
 model of the run (eval.colours: a colour-blind-safe palette whose slots the store records; the
@@ -73,63 +76,6 @@ def _figure(title: str, **axes: str) -> go.Figure:
         figure.update_xaxes(title=axes["x"])
     if "y" in axes:
         figure.update_yaxes(title=axes["y"])
-    return figure
-
-
-def family_profile(
-    summary: Summary, metric: str = "hit@1", colours: Colours | None = None
-) -> go.Figure:
-    """Grouped bars: each model's task-macro `metric` per family (MedHEB Figure 6A)."""
-    families = reports.families_present(summary)
-    palette = _palette(summary, colours)
-    figure = _figure(f"{metric} per retrieval family", x="family", y=f"{metric} (%)")
-    real, bounds = _split_baselines(summary.models)
-    for name in real:
-        model = summary.models[name]
-        figure.add_bar(
-            name=name,
-            marker_color=palette[name],
-            x=families,
-            y=[model.families[f][metric] if f in model.families else None for f in families],
-        )
-    add_bounds(
-        figure,
-        families,
-        {
-            name: [summary.models[name].families.get(f, {}).get(metric) for f in families]
-            for name in bounds
-        },
-    )
-    figure.update_layout(barmode="group")
-    return figure
-
-
-def split_profile(
-    summary: Summary, metric: str = "hit@1", colours: Colours | None = None
-) -> go.Figure:
-    """Grouped bars over ID, held-out-source and all tasks."""
-    splits = [s for s in reports.SPLITS if any(s in m.splits for m in summary.models.values())]
-    palette = _palette(summary, colours)
-    figure = _figure(f"{metric} by split", x="split", y=f"{metric} (%)")
-    labels = [reports.SPLIT_LABELS[s] for s in splits]
-    real, bounds = _split_baselines(summary.models)
-    for name in real:
-        model = summary.models[name]
-        figure.add_bar(
-            name=name,
-            marker_color=palette[name],
-            x=labels,
-            y=[model.splits[s][metric] if s in model.splits else None for s in splits],
-        )
-    add_bounds(
-        figure,
-        labels,
-        {
-            name: [summary.models[name].splits.get(s, {}).get(metric) for s in splits]
-            for name in bounds
-        },
-    )
-    figure.update_layout(barmode="group")
     return figure
 
 
@@ -226,13 +172,3 @@ def cxr_regimes(
     add_bounds(figure, list(kinds), {name: values(name) for name in bounds})
     figure.update_layout(barmode="group")
     return figure
-
-
-FIGURES = {
-    "family": family_profile,
-    "split": split_profile,
-    "balance": accuracy_vs_balance,
-    "difficulty": difficulty_buckets,
-    "gap": relation_gap,
-    "graded": graded_ndcg,
-}

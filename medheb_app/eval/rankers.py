@@ -150,6 +150,12 @@ def item_kind(item: Any) -> str:
     return "image" if "2d" in forms else "text"
 
 
+def text_chars(item: Any, instruction: str | None = None) -> int:
+    """Characters a text input hands the encoder: its words plus the task instruction."""
+    words = item if isinstance(item, str) else getattr(item, "text", "") or ""
+    return len(str(words)) + len(instruction or "")
+
+
 def content_key(entry: Entry) -> str:
     """The embedding-cache key of what is embedded: a study's id and content hash, a text's
     hash, else the entry's id (the same pixels or words are embedded once across tasks)."""
@@ -195,6 +201,9 @@ class EmbeddingRanker:
         self.note = note
         # kind -> [seconds embedding, new vectors]: the runner records per-kind rates from it
         self.kind_timing: dict[str, list[float]] = {}
+        # characters of the texts it embedded anew (a text's cost grows with its length, so
+        # the estimate prices texts per character: eval/estimate.py)
+        self.new_text_chars = 0
 
     @property
     def name(self) -> str:
@@ -227,6 +236,9 @@ class EmbeddingRanker:
         spent = self.kind_timing.setdefault(kind, [0.0, 0])
         spent[0] += seconds
         spent[1] += new
+        if kind == "text" and len(entries) and new > 0:  # the new ones' share of the characters
+            chars = sum(text_chars(entry.item, instruction) for entry in entries)
+            self.new_text_chars += round(chars * new / len(entries))
         return unit_rows(vectors)
 
     def score(self, task: Any, progress: Progress | None = None, stop=None) -> np.ndarray:

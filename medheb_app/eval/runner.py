@@ -28,6 +28,7 @@ from medheb_app.eval.estimate import (
     estimate_cxr,
     estimate_medheb,
     model_cards,
+    new_chars_key,
     new_vectors_key,
     rates_from_store,
 )
@@ -69,6 +70,7 @@ class RunRecord:
         self.build_s = 0.0
         self.model_timing: dict[str, float] = {}
         self.new_vectors: dict[str, int] = {}  # vectors each model computed (estimate rates)
+        self.text_chars: dict[str, int] = {}  # characters of the texts each model embedded
 
     def kinds(self, spec: str, ranker: Any) -> None:
         """Record the ranker's embedding seconds and new vectors per input kind (the
@@ -77,6 +79,9 @@ class RunRecord:
             if new > 0:
                 self.model_timing[f"{spec}/{kind}"] = round(seconds, 3)
                 self.new_vectors[f"{spec}/{kind}"] = int(new)
+        chars = int(getattr(ranker, "new_text_chars", 0) or 0)
+        if chars > 0 and f"{spec}/text" in self.new_vectors:
+            self.text_chars[spec] = chars
 
     def start(self, suite: str, specs: list[str], out_dir: Path, settings: dict) -> None:
         """The tasks are built: note how long that took and open the run's store row."""
@@ -113,6 +118,7 @@ class RunRecord:
             "build_tasks_s": round(self.build_s, 2),
             **{f"{k}_s": v for k, v in self.model_timing.items()},
             **{new_vectors_key(k): n for k, n in self.new_vectors.items()},
+            **{new_chars_key(k): n for k, n in self.text_chars.items()},
         }
         summary = Summary(
             **fields,
@@ -400,6 +406,7 @@ def _run_cxr_retrieve(
             )
             recorder.model_timing[spec] = result.timing_s["total"]
             recorder.new_vectors[spec] = cache.count(ranker.card.fingerprint) - vectors_before
+            recorder.kinds(spec, ranker)  # per-kind rates, as MedHEB runs record them
     return recorder.close(
         suite=suite.name,
         models=summaries,

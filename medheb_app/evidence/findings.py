@@ -101,6 +101,14 @@ class Vocabulary:
         """Whether a 0 means 'confirmed absent' (needed by strict negation)."""
         return self.scheme == "coded"
 
+    def describe(self) -> str:
+        """One line for people: '14 findings (positive-only, nih-cxr14): Atelectasis, ...'."""
+        if not self.labelled:
+            return "no finding labels"
+        return f"{len(self.names)} findings ({self.scheme}, {self.source}): " + ", ".join(
+            self.names
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {"names": list(self.names), "scheme": self.scheme, "source": self.source}
 

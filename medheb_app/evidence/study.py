@@ -89,6 +89,12 @@ class Study:
     synthetic: bool = False
     meta: dict[str, object] = field(default_factory=dict)
 
+    @property
+    def reloadable(self) -> bool:
+        """Whether load_pixels can read the pixels again once dropped (a build drops them
+        after each batch to keep memory flat; streamed DICOM studies override this)."""
+        return self.path is not None
+
     def load_pixels(self) -> np.ndarray | None:
         """The image or volume as float32 in [0, 1], read from `path` on first use."""
         if self.pixels is None and self.path is not None and self.form != "text":

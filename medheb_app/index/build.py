@@ -9,6 +9,13 @@ shard size reads committed shards back and finds the rest of its finished batche
 cache, so it re-embeds nothing; `reused` counts those items. The index is then built from the
 shards in order, so a resumed build ends with the same index as an uninterrupted one.
 
+Safe defaults (issue 23 item 6): a build holds its index name's lock (index/lock.py) so a
+second build of the same name is refused instead of sharing the staging folder; through
+build_from_source (the CLI and the admin's job) it refuses to replace a finished build of the
+same name and model unless asked (`replace`); the kind is fitted to the collection's size
+(faiss_index.fit_kind: a tiny IVF-PQ is built exact, with a note), and the model is recorded
+as the spec it was named by (`dual-lite@label-aware`, not the card's "dual-lite").
+
 A file that cannot be read or embedded is recorded with its reason (failed.jsonl next to the
 index) and never aborts the build; the build fails only when nothing could be indexed.
 The embedding step is an engine: "local" (this process) or "ray" (index/ray_engine.py).
@@ -28,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +44,23 @@ import numpy as np
 from medheb_app.evidence.study import Study
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.catalog import (
+    CATALOG_FILE,
     LoadedIndex,
     check_index_name,
     index_info,
+    index_path,
     load_index,
     query_vocabulary,
     study_metadata,
     write_index,
 )
-from medheb_app.index.faiss_index import VectorIndex, resolve_kind
+from medheb_app.index.faiss_index import VectorIndex, fit_kind, pq_bits, resolve_kind
+from medheb_app.index.lock import build_lock
+from medheb_app.index.provenance import save_references, source_files
 from medheb_app.index.ray_engine import ray_engine  # deferred: ray is heavy, optional
 from medheb_app.index.shards import (
+    DEFAULT_SHARD_SIZE,
+    FAILED_FILE,
     Shard,
     ShardResult,
     build_dir,
@@ -57,7 +71,14 @@ from medheb_app.index.shards import (
     read_shard,
     shard_file,
 )
-from medheb_app.index.sources import LoadedSource, SourceSpec, load_source, parse_source
+from medheb_app.index.sources import (
+    LoadedSource,
+    SourceSpec,
+    count_reasons,
+    describe_failures,
+    load_source,
+    parse_source,
+)
 from medheb_app.models import registry
 from medheb_app.models.base import Embedder
 from medheb_app.models.device import resolve_device
@@ -66,12 +87,14 @@ from medheb_app.settings import Settings
 
 Progress = Callable[[float, str], None]
 ENGINES = ("local", "ray")
-FAILED_FILE = "failed.jsonl"
-DEFAULT_SHARD_SIZE = 512
 
 
 class BuildError(ValueError):
     """A build that cannot produce an index (e.g. every file failed)."""
+
+
+class IndexExistsError(BuildError):
+    """The index already exists for this model and the build was not asked to replace it."""
 
 
 @dataclass
@@ -89,10 +112,13 @@ class BuildReport:
     kind: str
     vocabulary: dict[str, Any]
     directory: str = ""
-    model: str = ""
+    model: str = ""  # the model card's name
+    model_spec: str = ""  # the spec it was loaded by, with its tag: dual-lite@label-aware
+    notes: list[str] = field(default_factory=list)  # fallbacks and takeovers, one line each
     logic: bool = False  # the index is ready for logic-aware search (its probes are fit)
     logic_note: str = ""  # why it is not, in words, when logic is False
     failures: list[dict[str, str]] = field(default_factory=list)
+    failed_by_reason: dict[str, int] = field(default_factory=dict)  # failed.jsonl, counted
 
     def to_json(self) -> dict[str, Any]:
         payload = asdict(self)
@@ -146,33 +172,72 @@ def build_from_source(
     loaded_source: LoadedSource | None = None,
     ray_actors: int | None = None,
     index_params: dict[str, Any] | None = None,
+    replace: bool = False,
 ) -> BuildReport:
     """Index every readable item of `source` with `model_spec` as the index `name` (the
-    source is read and the model loaded here; build_index does the rest)."""
+    source is read and the model loaded here; build_index does the rest).
+
+    The entry point of `index build` and the admin's index job: under the name's build lock,
+    and refusing (IndexExistsError) to replace a finished build of `name` for this model
+    unless `replace`. An interrupted build resumes without `replace`."""
 
     _check_build(name, engine, batch_size, shard_size)
     spec = parse_source(source) if isinstance(source, str) else source
     resolved_device = resolve_device(device or settings.device)
-    if progress:
-        progress(0.0, f"reading source {spec.text}")
-    loaded = loaded_source or load_source(spec, settings)
-    embedder = registry.load_embedder(model_spec, settings, device=resolved_device)
-    return build_index(
-        loaded,
-        embedder,
-        name,
-        settings,
-        model_spec=model_spec,
-        engine=engine,
-        ray_address=ray_address,
-        device=resolved_device,
-        batch_size=batch_size,
-        kind=kind,
-        shard_size=shard_size,
-        progress=progress,
-        stop=stop,
-        ray_actors=ray_actors,
-        index_params=index_params,
+    notes: list[str] = []
+    with build_lock(settings, name, _noting(notes, progress)):
+        embedder = registry.load_embedder(model_spec, settings, device=resolved_device)
+        check_replace(name, embedder.card.fingerprint, model_spec, settings, replace)
+        if progress:  # the kind only: the path typed may name a patient's folder
+            progress(0.0, f"reading source {spec.kind}:")
+        lines = (lambda message: progress(0.0, message)) if progress else None
+        loaded = loaded_source or load_source(spec, settings, lines)
+        report = build_index(
+            loaded,
+            embedder,
+            name,
+            settings,
+            model_spec=model_spec,
+            engine=engine,
+            ray_address=ray_address,
+            device=resolved_device,
+            batch_size=batch_size,
+            kind=kind,
+            shard_size=shard_size,
+            progress=progress,
+            stop=stop,
+            ray_actors=ray_actors,
+            index_params=index_params,
+        )
+    report.notes[:0] = notes
+    return report
+
+
+def _noting(notes: list[str], progress: Progress | None) -> Callable[[str], None]:
+    def note(message: str) -> None:
+        notes.append(message)
+        if progress:
+            progress(0.0, f"note: {message}")
+
+    return note
+
+
+def check_replace(
+    name: str, fingerprint: str, model_spec: str, settings: Settings, replace: bool
+) -> None:
+    """Refuse to rebuild a finished index of `name` for this model unless `replace`."""
+    catalog_file = index_path(settings, name, fingerprint) / CATALOG_FILE
+    if replace or not catalog_file.is_file():
+        return
+    try:
+        info = json.loads(catalog_file.read_text())
+    except (OSError, json.JSONDecodeError):
+        info = {}
+    source = (info.get("corpus") or {}).get("spec") or "its source"
+    raise IndexExistsError(
+        f"Index {name!r} already exists for {info.get('model_spec') or model_spec} "
+        f"({info.get('count', '?')} items from {source}, built {info.get('created', '?')}); "
+        "pass --replace to rebuild it, or choose another --name."
     )
 
 
@@ -209,16 +274,51 @@ def build_index(
 
     The Ray engine loads the model in its actors, so it needs `model_spec`.
     """
-    started = time.perf_counter()
     _check_build(name, engine, batch_size, shard_size)
     if engine == "ray" and model_spec is None:
         raise ValueError("The ray engine loads the model in its actors: name its model_spec.")
+    notes: list[str] = []
+    with build_lock(settings, name, _noting(notes, progress)):
+        report = _build_locked(
+            loaded, embedder, name, settings, model_spec or embedder.card.name, engine,
+            ray_address, device, batch_size, kind, shard_size, progress, stop, ray_actors,
+            index_params,
+        )  # fmt: skip
+    report.notes[:0] = notes
+    return report
+
+
+def _build_locked(
+    loaded: LoadedSource,
+    embedder: Embedder,
+    name: str,
+    settings: Settings,
+    model_spec: str,
+    engine: str,
+    ray_address: str | None,
+    device: str | None,
+    batch_size: int,
+    kind: str,
+    shard_size: int,
+    progress: Progress | None,
+    stop: threading.Event | None,
+    ray_actors: int | None,
+    index_params: dict[str, Any] | None,
+) -> BuildReport:
+    started = time.perf_counter()
     say = progress or (lambda fraction, message: None)
     fingerprint = embedder.card.fingerprint
     studies = _unique(loaded.studies)
     shards = make_shards(studies, shard_size)
     directory = build_dir(settings, name, fingerprint)
-    manifest = open_manifest(directory, loaded.spec, fingerprint, shard_size, len(studies))
+    about = {
+        "name": name,
+        "model_spec": model_spec,
+        "kind": kind,
+        "engine": engine,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    manifest = open_manifest(directory, loaded.spec, fingerprint, shard_size, len(studies), about)
     committed = {
         s.number
         for s in shards
@@ -247,9 +347,12 @@ def build_index(
         reused += result.reused
         done += len(result.ids) + len(result.failed)
         say(0.05 + 0.85 * done / max(rate.total, 1), f"embedded {rate.message(done)}")
-    written, failures = _write(
-        name, loaded, studies, shards, directory, manifest, embedder, kind, settings, index_params
-    )
+    written, failures, notes = _write(
+        name, loaded, studies, shards, directory, manifest, embedder, kind, settings,
+        index_params, model_spec,
+    )  # fmt: skip
+    for note in notes:
+        say(0.92, f"note: {note}")
     shutil.rmtree(directory, ignore_errors=True)
     say(0.95, f"preparing logic-aware ranking of {name}")
     logic_note = prepare_index_logic(written, embedder, settings, query_vocabulary(written))
@@ -266,20 +369,47 @@ def build_index(
         vocabulary=loaded.vocabulary.to_dict(),
         directory=str(written.directory),
         model=embedder.card.name,
+        model_spec=model_spec,
+        notes=notes,
         logic=logic_note is None,
         logic_note=logic_note or "",
         failures=failures,
+        failed_by_reason=count_reasons(failures),
     )
-    say(1.0, f"index {name} built: {report.n_items} items ({report.failed} failed), {report.kind}")
+    if loaded.references:  # server-side: which file or DICOM UIDs each pseudonym is
+        save_references(settings, name, loaded.references, list(written.index.ids))
+        written.files = source_files(settings, name)  # the memoised load, read before they were
+    say(
+        1.0,
+        f"index {name} built: {report.n_items} items ({report.failed} failed: "
+        f"{describe_failures(failures)}), {report.kind}",
+    )
     return report
 
 
 def _unique(studies: Sequence[Study]) -> list[Study]:
-    """Studies with distinct ids, in source order (a repeated id would break the index)."""
+    """Studies with distinct ids, in source order. The same study listed twice counts once;
+    two different studies with one id are an error, never a merge (one would vanish)."""
     seen: dict[str, Study] = {}
     for study in studies:
-        seen.setdefault(study.id, study)
+        earlier = seen.setdefault(study.id, study)
+        if earlier is not study and not _same(earlier, study):
+            raise BuildError(
+                f"Two different items share the id {study.id!r}; nothing was merged. Give "
+                "each item its own id (folder and DICOM sources do so themselves)."
+            )
     return list(seen.values())
+
+
+def _same(a: Study, b: Study) -> bool:
+    """Whether two Study objects are the same item (same file, text or pixels)."""
+    if (a.form, a.path, a.text, getattr(a, "files", ())) != (
+        b.form, b.path, b.text, getattr(b, "files", ())
+    ):  # fmt: skip
+        return False
+    if a.pixels is None or b.pixels is None:
+        return a.pixels is None and b.pixels is None
+    return a.pixels.shape == b.pixels.shape and bool(np.array_equal(a.pixels, b.pixels))
 
 
 def _write(
@@ -293,9 +423,11 @@ def _write(
     kind: str,
     settings: Settings,
     params: dict[str, Any] | None = None,
-) -> tuple[LoadedIndex, list[dict[str, str]]]:
+    model_spec: str = "",
+) -> tuple[LoadedIndex, list[dict[str, str]], list[str]]:
     """Read the shards in order and write the index, its metadata and failed.jsonl; returns
-    the index loaded back and every failure (the source's and the shards')."""
+    the index loaded back, every failure (the source's and the shards'), and notes (a kind
+    that did not fit the collection, FAISS's training warnings), one line each."""
     ids: list[str] = []
     failures = list(loaded.failed)
     for shard in shards:  # ids first; vectors are streamed from the shards below
@@ -322,17 +454,21 @@ def _write(
 
     dims = next(chunks()).shape[1]
     params = dict(params or {})
-    if resolve_kind(kind, len(ids)) == "ivfpq":  # filled shard by shard, never all in RAM
+    fitted, note = fit_kind(kind, len(ids), params)
+    notes = [note] if note else []
+    if fitted == "ivfpq":  # filled shard by shard, never all in RAM
         if settings.index_memory_mb is not None:
             params.setdefault("memory_budget_mb", settings.index_memory_mb)
+        params.setdefault("nbits", pq_bits(len(ids)))
         index = VectorIndex.build_ivfpq(
             chunks, ids, dims, fingerprint, work_dir=directory / "ivfpq", **params
         )
     else:
         vectors = np.concatenate(list(chunks()))
-        index = VectorIndex.build(
-            vectors, ids, kind=kind, fingerprint=fingerprint, **(params or {})
-        )
+        if fitted != resolve_kind(kind, len(ids)):
+            params = {}  # the requested kind's parameters do not apply to the fallback
+        index = VectorIndex.build(vectors, ids, kind=fitted, fingerprint=fingerprint, **params)
+    notes += index.notes
     info = index_info(
         name,
         embedder,
@@ -341,6 +477,9 @@ def _write(
         corpus=loaded.describe(),
         vocabulary=loaded.vocabulary.to_dict(),
         failed=len(failures),
+        model_spec=model_spec or embedder.card.name,
+        requested_kind=kind,
+        notes=notes,
     )
     report_text = "".join(json.dumps(f) + "\n" for f in failures)
     write_index(
@@ -351,4 +490,4 @@ def _write(
         settings,
         extra_files={FAILED_FILE: report_text},
     )
-    return load_index(name, fingerprint, settings), failures
+    return load_index(name, fingerprint, settings), failures, notes

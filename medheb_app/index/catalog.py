@@ -18,18 +18,21 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from medheb_app.evidence.findings import CXR_RETRIEVE_10, Vocabulary
 from medheb_app.evidence.study import Study
-from medheb_app.index.faiss_index import VectorIndex
+from medheb_app.index.provenance import ID_SCHEME, source_files
 from medheb_app.models.base import Embedder
 from medheb_app.settings import Settings
+
+if TYPE_CHECKING:  # FAISS is loaded by load_index only: `index list/info` read JSON files
+    from medheb_app.index.faiss_index import VectorIndex
 
 Progress = Callable[[float, str], None]
 CATALOG_FILE = "catalog.json"
@@ -62,8 +65,11 @@ def study_content_key(study: Study) -> str:
     studies), so two corpora that reuse an id for different content never share a vector.
     """
     digest = hashlib.sha1(study.form.encode())
+    content = getattr(study, "content_digest", "")  # streamed DICOM: SOP instances + sizes
     if study.form == "text":
         digest.update((study.text or "").encode("utf-8"))
+    elif content:
+        digest.update(f"{content}:{getattr(study, 'working_side', '')}".encode())
     elif study.pixels is not None:
         pixels = np.ascontiguousarray(study.pixels, dtype=np.float32)
         digest.update(str(pixels.shape).encode())
@@ -86,7 +92,9 @@ def study_metadata(study: Study) -> dict[str, Any]:
         "findings": dict(study.findings),
         "source": study.source,
         "split": study.split,
-        "path": study.path,
+        # pseudonymous sources (folder, DICOM) keep no path here: it may name a patient's
+        # folder; admins resolve it through the server's source references (`index resolve`)
+        "path": None if study.meta.get("pseudonymous") else study.path,
         "text": study.text,
         "synthetic": bool(study.synthetic),
         "boxes": [asdict(box) for box in study.boxes],
@@ -148,6 +156,7 @@ class LoadedIndex:
     index: VectorIndex
     items: Mapping[str, dict[str, Any]]
     info: dict[str, Any]
+    files: Mapping[str, str] = field(default_factory=dict)  # pseudonymous items' server files
 
     @property
     def fingerprint(self) -> str:
@@ -158,7 +167,12 @@ class LoadedIndex:
         return str(self.info.get("model", {}).get("name", ""))
 
     def item(self, item_id: str) -> dict[str, Any]:
-        return self.items[item_id]
+        """An item's metadata row; a pseudonymous item's `path` comes from the server's source
+        references (index/provenance.py), since its index folder names no file."""
+        row = self.items[item_id]
+        if row.get("path") is None and item_id in self.files:
+            return {**row, "path": self.files[item_id]}
+        return row
 
     def search(
         self,
@@ -298,6 +312,8 @@ def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIn
         if key in _loaded:
             return _loaded[key]
     info = json.loads(catalog_file.read_text())
+    from medheb_app.index.faiss_index import VectorIndex  # deferred: see TYPE_CHECKING above
+
     index = VectorIndex.load(directory)
     items: Mapping[str, dict[str, Any]]
     if index.count >= LAZY_METADATA_ROWS and (directory / OFFSETS_FILE).is_file():
@@ -309,7 +325,9 @@ def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIn
             for line in handle:
                 row = json.loads(line)
                 items[row["id"]] = row
-    loaded = LoadedIndex(name=name, directory=directory, index=index, items=items, info=info)
+    pseudonymous = (info.get("corpus") or {}).get("ids") == ID_SCHEME
+    files = source_files(settings, name) if pseudonymous else {}
+    loaded = LoadedIndex(name, directory, index, items, info, files)
     with _loaded_lock:
         for stale in [k for k in _loaded if k[0] == key[0]]:
             del _loaded[stale]
@@ -320,7 +338,7 @@ def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIn
 def _missing_message(name: str, model_name: str, settings: Settings) -> str:
     built = [entry for entry in list_indices(settings) if entry["name"] == name]
     if built:
-        models = ", ".join(sorted({entry["model"] for entry in built}))
+        models = ", ".join(sorted({entry["model_spec"] for entry in built}))
         return (
             f"Index {name!r} has not been built for model {model_name!r}; it exists for: {models}."
         )
@@ -330,7 +348,8 @@ def _missing_message(name: str, model_name: str, settings: Settings) -> str:
 
 
 def list_indices(settings: Settings) -> list[dict[str, Any]]:
-    """Every complete index on disk: name, model, fingerprint, kind, count, forms, created."""
+    """Every complete index on disk: name, model (the card's name), model_spec (what it was
+    built with: dual-lite@label-aware), fingerprint, kind, count, forms, created."""
     entries = []
     if not settings.index_dir.is_dir():
         return entries
@@ -345,6 +364,8 @@ def list_indices(settings: Settings) -> list[dict[str, Any]]:
             {
                 "name": info["name"],
                 "model": info["model"]["name"],
+                # the spec it was built with, tag included (older catalogs: the card's name)
+                "model_spec": info.get("model_spec") or info["model"]["name"],
                 "model_version": info["model"].get("version", ""),
                 "fingerprint": info["fingerprint"],
                 "kind": info["kind"],

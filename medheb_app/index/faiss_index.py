@@ -22,11 +22,15 @@ from __future__ import annotations
 import json
 import math
 import mmap
+import os
+import re
 import shutil
+import sys
 import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -60,6 +64,103 @@ def default_nlist(count: int) -> int:
     FAISS k-means wants >= 39 training points per centroid to avoid degenerate cells.
     """
     return max(1, min(int(4 * math.sqrt(count)), count // 39))
+
+
+POINTS_PER_CENTROID = 39  # FAISS k-means warns below this many training points per centroid
+MIN_PQ_BITS = 4  # 16 centroids per PQ sub-quantiser; fewer approximate nothing useful
+_FAISS_ERROR = re.compile(r"Error: '.*?' failed: (?P<why>.+)", re.DOTALL)
+
+
+class IndexBuildError(ValueError):
+    """FAISS could not build or train the index; the message is one sentence."""
+
+
+def fit_kind(kind: str, count: int, params: dict[str, Any] | None = None) -> tuple[str, str]:
+    """The kind an index of `count` items is built as, and a note when it is not `kind`.
+
+    IVF and IVF-PQ train k-means centroids, which FAISS wants POINTS_PER_CENTROID training
+    points each: IVF needs 2 cells (78 items), IVF-PQ 2**MIN_PQ_BITS centroids per
+    sub-quantiser (624 items) unless `params` names nlist / nbits. Below that an exact index
+    answers as fast and exactly, so the build falls back to it and says why."""
+    params = params or {}
+    resolved = resolve_kind(kind, count)
+    if resolved == "ivf":
+        nlist = int(params.get("nlist") or default_nlist(count))
+        needed = nlist if params.get("nlist") else 2 * POINTS_PER_CENTROID
+        if nlist < 2 or count < needed:
+            return "exact", (
+                f"IVF needs at least {max(needed, 2 * POINTS_PER_CENTROID)} items to train its "
+                f"cells; built an exact index over {_items(count)} instead (as fast at this size)"
+            )
+    if resolved == "ivfpq":
+        if "nbits" in params:
+            needed = max(2 ** int(params["nbits"]), int(params.get("nlist") or 1))
+        else:
+            needed = POINTS_PER_CENTROID * 2**MIN_PQ_BITS
+        if count < needed:
+            return "exact", (
+                f"IVF-PQ needs at least {needed} items to train its quantisers; built an exact "
+                f"index over {_items(count)} instead (as fast at this size)"
+            )
+    return resolved, ""
+
+
+def _items(count: int) -> str:
+    return "1 item" if count == 1 else f"{count:,} items"
+
+
+def pq_bits(count: int) -> int:
+    """Bits per PQ code: the most (at most 8) whose 2**bits centroids get POINTS_PER_CENTROID
+    training points each from `count` items, at least MIN_PQ_BITS."""
+    bits = 8
+    while bits > MIN_PQ_BITS and POINTS_PER_CENTROID * 2**bits > count:
+        bits -= 1
+    return bits
+
+
+@contextmanager
+def faiss_messages(what: str, notes: list[str]) -> Iterator[None]:
+    """Run FAISS with its C++ stderr captured: k-means' "please provide at least N training
+    points" warnings (one per sub-quantiser: 32 on a 300-item IVF-PQ) become one line in
+    `notes`, other output is passed on, and a FAISS RuntimeError becomes an IndexBuildError
+    saying in one sentence what FAISS could not do.
+
+    The capture swaps file descriptor 2 for the call, so other threads' stderr in that window
+    is captured too; it is written back afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        except RuntimeError as error:
+            raise IndexBuildError(faiss_sentence(what, error)) from None
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read().decode("utf-8", "replace")
+    warnings = [line for line in text.splitlines() if "WARNING clustering" in line]
+    others = [line for line in text.splitlines() if line.strip() and line not in warnings]
+    if warnings:
+        first = warnings[0].split("WARNING", 1)[1].strip().rstrip(".")
+        notes.append(
+            f"FAISS trained the {what} on fewer points than it advises "
+            f"({len(warnings)} warning(s), e.g. {first}); recall may suffer"
+        )
+    if others:
+        print("\n".join(others), file=sys.stderr)
+
+
+def faiss_sentence(what: str, error: BaseException) -> str:
+    """FAISS's `Error in void faiss::...(...) at file.cpp:275: Error: 'nx >= k' failed: ...`
+    as one sentence: what could not be done and FAISS's own reason, without C++ signatures."""
+    text = str(error).strip()
+    match = _FAISS_ERROR.search(text)
+    why = (match.group("why") if match else text.splitlines()[-1] if text else "").strip()
+    why = why.splitlines()[0].rstrip(".") if why else type(error).__name__
+    return f"FAISS could not build the {what}: {why[:1].lower() + why[1:]}."
 
 
 def resolve_kind(kind: str, count: int) -> str:
@@ -106,6 +207,7 @@ class VectorIndex:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _lookup: np.ndarray | None = field(default=None, repr=False, compare=False)
     _stored: np.ndarray | None = field(default=None, repr=False, compare=False)
+    notes: list[str] = field(default_factory=list, repr=False, compare=False)  # build notes
 
     @property
     def dims(self) -> int:
@@ -148,6 +250,7 @@ class VectorIndex:
         if not ids:
             raise ValueError("Cannot build an index over zero items.")
         dims = array.shape[1]
+        notes: list[str] = []
         if kind == "exact":
             index: faiss.Index = faiss.IndexFlatIP(dims)
             resolved: dict[str, Any] = {}
@@ -163,7 +266,8 @@ class VectorIndex:
             rows = np.random.default_rng(int(resolved["seed"])).choice(
                 len(ids), size=min(train_size, len(ids)), replace=False
             )
-            index.train(array[np.sort(rows)])
+            with faiss_messages(f"IVF index over {_items(len(ids))}", notes):
+                index.train(array[np.sort(rows)])
         else:
             resolved = {
                 "m": int(params.get("m", 32)),
@@ -172,8 +276,10 @@ class VectorIndex:
             }
             index = faiss.IndexHNSWFlat(dims, resolved["m"], faiss.METRIC_INNER_PRODUCT)
             index.hnsw.efConstruction = resolved["ef_construction"]
-        index.add(array)
+        with faiss_messages(f"{kind} index over {_items(len(ids))}", notes):
+            index.add(array)
         built = cls(index=index, ids=ids, kind=kind, params=resolved, fingerprint=fingerprint)
+        built.notes = notes
         built._apply_search_params()
         return built
 
@@ -235,10 +341,13 @@ class VectorIndex:
         rotation = f"OPQ{m}," if opq else ""
         cells = f"IVF{nlist}_HNSW32" if quantizer == "hnsw" else f"IVF{nlist}"
         factory = f"{rotation}{cells},PQ{m}x{nbits}"
-        index = faiss.index_factory(dims, factory, faiss.METRIC_INNER_PRODUCT)
-        ivf = faiss.extract_index_ivf(index)
-        ivf.cp.seed = seed
-        index.train(sample)
+        notes: list[str] = []
+        what = f"IVF-PQ index over {_items(count)}"
+        with faiss_messages(what, notes):
+            index = faiss.index_factory(dims, factory, faiss.METRIC_INNER_PRODUCT)
+            ivf = faiss.extract_index_ivf(index)
+            ivf.cp.seed = seed
+            index.train(sample)
         code_bytes = count * (ivf.code_size + 8)
         on_disk = code_bytes > budget * 2**20
         resolved: dict[str, Any] = {
@@ -264,19 +373,21 @@ class VectorIndex:
                 folder / RERANK_FILE, mode="w+", dtype=np.float16, shape=(count, dims)
             )
         feed = _keeping(chunks, stored, count)
-        if not on_disk:
-            start = 0
-            for array in feed():
-                index.add_with_ids(array, np.arange(start, start + len(array), dtype=np.int64))
-                start += len(array)
-        else:
-            resolved["ondisk_path"] = str(_fill_on_disk(index, feed, folder))
+        with faiss_messages(what, notes):
+            if not on_disk:
+                start = 0
+                for array in feed():
+                    index.add_with_ids(array, np.arange(start, start + len(array), dtype=np.int64))
+                    start += len(array)
+            else:
+                resolved["ondisk_path"] = str(_fill_on_disk(index, feed, folder))
         if index.ntotal != count:
             raise ValueError(f"Got {index.ntotal} vectors for {count} ids.")
         if stored is not None:
             stored.flush()
             del stored
         built = cls(index=index, ids=ids, kind="ivfpq", params=resolved, fingerprint=fingerprint)
+        built.notes = notes
         built._open_stored()
         built._apply_search_params()
         return built

@@ -1,22 +1,29 @@
-"""The Ray engine of `index build --engine ray`: a Ray Data pipeline for what outgrows one machine.
+"""The Ray engine of `index build --engine ray`: an actor pool for what outgrows one machine.
 
   pending items (cache misses only; a study leaves the driver as its path, not its pixels)
-  -> [GPU actors only: read + decode on CPU tasks (map_batches)]
-  -> embed in an actor pool (one model per actor; num_gpus=1 per actor when the cluster has
-     GPUs; concurrency = GPUs, else one 1-thread actor per CPU) -> back to the driver in order,
-  where each shard is written to the embedding cache and committed (index/build.py).
+  -> batches sent in order to a pool of embedding actors (one model per actor; num_gpus=1 per
+     actor when the cluster has GPUs), at most IN_FLIGHT batches per actor
+  -> back to the driver in order, where each shard is written to the embedding cache and
+     committed (index/build.py).
 
-CPU actors read and decode their own batches: a separate decode task needs a CPU that the
-actors already hold and ships every image's pixels through the object store. (On the shared
-2-core machine the change was within the load's noise: BENCHMARKS.md, engines section.) A GPU
-actor leaves decoding to CPU tasks so that its GPU is not idle while files are read. Each
-actor runs torch on as many threads as CPUs it holds (the local engine uses the machine's).
+Each actor reads and decodes its own batch, so pixels never travel through the object store
+and the store holds only pickled paths and vectors: a local cluster is started with a small
+one (OBJECT_STORE_MB). The pool is plain Ray actors, not Ray Data: on a 2-core machine Ray
+Data's coordinator, stats and location actors cost ~500 MB more than the build they served,
+and its pipeline added nothing that an ordered pool with bounded in-flight batches lacks.
+
+How many actors (issue 23 item 8, BENCHMARKS.md "Ray engine memory"): every actor is another
+process holding torch and the model (~0.6-1.6 GB for dual-lite), beside the driver, which
+holds them too. On a cluster the build starts itself (one machine) that only pays with GPUs,
+so it gets one actor per GPU, else ONE 1-thread actor; joining a real cluster
+(`--ray-address`), one actor per GPU, else one 1-thread actor per CPU (default_actors);
+`--ray-actors N` chooses. The local engine with OMP_NUM_THREADS=1 is the one-machine CPU path.
 
 The driver keeps the embedding cache (one SQLite file) as the single source of truth; actors
 only compute. `address` joins a running cluster ("auto" or host:port, as `ray start --head`
 prints); without one a local cluster is started for the build and stopped after it. On a real
 cluster the source files and model checkpoints must be readable at the same paths on every
-node (a shared filesystem), as Ray Data's own file readers assume.
+node (a shared filesystem).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import copy
 import os
 import pickle
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -37,18 +45,20 @@ from medheb_app.models import registry
 from medheb_app.settings import Settings
 
 CPUS_PER_ACTOR = 1  # and as many torch threads: an actor never oversubscribes its share
+OBJECT_STORE_MB = 256  # a local cluster's object store: batches of paths and vectors only
+IN_FLIGHT = 2  # batches queued per actor: one embedding, one waiting (no idle gap, no pile-up)
+ACTOR_BATCH = 4  # items per actor call: each decoded batch and its activations stay small
+# an actor runs Ray's many core-worker threads: glibc would give each its own malloc arena,
+# and the freed pixels of decoded batches stay resident in them
+ACTOR_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 
-def _decode_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Unpickle each study, read its pixels; the reason when it cannot be read. A CPU task
-    in front of GPU actors (the decoded pixels travel on); inside a CPU actor otherwise."""
-    studies, errors = [], []
-    for blob in batch["study"]:
-        study = pickle.loads(blob)
-        reason = decode(study)
-        errors.append(reason or "")
-        studies.append(pickle.dumps(study) if reason is None else b"")
-    return {**batch, "study": np.array(studies, dtype=object), "error": np.array(errors)}
+def _columns(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """A batch of rows as the actor's columns (what EmbedActor.__call__ reads)."""
+    return {
+        column: np.array([row[column] for row in rows], dtype=object)
+        for column in ("shard", "key", "id", "label", "study")
+    }
 
 
 def _without_pixels(study: Any) -> bytes:
@@ -61,11 +71,11 @@ def _without_pixels(study: Any) -> bytes:
 
 
 class EmbedActor:
-    """One model per actor, loaded once; embeds a batch, one item at a time if it fails.
-    With `decode`, the actor also reads and decodes its batch (CPU actors)."""
+    """One model per actor, loaded once; reads, decodes and embeds a batch, one item at a
+    time if the batch fails."""
 
     def __init__(
-        self, spec: str, settings: Settings, device: str, threads: int = 1, decode: bool = False
+        self, spec: str, settings: Settings, device: str, threads: int = 1, decode: bool = True
     ) -> None:
         import torch
 
@@ -73,7 +83,7 @@ class EmbedActor:
         self.decode = decode
         self.embedder = registry.load_embedder(spec, settings, device=device)
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def embed(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         errors = [str(e) for e in batch["error"]] if "error" in batch else [""] * len(batch["id"])
         readable = [i for i, error in enumerate(errors) if not error]
         studies = [pickle.loads(batch["study"][i]) for i in readable]
@@ -104,7 +114,10 @@ class EmbedActor:
 
 
 def connect(address: str | None) -> bool:
-    """Join `address` or start a local cluster; True when this call started it."""
+    """Join `address` or start a local cluster; True when this call started it.
+
+    A local cluster gets the machine's CPUs, no dashboard, a small object store
+    (OBJECT_STORE_MB) and no idle workers started ahead (each is a ~80 MB Python process)."""
     import logging
 
     import ray
@@ -116,21 +129,33 @@ def connect(address: str | None) -> bool:
     if address:
         ray.init(address=address, log_to_driver=False)
         return False
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(
+        num_cpus=os.cpu_count(),
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=OBJECT_STORE_MB * 2**20,
+        _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
+    )
     return True
 
 
 def default_actors(resources: dict[str, float]) -> tuple[int, float]:
-    """(actors, GPUs per actor): one actor per GPU, else one 1-thread actor per CPU.
-
-    On CPUs, actors scale almost linearly while each runs torch on one thread (BENCHMARKS.md,
-    "Scale: `index build` engines"), and a torch thread per core is what a single process would
-    use anyway; a CPU actor reads and decodes its own batches, so no CPU waits for tasks.
-    """
+    """(actors, GPUs per actor) on a cluster the build joined: one actor per GPU, else one
+    1-thread actor per CPU (actors scale almost linearly at one torch thread each:
+    BENCHMARKS.md, "Scale: `index build` engines")."""
     gpus = int(resources.get("GPU", 0))
     if gpus:
         return gpus, 1.0
     return max(1, int(resources.get("CPU", 1))), 0.0
+
+
+def own_cluster_actors(resources: dict[str, float]) -> tuple[int, float]:
+    """(actors, GPUs per actor) on the one-machine cluster a build started itself: one actor
+    per GPU, else one. Each CPU actor is another copy of torch and the model next to the
+    driver's, so on one machine more CPU actors cost memory the local engine does not
+    (BENCHMARKS.md, "Ray engine memory"); `--ray-actors` still asks for more."""
+    gpus = int(resources.get("GPU", 0))
+    return (gpus, 1.0) if gpus else (1, 0.0)
 
 
 def ray_engine(
@@ -148,7 +173,9 @@ def ray_engine(
 
     started_here = connect(address)
     try:
-        yield from _run(shards, model_spec, settings, batch_size, device, stop, actors)
+        yield from _run(
+            shards, model_spec, settings, batch_size, device, stop, actors, started_here
+        )
     finally:
         if started_here:
             ray.shutdown()
@@ -162,9 +189,9 @@ def _run(
     device: str,
     stop: threading.Event | None,
     actors: int | None,
+    own_cluster: bool = False,
 ) -> Iterator[ShardResult]:
     import ray
-    import ray.data
 
     fingerprint = registry.load_embedder(model_spec, settings, device="cpu").card.fingerprint
     cache = EmbeddingCache(settings.cache_dir)
@@ -202,48 +229,51 @@ def _run(
             yield shard_result(shard, hits, failed, len(vectors), reused)
 
     if rows:
-        context = ray.data.DataContext.get_current()
-        context.execution_options.preserve_order = True
-        context.enable_progress_bars = False
-        count, gpus = default_actors(ray.cluster_resources())
-        if actors:
-            count = actors
+        sizing = own_cluster_actors if own_cluster else default_actors
+        count, gpus = sizing(ray.cluster_resources())
+        count = actors or count
         use_gpu = gpus if device.startswith("cuda") else 0.0
-        dataset = ray.data.from_items(rows)
-        if use_gpu:  # CPU tasks decode so that the GPU actors only embed
-            dataset = dataset.map_batches(
-                _decode_batch, batch_size=batch_size, batch_format="numpy"
-            )
-        dataset = dataset.map_batches(
-            EmbedActor,
-            fn_constructor_kwargs={
-                "spec": model_spec,
-                "settings": settings,
-                "device": device if use_gpu else "cpu",
-                "threads": CPUS_PER_ACTOR,
-                "decode": not use_gpu,
-            },
-            batch_size=batch_size,
-            batch_format="numpy",
-            concurrency=count,
-            num_gpus=use_gpu,
-            num_cpus=CPUS_PER_ACTOR,
-        )
-        for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
-            if stop is not None and stop.is_set():
-                raise Cancelled("The index build was cancelled.")
-            for shard, key, item_id, label, vector, error in zip(
-                batch["shard"], batch["key"], batch["id"], batch["label"],
-                batch["vector"], batch["error"], strict=True,
-            ):  # fmt: skip
-                shard = int(shard)
-                if error:
-                    results["failed"].setdefault(shard, {})[str(item_id)] = f"{label}: {error}"
-                else:
-                    array = np.frombuffer(vector, dtype=np.float32).copy()
-                    results["vectors"].setdefault(shard, {})[str(key)] = array
-                misses[shard] -= 1
-            # shards arrive in order: every shard before the first unfinished one is complete
-            unfinished = [n for n in pending if misses[n] > 0]
-            yield from flush(unfinished[0] if unfinished else None)
+        remote = ray.remote(
+            num_cpus=CPUS_PER_ACTOR, num_gpus=use_gpu, runtime_env={"env_vars": ACTOR_ENV}
+        )(EmbedActor)
+        batch_size = min(batch_size, ACTOR_BATCH) if not use_gpu else batch_size
+        pool = [
+            remote.remote(model_spec, settings, device if use_gpu else "cpu", CPUS_PER_ACTOR)
+            for _ in range(count)
+        ]
+        batches = [_columns(rows[i : i + batch_size]) for i in range(0, len(rows), batch_size)]
+        queued: deque[Any] = deque()
+        submitted = 0
+
+        def submit() -> None:  # in order, round robin over the pool
+            nonlocal submitted
+            queued.append(pool[submitted % count].embed.remote(batches[submitted]))
+            submitted += 1
+
+        try:
+            while submitted < len(batches) and len(queued) < count * IN_FLIGHT:
+                submit()
+            while queued:
+                if stop is not None and stop.is_set():
+                    raise Cancelled("The index build was cancelled.")
+                batch = ray.get(queued.popleft())
+                if submitted < len(batches):
+                    submit()
+                for shard, key, item_id, label, vector, error in zip(
+                    batch["shard"], batch["key"], batch["id"], batch["label"],
+                    batch["vector"], batch["error"], strict=True,
+                ):  # fmt: skip
+                    shard = int(shard)
+                    if error:
+                        results["failed"].setdefault(shard, {})[str(item_id)] = f"{label}: {error}"
+                    else:
+                        array = np.frombuffer(vector, dtype=np.float32).copy()
+                        results["vectors"].setdefault(shard, {})[str(key)] = array
+                    misses[shard] -= 1
+                # shards arrive in order: every shard before the first unfinished one is done
+                unfinished = [n for n in pending if misses[n] > 0]
+                yield from flush(unfinished[0] if unfinished else None)
+        finally:
+            for actor in pool:
+                ray.kill(actor)
     yield from flush(None)

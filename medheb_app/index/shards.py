@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,13 +29,17 @@ from medheb_app.cancellation import Cancelled
 from medheb_app.evidence.study import Study
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.catalog import check_index_name, study_content_key
-from medheb_app.index.sources import SourceSpec
 from medheb_app.models.base import Embedder
 from medheb_app.settings import Settings
+
+if TYPE_CHECKING:  # an annotation only: index.sources imports pandas and the phantoms (1-3 s),
+    from medheb_app.index.sources import SourceSpec  # which `index list` must not pay
 
 log = logging.getLogger(__name__)
 BUILD_MANIFEST = "build.json"
 BUILD_VERSION = 1
+DEFAULT_SHARD_SIZE = 512  # items per committed shard (the resume unit)
+FAILED_FILE = "failed.jsonl"  # next to a built index: each item that could not be indexed
 
 
 @dataclass
@@ -162,7 +166,13 @@ def failure_reason(error: BaseException) -> str:
 
 
 def _label(study: Study) -> str:
-    return study.path or study.id
+    """How failed.jsonl names a study: its path relative to the source (never the path as
+    typed, which may name a patient's folder), else its id."""
+    return str(study.meta.get("relative_path") or study.id)
+
+
+def _failure(study: Study, detail: str, reason: str = "unreadable") -> dict[str, str]:
+    return {"item": _label(study), "reason": reason, "detail": detail}
 
 
 def _decode_batch(batch: list[tuple[Study, str]]) -> list[tuple[Study, str, str | None]]:
@@ -202,10 +212,10 @@ def embed_shard(
                 if reason is None:
                     readable.append((study, key))
                 else:
-                    failed[study.id] = f"{_label(study)}: {reason}"
+                    failed[study.id] = reason
             vectors = _encode_tolerant(embedder, readable, failed)
             for (study, key), vector in zip(readable, vectors, strict=True):
-                if study.path is not None:
+                if study.reloadable:
                     study.pixels = None  # keep memory flat on large sources
                 if vector is not None:
                     found[key] = vector
@@ -234,7 +244,7 @@ def _encode_tolerant(
         try:
             out.append(np.asarray(embedder.encode([study]), np.float32)[0])
         except Exception as error:
-            failed[study.id] = f"{_label(study)}: cannot be embedded ({failure_reason(error)})"
+            failed[study.id] = f"cannot be embedded ({failure_reason(error)})"
             out.append(None)
     return out
 
@@ -254,7 +264,7 @@ def shard_result(
         ids=ids,
         keys=keys,
         vectors=array,
-        failed=[{"item": k, "reason": v} for k, v in failed.items()],
+        failed=[_failure(study, failed[study.id]) for study in shard.studies if study.id in failed],
         embedded=embedded,
         reused=reused,
     )
@@ -269,12 +279,21 @@ def make_shards(studies: Sequence[Study], shard_size: int) -> list[Shard]:
 
 
 def open_manifest(
-    directory: Path, spec: SourceSpec, fingerprint: str, shard_size: int, count: int
+    directory: Path,
+    spec: SourceSpec,
+    fingerprint: str,
+    shard_size: int,
+    count: int,
+    about: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The build manifest of a matching earlier attempt, or a fresh one (stale shards go)."""
+    """The build manifest of a matching earlier attempt, or a fresh one (stale shards go).
+
+    `about` (index name, model spec, kind, start time) is recorded, not matched: it is what
+    `index list` needs to show an interrupted build and the command that resumes it."""
     wanted = {
         "version": BUILD_VERSION,
-        "source": spec.text,
+        # a digest, not the spec as typed: the staging folder must not name a patient's folder
+        "source": hashlib.sha256(spec.text.encode("utf-8")).hexdigest()[:24],
         "fingerprint": fingerprint,
         "shard_size": shard_size,
         "count": count,
@@ -282,9 +301,42 @@ def open_manifest(
     manifest = read_manifest(directory)
     if all(manifest.get(k) == v for k, v in wanted.items()):
         manifest.setdefault("shards", {})
+        manifest.update(about or {})
         return manifest
     shutil.rmtree(directory, ignore_errors=True)
     (directory / "shards").mkdir(parents=True, exist_ok=True)
-    manifest = {**wanted, "shards": {}}
+    manifest = {**wanted, **(about or {}), "shards": {}}
     atomic_write(directory / BUILD_MANIFEST, json.dumps(manifest).encode())
     return manifest
+
+
+def incomplete_builds(settings: Settings) -> list[dict[str, Any]]:
+    """Every build in progress or interrupted (a .build-* folder with its manifest): name,
+    source, model spec, shard size, items committed of the total, and when it started. Reads
+    only the manifests (no torch, no FAISS), so `index list` stays fast."""
+    found = []
+    if not settings.index_dir.is_dir():
+        return found
+    for path in sorted(settings.index_dir.glob(f"*/.build-*/{BUILD_MANIFEST}")):
+        manifest = read_manifest(path.parent)
+        if not manifest.get("source"):
+            continue
+        shards = manifest.get("shards", {})
+        found.append(
+            {
+                "name": str(manifest.get("name") or path.parent.parent.name),
+                "source": manifest["source"],
+                "model_spec": manifest.get("model_spec") or "",
+                "kind": manifest.get("kind") or "auto",
+                "fingerprint": manifest.get("fingerprint", ""),
+                "shard_size": int(manifest.get("shard_size", 0)),
+                "done": sum(
+                    int(entry.get("n", 0)) + len(entry.get("failed", []))
+                    for entry in shards.values()
+                ),
+                "count": int(manifest.get("count", 0)),
+                "started": manifest.get("started", ""),
+                "path": str(path.parent),
+            }
+        )
+    return found

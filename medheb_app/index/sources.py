@@ -22,7 +22,9 @@ so a query is parsed against the names the index actually labels.
 
 from __future__ import annotations
 
-import hashlib
+import os
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,21 +42,39 @@ from medheb_app.evidence.phantoms import saved  # saved.corpora_root: tests redi
 from medheb_app.evidence.phantoms.corpus import load_corpus
 from medheb_app.evidence.phantoms.saved import CorpusKey, ensure_saved
 from medheb_app.evidence.sources.chexpert import load_chexpert
-from medheb_app.evidence.sources.dicom_folder import load_dicom_folder
 from medheb_app.evidence.sources.layout import read_table
 from medheb_app.evidence.sources.medmnist import MEDMNIST, dataset_name, load_medmnist
 from medheb_app.evidence.sources.mimic import load_mimic
 from medheb_app.evidence.sources.nih import load_nih
-from medheb_app.evidence.study import Study
+from medheb_app.evidence.study import EvidenceError, Study
+from medheb_app.index.provenance import (
+    ID_SCHEME,
+    pseudonym,
+    pseudonym_key,
+    source_record,
+    source_root,
+)
 from medheb_app.settings import Settings
-from medheb_app.tasks.manifest import read_rows
+
+Progress = Callable[[str], None]
 
 SOURCE_KINDS = ("phantom", "nih", "mimic", "chexpert", "dicom", "folder", "medmnist", "manifest")
 SCHEMES = ("positive-only", "coded", "none")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+# Files a manifest's folder holds that a row should name (else "no manifest row").
+MEDIA_SUFFIXES = (*IMAGE_SUFFIXES, ".dcm", ".nii", ".nii.gz", ".npy")
 LABELS_FILE = "labels.csv"
 _PATH_COLUMNS = ("path", "file", "filename", "image", "Path", "Image Index")
 _DICOM_KEY_COLUMNS = ("SeriesInstanceUID", "series_uid", "StudyInstanceUID", "study_uid")
+# Why a file the source holds is no item (failed.jsonl "reason"; the build summary counts them).
+REASONS = (
+    "not an image",
+    "no pixel data",
+    "missing file",
+    "no manifest row",
+    "duplicate instance",
+    "unreadable",
+)
 _NOT_FINDINGS = {"split", "patient_id", "Patient ID", "text", "report", "id", "view"}
 USAGE = (
     "phantom[:N], nih:PATH, mimic:PATH, chexpert:PATH, dicom:FOLDER[,labels=CSV], "
@@ -93,12 +113,31 @@ class LoadedSource:
     spec: SourceSpec
     studies: list[Study]
     vocabulary: Vocabulary
-    failed: list[dict[str, str]] = field(default_factory=list)  # {"item", "reason"}
+    # {"item": path relative to the source, "reason": one of REASONS, "detail"}
+    failed: list[dict[str, str]] = field(default_factory=list)
     corpus: dict[str, Any] | None = None  # what the index records as its corpus (spec's if None)
+    # item id -> where it came from (store/source_refs.py: server-side, never in the index)
+    references: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def describe(self) -> dict[str, Any]:
-        """The `corpus` entry of the index built from this source."""
+        """The `corpus` entry of the index built from this source (a path source: its root's
+        name and a keyed digest, never the path as typed; index/provenance.source_record)."""
+        if self.corpus is not None and "root" in self.corpus:
+            return {"kind": self.spec.kind, "n": self.spec.n, **self.corpus}
         return {**self.spec.describe(), **(self.corpus or {})}
+
+
+def count_reasons(failed: list[dict[str, str]]) -> dict[str, int]:
+    """{reason: how many}, REASONS first in their order, then any other reason."""
+    counts = Counter(str(f.get("reason", "unreadable")) for f in failed)
+    ordered = [r for r in REASONS if r in counts] + sorted(r for r in counts if r not in REASONS)
+    return {reason: counts[reason] for reason in ordered}
+
+
+def describe_failures(failed: list[dict[str, str]]) -> str:
+    """'3 not an image, 1 no pixel data' (or 'none')."""
+    counts = count_reasons(failed)
+    return ", ".join(f"{n} {reason}" for reason, n in counts.items()) or "none"
 
 
 def in_memory(
@@ -168,8 +207,11 @@ def parse_source(text: str) -> SourceSpec:
     return SourceSpec(kind, path=path, labels=labels, text=raw)
 
 
-def load_source(spec: SourceSpec | str, settings: Settings) -> LoadedSource:
-    """The studies and vocabulary of a source; EvidenceError/SourceError say what is wrong."""
+def load_source(
+    spec: SourceSpec | str, settings: Settings, progress: Progress | None = None
+) -> LoadedSource:
+    """The studies and vocabulary of a source; EvidenceError/SourceError say what is wrong.
+    `progress` gets a line now and then while a large DICOM folder's headers are read."""
     spec = parse_source(spec) if isinstance(spec, str) else spec
     if spec.path is not None and not spec.path.exists():
         raise SourceError(f"{spec.path} does not exist (source {spec.text!r}).")
@@ -185,9 +227,20 @@ def load_source(spec: SourceSpec | str, settings: Settings) -> LoadedSource:
         "medmnist": _medmnist,
         "manifest": _manifest,
     }[spec.kind]
-    loaded = loader(spec, settings)
+    loaded = loader(spec, settings, progress) if spec.kind == "dicom" else loader(spec, settings)
     if not loaded.studies and not loaded.failed:
-        raise SourceError(f"Source {spec.text!r} has no items to index.")
+        raise SourceError(f"Source {spec.kind}: has no items to index.")
+    if spec.path is not None and spec.kind != "phantom":
+        record = source_record(spec.kind, spec.path, settings, spec.labels)
+        if spec.kind in ("folder", "dicom"):
+            record["ids"] = ID_SCHEME  # keyed pseudonyms (older builds: unkeyed names)
+        if loaded.references:
+            name, _root = source_root(spec.path, settings)
+            for reference in loaded.references.values():
+                reference.setdefault("root_name", name)
+                folder = spec.path.expanduser().resolve()
+                reference.setdefault("root_path", str(folder if folder.is_dir() else folder.parent))
+        loaded.corpus = {**(loaded.corpus or {}), **record}
     return loaded
 
 
@@ -225,7 +278,7 @@ def _chexpert(spec: SourceSpec, settings: Settings) -> LoadedSource:
     else:
         studies = load_chexpert(path, image_root=path.parent.parent)
     failed = [
-        {"item": str(s.meta.get("image_path")), "reason": "image file not found"}
+        {"item": str(s.meta.get("image_path")), "reason": "missing file", "detail": "not found"}
         for s in studies
         if s.path is None
     ]
@@ -233,46 +286,105 @@ def _chexpert(spec: SourceSpec, settings: Settings) -> LoadedSource:
     return LoadedSource(spec, kept, Vocabulary(CHEXPERT_14, "coded", "chexpert"), failed)
 
 
-def _dicom(spec: SourceSpec, settings: Settings) -> LoadedSource:
-    folder = load_dicom_folder(spec.path)  # type: ignore[arg-type]
-    failed = [{"item": "DICOM series", "reason": reason} for reason in folder.skipped]
-    studies = folder.studies
-    labels_file = spec.labels or _default_labels(spec.path)
+def _dicom(spec: SourceSpec, settings: Settings, progress: Progress | None = None) -> LoadedSource:
+    """A DICOM tree, one DicomStudy per series (pixels decoded later, batch by batch); with a
+    labels CSV keyed by SeriesInstanceUID, StudyInstanceUID or a file path, the CSV's own
+    finding columns are the index's vocabulary."""
+    # deferred: pydicom and its pixel handlers (`index info` reads this module)
+    from medheb_app.evidence.sources.dicom_folder import load_dicom_folder
+
+    root = spec.path
+    assert root is not None
+    key = pseudonym_key(settings)
+    labels_file = spec.labels or _default_labels(root)
+    skip = frozenset({labels_file.resolve()}) if labels_file is not None else frozenset()
+    skip = frozenset({*skip, *(p for p in root.rglob("*") if p.resolve() in skip)})
+    try:
+        folder = load_dicom_folder(
+            root, namer=lambda ref: pseudonym(key, "dicom", ref), progress=progress, skip=skip
+        )
+    except EvidenceError as error:
+        raise SourceError(str(error)) from None
+    studies, failed = folder.studies, list(folder.failed)
     vocabulary = Vocabulary(source="dicom")
     if labels_file is not None:
-        table, names = _label_table(labels_file, _DICOM_KEY_COLUMNS)
-        by_id = {
-            f"dicom-{hashlib.sha256(str(key).encode()).hexdigest()[:16]}": row
-            for key, row in table.items()
-        }
+        table, names = _label_table(labels_file, _DICOM_KEY_COLUMNS + _PATH_COLUMNS)
+        used: set[str] = set()
         for study in studies:
-            row = by_id.get(study.id)
-            if row is not None:
-                study.findings, study.split = row["findings"], row["split"]
+            reference = folder.references[study.id]
+            candidates = [
+                str(reference["series_uid"]),
+                str(reference["study_uid"]),
+                *map(str, reference["files"]),  # type: ignore[call-overload]
+            ]
+            found = next((c for c in candidates if c and c in table), None)
+            if found is not None:  # a series without a row is indexed, unlabelled
+                used.add(found)
+                row = table[found]
+                study.findings, study.split = dict(row["findings"]), row["split"]
+        failed.extend(_rows_pointing_nowhere(table, used, labels_file))
         vocabulary = Vocabulary(names, scheme_of([s.findings for s in studies]), "dicom")
-    return LoadedSource(spec, studies, vocabulary, failed)
+    references = {s.id: folder.references[s.id] for s in studies}
+    return LoadedSource(spec, studies, vocabulary, failed, references=references)
+
+
+def _rows_pointing_nowhere(
+    table: dict[str, dict[str, Any]], used: set[str], labels_file: Path
+) -> list[dict[str, str]]:
+    """A labels row that matched no file of the source: 'missing file', named by its key."""
+    return [
+        {
+            "item": key,
+            "reason": "missing file",
+            "detail": f"row of {labels_file.name} names a file the source does not hold",
+        }
+        for key in table
+        if key not in used
+    ]
 
 
 def _folder(spec: SourceSpec, settings: Settings) -> LoadedSource:
+    """Every file under the folder: a PNG / JPEG becomes an item named by a keyed pseudonym
+    of its path relative to the folder (extension included: `a/b.png`, `a-b.png`, `c.png`
+    and `c.jpg` are four items), anything else is 'not an image'. With a labels CSV, an
+    image without a row is indexed unlabelled and a row without an image is 'missing file'."""
     root = spec.path
     assert root is not None
     if not root.is_dir():
-        raise SourceError(f"{root} is not a folder of PNG / JPEG images.")
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-    if not files:
-        raise SourceError(f"{root} contains no .png, .jpg or .jpeg files.")
+        raise SourceError(f"Source folder: {root.name} is not a folder of PNG / JPEG images.")
     labels_file = spec.labels or _default_labels(root)
+    labels_resolved = labels_file.resolve() if labels_file is not None else None
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.resolve() != labels_resolved)
+    if not any(p.suffix.lower() in IMAGE_SUFFIXES for p in files):
+        raise SourceError("The folder source contains no .png, .jpg or .jpeg files.")
     table: dict[str, dict[str, Any]] = {}
     names: tuple[str, ...] = ()
     if labels_file is not None:
         table, names = _label_table(labels_file, _PATH_COLUMNS)
-    studies = []
+    key = pseudonym_key(settings)
+    studies: list[Study] = []
+    failed: list[dict[str, str]] = []
+    references: dict[str, dict[str, Any]] = {}
+    used: set[str] = set()
     for path in files:
         relative = path.relative_to(root).as_posix()
-        row = table.get(relative) or table.get(path.name) or {}
+        if path.suffix.lower() not in IMAGE_SUFFIXES:
+            failed.append({"item": relative, "reason": "not an image", "detail": "not PNG / JPEG"})
+            continue
+        match = relative if relative in table else path.name if path.name in table else None
+        row: dict[str, Any] = table[match] if match is not None else {}  # no row: unlabelled
+        if match is not None:
+            used.add(match)
+        item_id = pseudonym(key, "folder", relative)
+        if item_id in references:  # HMAC-SHA256 over distinct paths: never in practice
+            raise SourceError(
+                f"Two files of the folder source got the same item id {item_id}; nothing was "
+                "merged. Report this: it should not happen."
+            )
+        references[item_id] = {"kind": "file", "relative_path": relative, "files": [relative]}
         studies.append(
             Study(
-                id=f"folder-{relative.rsplit('.', 1)[0].replace('/', '-')}",
+                id=item_id,
                 form="2d",
                 modality="OT",
                 path=str(path),
@@ -280,11 +392,15 @@ def _folder(spec: SourceSpec, settings: Settings) -> LoadedSource:
                 split=row.get("split"),
                 patient_id=row.get("patient_id"),
                 source="folder",
-                meta={"relative_path": relative},
+                meta={"relative_path": relative, "pseudonymous": True},
             )
         )
+    if labels_file is not None:
+        failed.extend(_rows_pointing_nowhere(table, used, labels_file))
     scheme = scheme_of([s.findings for s in studies]) if names else "none"
-    return LoadedSource(spec, studies, Vocabulary(names, scheme, "folder"))
+    return LoadedSource(
+        spec, studies, Vocabulary(names, scheme, "folder"), failed, references=references
+    )
 
 
 def _medmnist(spec: SourceSpec, settings: Settings) -> LoadedSource:
@@ -307,6 +423,9 @@ def load_item_manifest(path: Path) -> tuple[list[Study], list[dict[str, str]]]:
     """Rows {"id", "image" | "volume" | "text", "findings": {name: 1|0|-1|null}, "split",
     "patient_id"}; file paths are relative to the manifest. Rows of a task manifest
     ({"query", "candidates"}) contribute their candidate items."""
+    # deferred: pydantic (tasks.manifest validates rows with it)
+    from medheb_app.tasks.manifest import read_rows
+
     try:
         rows = read_rows(path)
     except (ValueError, OSError) as error:
@@ -318,14 +437,30 @@ def load_item_manifest(path: Path) -> tuple[list[Study], list[dict[str, str]]]:
         entries = [c for c in candidates if isinstance(c, dict)] if candidates else [row]
         for entry in entries:
             if not isinstance(entry, dict) or not entry.get("id"):
-                failed.append({"item": f"row {number}", "reason": "no id"})
+                failed.append({"item": f"row {number}", "reason": "unreadable", "detail": "no id"})
                 continue
-            items.setdefault(str(entry["id"]), entry)
+            earlier = items.setdefault(str(entry["id"]), entry)
+            if earlier is not entry and _content(earlier) != _content(entry):
+                raise SourceError(  # a collision is an error, never a merge
+                    f"{path.name} row {number}: id {entry['id']!r} is already used by another "
+                    "item with a different image, volume or text; give each item its own id."
+                )
     studies = []
     for item_id, entry in items.items():
         relative = entry.get("image") or entry.get("volume")
         if relative is None and entry.get("text") is None:
-            failed.append({"item": item_id, "reason": "no image, volume or text"})
+            failed.append(
+                {"item": item_id, "reason": "unreadable", "detail": "no image, volume or text"}
+            )
+            continue
+        if relative is not None and not (path.parent / relative).exists():
+            failed.append(
+                {
+                    "item": str(relative),
+                    "reason": "missing file",
+                    "detail": f"row {item_id!r} of {path.name} names a file that does not exist",
+                }
+            )
             continue
         findings = entry.get("findings") or {}
         studies.append(
@@ -344,16 +479,43 @@ def load_item_manifest(path: Path) -> tuple[list[Study], list[dict[str, str]]]:
     return studies, failed
 
 
+def _content(entry: dict[str, Any]) -> tuple[object, object, object]:
+    return entry.get("image"), entry.get("volume"), entry.get("text")
+
+
 def _manifest(spec: SourceSpec, settings: Settings) -> LoadedSource:
     path = spec.path
     assert path is not None
     studies, failed = load_item_manifest(path)
     names = _ordered_names(studies, ())
+    folder = path.parent.resolve()
+    listed = {Path(s.path).resolve() for s in studies if s.path is not None}
+    named = listed | {
+        (folder / f["item"]).resolve() for f in failed if f["reason"] == "missing file"
+    }
+    # image files in the folders the rows' images are in, which no row names
+    folders = sorted({p.parent for p in named if p.parent.is_dir()})
+    failed.extend(
+        {
+            "item": os.path.relpath(file, folder),
+            "reason": "no manifest row",
+            "detail": f"{path.name} has no row for this file",
+        }
+        for directory in folders
+        for file in sorted(directory.iterdir())
+        if file.is_file() and file.name.lower().endswith(MEDIA_SUFFIXES) and file not in named
+    )
+    references = {
+        s.id: {"kind": "file", "relative_path": os.path.relpath(s.path, folder), "files": []}
+        for s in studies
+        if s.path is not None
+    }
     return LoadedSource(
         spec,
         studies,
         Vocabulary(names, scheme_of([s.findings for s in studies]), f"manifest:{path.stem}"),
         failed,
+        references=references,
     )
 
 
@@ -422,9 +584,4 @@ def _label_table(
 
 def describe_vocabulary(vocabulary: Vocabulary) -> str:
     """One line for people: '14 findings (positive-only, nih-cxr14): Atelectasis, ...'."""
-    if not vocabulary.labelled:
-        return "no finding labels"
-    return (
-        f"{len(vocabulary.names)} findings ({vocabulary.scheme}, {vocabulary.source}): "
-        + ", ".join(vocabulary.names)
-    )
+    return vocabulary.describe()  # on Vocabulary, so `index info` need not import this module

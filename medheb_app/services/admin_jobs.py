@@ -82,8 +82,9 @@ def bench_job(settings: Settings) -> JobFn:
     return run
 
 
-def _training_progress(progress, log) -> Callable[[int, int, float], None]:
-    """Adapt the trainer's (step, total, loss) callback and its stages to the job's progress."""
+def _training_progress(progress, log) -> TrainingProgress:
+    """Adapt the trainer's (step, total, loss) callback and its stages to the job's progress
+    (a TrainingProgress, which also times the run for the training estimate)."""
     return TrainingProgress(progress, log)
 
 
@@ -100,7 +101,8 @@ def train_job(settings: Settings) -> JobFn:
         overrides = {field: int(params.get(field, defaults[field])) for field in recipe.job_fields}
         config = config_from_sources(recipe.config_class(), overrides=overrides)
         log(f"training {recipe.name} -> {out} with {overrides}")
-        result = recipe.run(config, out, settings, _training_progress(progress, log), stop)
+        watch = _training_progress(progress, log)
+        result = recipe.run(config, out, settings, watch, stop)
         if stop.is_set() or result.card is None:
             raise Cancelled(f"stopped after step {result.steps}; no checkpoint saved")
 
@@ -109,7 +111,12 @@ def train_job(settings: Settings) -> JobFn:
             spec = f"{recipe.spec(result.card.to_dict()).split('@')[0]}@{out}"
             log(f"tag {tag} is taken by a committed checkpoint; load this one by path")
         log(f"saved {spec}")
-        return {"spec": spec, "out": str(out), "result": repr(result)[:500]}
+        return {
+            "spec": spec,
+            "out": str(out),
+            "result": repr(result)[:500],
+            "timing": watch.timing(),  # the training estimate's history (eval/estimate.py)
+        }
 
     return run
 
@@ -131,7 +138,8 @@ def index_job(settings: Settings) -> JobFn:
     def run(params, progress, log, stop) -> dict:
         name, spec = check_index_name(str(params["name"])), str(params["model"])
         source = index_source(settings, params)
-        log(f"index {name}: source {source}, model {spec}")
+        # the source's kind only: the path typed may name a patient's folder
+        log(f"index {name}: source {source.split(':', 1)[0]}:, model {spec}")
         report = build_from_source(  # a stop raises Cancelled: the job is recorded cancelled
             source,
             spec,
@@ -141,12 +149,18 @@ def index_job(settings: Settings) -> JobFn:
             batch_size=int(params.get("batch_size", 32)),
             progress=progress,
             stop=stop,
+            replace=bool(params.get("replace", False)),  # the CLI's rule and lock: issue 23
         )
         log(
             f"built {name}: {report.n_items} items, {report.embedded} embedded, "
             f"{report.reused} reused, {report.failed} failed in {report.seconds:.1f} s"
         )
+        if report.failed:  # per reason, as failed.jsonl next to the index lists them
+            reasons = ", ".join(f"{n} {why}" for why, n in report.failed_by_reason.items())
+            log(f"not indexed: {reasons}")
         log("logic-aware ranking prepared" if report.logic else report.logic_note)
+        for note in report.notes:
+            log(f"note: {note}")
         return {"index": name, "model": spec, "count": report.n_items, **report.to_json()}
 
     return run

@@ -90,7 +90,9 @@ class MixedPayload(TypedDict):
 
 
 class Unrenderable(ValueError):
-    """A query or candidate that cannot be shown to a rater; the message says why."""
+    """A payload, query or candidate that cannot be shown to a person (missing file, unknown
+    form, not an image); the message says why. The study's renderer and the page's
+    (ui/evidence_view.py) raise this one type."""
 
 
 class MediaWriter:

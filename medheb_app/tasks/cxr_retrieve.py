@@ -22,6 +22,7 @@ from medheb_app.evidence.phantoms.saved import demo_corpus
 from medheb_app.evidence.sources.mimic import load_mimic
 from medheb_app.evidence.sources.nih import load_nih
 from medheb_app.evidence.study import Study
+from medheb_app.index.sources import SourceError, SourceSpec, parse_source
 from medheb_app.query.parser import ParsedQuery, Setting, is_hard_negative, satisfies
 from medheb_app.settings import Settings
 from medheb_app.tasks.base import Item
@@ -176,27 +177,35 @@ def _mimic_studies(path: str) -> list[Study]:
     return load_mimic(path)
 
 
-def parse_source(source: str) -> tuple[str, str]:
-    """'phantom' | 'nih:PATH' | 'mimic:PATH' -> (kind, path), with a clear error otherwise."""
-    kind, _, path = source.partition(":")
-    if kind == "phantom" and not path:
-        return kind, ""
-    if kind in ("nih", "mimic") and path:
-        return kind, path
-    raise ValueError(
-        f"Unknown data source {source!r}; use 'phantom', 'nih:PATH' (NIH ChestX-ray14 folder) "
-        "or 'mimic:PATH' (MIMIC-CXR-JPG folder)."
-    )
+BENCHMARK_KINDS = ("phantom", "nih", "mimic")
+
+
+def benchmark_source(source: str) -> SourceSpec:
+    """The benchmark's `--data`, read by the one source grammar (`index build --source`,
+    index/sources.parse_source) and limited to the sources whose labels the benchmark scores:
+    'phantom', 'nih:PATH' (NIH ChestX-ray14 folder) or 'mimic:PATH' (MIMIC-CXR-JPG folder)."""
+    try:
+        spec = parse_source(source)
+    except SourceError as error:
+        raise ValueError(
+            f"{error} The benchmark reads 'phantom', 'nih:PATH' or 'mimic:PATH'."
+        ) from None
+    if spec.kind not in BENCHMARK_KINDS or spec.n is not None:
+        raise ValueError(
+            f"The CXR-Retrieve benchmark cannot read {source!r}; use 'phantom', 'nih:PATH' "
+            "(NIH ChestX-ray14 folder) or 'mimic:PATH' (MIMIC-CXR-JPG folder)."
+        )
+    return spec
 
 
 def load_studies(source: str, settings: Settings) -> list[Study]:
     """Every labelled chest X-ray of a source, all splits."""
-    kind, path = parse_source(source)
-    if kind == "phantom":
+    spec = benchmark_source(source)
+    if spec.kind == "phantom":
         return _phantom_studies(settings)
-    if kind == "nih":
-        return _nih_studies(path)
-    return _mimic_studies(path)
+    if spec.kind == "nih":
+        return _nih_studies(str(spec.path))
+    return _mimic_studies(str(spec.path))
 
 
 def select_split(studies: Sequence[Study], split: str | None) -> list[Study]:
@@ -240,7 +249,7 @@ class CxrRetrieveSuite:
     name: str = SUITE_NAME
 
     def __post_init__(self) -> None:
-        parse_source(self.data)
+        benchmark_source(self.data)
         if self.setting not in ("main", "strict"):
             raise ValueError(f"Unknown setting {self.setting!r}; use 'main' or 'strict'.")
 

@@ -18,6 +18,7 @@ import pandas as pd
 
 from medheb_app.access.auth import Authenticator
 from medheb_app.api import audit
+from medheb_app.eval.estimate import training_estimate
 from medheb_app.services import Services
 from medheb_app.services.admin_jobs import BENCH_SUITES, INDEX_CORPORA, JOB_FACTORIES
 from medheb_app.services.runs import (
@@ -110,6 +111,32 @@ def job_skipped_table(services: Services, job_id: float | None) -> pd.DataFrame:
         except ValueError:
             rows = []
     return pd.DataFrame(rows, columns=list(SKIPPED_COLUMNS))
+
+
+def training_estimate_view(
+    services: Services, is_admin: bool, recipe: str, epochs: float | None, n: float | None
+) -> str:
+    """How long a training job with these settings will take, before it starts: from the
+    newest earlier job of the recipe, else timed on short calibration runs (which load the
+    recipe's models: admins only, and only on this button)."""
+    if not is_admin:
+        return ui.notice_html("error", NOT_ADMIN)
+    try:
+        estimate = training_estimate(
+            str(recipe or ""),
+            int(epochs or 5),
+            int(n) if n else None,
+            services.jobs.history(limit=100, kind="train"),
+            services.settings,
+        )
+    except (ValueError, KeyError) as error:
+        return ui.notice_html("error", error.args[0] if error.args else str(error))
+    except Exception:
+        log.exception("training estimate failed")
+        return ui.notice_html("error", "The training estimate could not be computed.")
+    if estimate is None:
+        return ui.notice_html("warning", "No earlier job of this recipe to estimate from.")
+    return ui.notice_html("info", f"Training: {estimate.summary_line()}.")
 
 
 def estimate_view(
@@ -220,7 +247,10 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
             n_train = gr.Number(
                 label="Phantom studies (report recipe)", value=2000, precision=0, minimum=4
             )
-            train_start = gr.Button("Start training")
+            with gr.Row():
+                train_estimate = gr.Button("Estimate training time", size="sm")
+                train_start = gr.Button("Start training")
+            train_estimate_note = gr.HTML(elem_id="admin-train-estimate")
         with gr.Tab("Index build"):
             index_name = gr.Textbox(
                 label="Index name", value="demo-cxr", elem_id="admin-index-name"
@@ -232,6 +262,11 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
                 choices=list(INDEX_CORPORA),
                 value="phantom",
                 allow_custom_value=True,
+            )
+            index_replace = gr.Checkbox(
+                label="Replace the index if it already exists for this model",
+                value=False,
+                elem_id="admin-index-replace",
             )
             index_start = gr.Button("Start index build", elem_id="admin-start-index")
         study = build_study_admin(services, auth)
@@ -308,6 +343,18 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         [estimate_table, estimate_note],
         api_visibility="private",
     )
+
+    def _train_estimate(chosen_recipe, chosen_epochs, chosen_n, request: gr.Request):
+        admin = auth.is_admin(request)
+        return training_estimate_view(services, admin, chosen_recipe, chosen_epochs, chosen_n)
+
+    train_estimate.click(
+        _train_estimate,
+        [recipe, epochs, n_train],
+        [train_estimate_note],
+        api_visibility="private",
+        concurrency_limit=1,
+    )
     train_start.click(
         _start("train", lambda r, t, e, n: {"recipe": r, "tag": t, "epochs": e, "n": n}),
         [recipe, tag, epochs, n_train],
@@ -315,8 +362,11 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
         api_visibility="private",
     )
     index_start.click(
-        _start("index-build", lambda n, m, c: {"name": n, "model": m, "source": c}),
-        [index_name, index_model, corpus],
+        _start(
+            "index-build",
+            lambda n, m, c, r: {"name": n, "model": m, "source": c, "replace": bool(r)},
+        ),
+        [index_name, index_model, corpus, index_replace],
         job_outputs,
         api_visibility="private",
     )

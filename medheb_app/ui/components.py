@@ -8,6 +8,7 @@ HTML goes through `html.escape`.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -18,7 +19,9 @@ SYNTHETIC_BANNER = (
     '<div class="medheb-banner" role="note">SYNTHETIC DEMO DATA: the images in the demo index '
     "are generated phantoms, not patients. Nothing here is for clinical use.</div>"
 )
+SYNTHETIC_MARK = '<div class="ev-mark">SYNTHETIC</div>'  # the rater page's mark, under pixels
 VALUE_WORDS = {1: "present", 0: "absent", -1: "uncertain"}
+DISPLAY_SIDE = 384  # a hit shown large is upscaled by a whole factor to at least this side
 CSS = """
 .medheb-banner {background:#7a1020;color:#fff;padding:6px 12px;border-radius:6px;
   font-weight:600;letter-spacing:.02em}
@@ -35,6 +38,33 @@ CSS = """
 #search-parsed .medheb-parsed > div {display:inline-block;margin-right:1.4em}
 .medheb-progress {height:14px;background:#e5e7eb;border-radius:7px;overflow:hidden}
 .medheb-progress > div {height:100%;background:#2563eb}
+.medheb-notice details > summary {cursor:pointer}
+.medheb-notice details ul {margin:4px 0 0 1.2em;padding:0}
+.sr-line {font-size:.9em;color:#374151;margin:2px 0 6px}
+.sr-list {display:grid;grid-template-columns:repeat(auto-fill,minmax(112px,1fr));gap:8px}
+.sr-hit {display:block;min-width:0;padding:3px;margin:0;border:2px solid #d1d5db;
+  border-radius:6px;background:#fff;color:#111827;cursor:pointer;text-align:center;font:inherit}
+.sr-hit:hover, .sr-hit:focus {border-color:#2563eb}
+.sr-hit.violates {border-color:#b3141f}
+.sr-hit .ev-figure img {width:100%;aspect-ratio:1;object-fit:contain;max-height:none}
+.sr-hit .ev-mark {display:block;max-width:100%;overflow:hidden;white-space:nowrap}
+.sr-cap {display:block;font-size:13px;font-weight:700;white-space:nowrap;overflow:hidden;
+  text-overflow:ellipsis;max-width:100%}
+.sr-cap.bad {color:#b3141f}
+.sr-cap.good {color:#15803d}
+.sr-tag {display:block;font-size:11px;color:#374151;background:#e5e7eb;border-radius:3px}
+.sr-noimage {aspect-ratio:1;display:flex;align-items:center;justify-content:center;
+  background:#e5e7eb;color:#374151;font-size:12px}
+#search-compare-hits .sr-hit {cursor:default}
+.sr-large .ev-figure img {max-height:480px;image-rendering:pixelated}
+@media (max-width: 640px) {
+  .sr-list {grid-template-columns:repeat(4,minmax(0,1fr));gap:4px}
+  .sr-cap {font-size:12px}
+  .sr-line {font-size:11px;line-height:1.25;margin:0 0 4px}
+  .medheb-banner {font-size:12px;padding:4px 8px;font-weight:600}
+  #search-query .info-text {display:none}
+  .sr-hit .ev-mark {font-size:9px;letter-spacing:0;padding:0 2px}
+}
 """
 
 
@@ -68,17 +98,20 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
 
 
 def label_synthetic(image: np.ndarray, text: str = SYNTHETIC_TEXT) -> np.ndarray:
-    """Burn a visible SYNTHETIC band into the top of an RGB uint8 image."""
-    canvas = Image.fromarray(to_rgb_uint8(image))
-    width, height = canvas.size
-    band = max(12, height // 10)
-    draw = ImageDraw.Draw(canvas, "RGBA")
-    draw.rectangle((0, 0, width, band), fill=(122, 16, 32, 210))
+    """The image with a SYNTHETIC band added under it (the canvas grows; no pixel of the image
+    is covered, so the mark cannot hide the lung bases), for views that show one picture only
+    (the upload preview); HTML views put SYNTHETIC_MARK under the <img> instead."""
+    pixels = to_rgb_uint8(image)
+    height, width = pixels.shape[:2]
+    band = max(14, height // 10)
+    canvas = Image.new("RGB", (width, height + band), (122, 16, 32))
+    canvas.paste(Image.fromarray(pixels), (0, 0))
+    draw = ImageDraw.Draw(canvas)
     font = _font(max(9, int(band * 0.75)))
     left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
     x = (width - (right - left)) // 2 - left
-    y = (band - (bottom - top)) // 2 - top
-    draw.text((x, y), text, fill=(255, 255, 255, 255), font=font)
+    y = height + (band - (bottom - top)) // 2 - top
+    draw.text((x, y), text, fill=(255, 255, 255), font=font)
     return np.asarray(canvas)
 
 
@@ -182,6 +215,70 @@ def notices_html(errors: Sequence[str] = (), warnings: Sequence[str] = ()) -> st
     return "".join(notice_html("error", e) for e in errors) + "".join(
         notice_html("warning", w) for w in warnings
     )
+
+
+_NAMED = re.compile(r"^(?P<name>[A-Z][\w ./-]{0,40}?): (?P<rest>.+)$", re.S)
+_DETAIL = re.compile(r"\s*\([^()]*\)")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def warning_kinds(warnings: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """Warnings grouped by kind: a warning "Name: text" (one per finding, e.g. the probe notes
+    of ranking/index_logic.py) is of the kind of its text with parentheses and numbers left out,
+    so 14 "X: too few labelled training studies (n positive of m) ..." make one kind. Returns
+    (the kind's line, the warnings of that kind in order), kinds in order of first appearance;
+    an exact repeat is dropped."""
+    groups: dict[str, tuple[str, list[str], list[str]]] = {}
+    for text in dict.fromkeys(warnings):  # exact repeats once
+        named = _NAMED.match(text)
+        if named is None:
+            groups[text] = (text, [], [text])
+            continue
+        rest = _DETAIL.sub("", named["rest"]).strip()
+        key = _NUMBER.sub("#", rest)
+        line, names, members = groups.setdefault(key, (rest, [], []))
+        names.append(named["name"])
+        members.append(text)
+    kinds = []
+    for line, names, members in groups.values():
+        if len(members) == 1:
+            kinds.append((members[0], members))
+        else:
+            kinds.append((f"{len(names)} findings ({', '.join(names)}): {line}", members))
+    return kinds
+
+
+def warnings_html(warnings: Sequence[str]) -> str:
+    """One warning box per kind of warning (warning_kinds): a kind with several members shows
+    its one line, and the full warnings one click away, instead of a stack of boxes."""
+    parts = []
+    for line, members in warning_kinds(warnings):
+        if len(members) == 1:
+            parts.append(notice_html("warning", line))
+            continue
+        items = "".join(f"<li>{html.escape(text)}</li>" for text in members)
+        parts.append(
+            f'<div class="medheb-notice warning" role="status"><details>'
+            f"<summary>{html.escape(line)}</summary><ul>{items}</ul></details></div>"
+        )
+    return "".join(parts)
+
+
+def banner_html(synthetic: bool) -> str:
+    """The SYNTHETIC DEMO DATA banner over a synthetic index; nothing over a real one."""
+    return SYNTHETIC_BANNER if synthetic else ""
+
+
+def upscaled(image: np.ndarray, side: int = DISPLAY_SIDE) -> tuple[np.ndarray, int]:
+    """A small image enlarged by the whole factor that brings its longer side to at least
+    `side` (nearest neighbour: every original pixel stays one visible square, nothing is
+    invented), and the factor; an image already that large is returned as is with factor 1."""
+    array = to_rgb_uint8(image)
+    longest = max(array.shape[:2])
+    factor = max(1, -(-side // max(longest, 1)))
+    if factor == 1:
+        return array, 1
+    return np.ascontiguousarray(array.repeat(factor, axis=0).repeat(factor, axis=1)), factor
 
 
 def progress_html(fraction: float, message: str) -> str:

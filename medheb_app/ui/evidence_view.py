@@ -34,6 +34,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from medheb_app.evidence.readers import read_any
+from medheb_app.study.payloads import Unrenderable, to_uint8
 
 log = logging.getLogger(__name__)
 MAX_SIDE = 1024  # full resolution shown on zoom, capped so one item stays a few hundred KB
@@ -91,23 +92,18 @@ document.addEventListener('keydown', (event) => {
 """
 
 
-class Unrenderable(ValueError):
-    """A payload with no content a person could judge (missing file, unknown form)."""
-
-
 # ---------------------------------------------------------------- pixels
 
 
-def to_uint8(pixels: np.ndarray) -> np.ndarray:
-    """(H, W) or (H, W, 3) floats in [0, 1] (or uint8) -> (H, W, 3) uint8."""
+def to_rgb8(pixels: np.ndarray) -> np.ndarray:
+    """(H, W) or (H, W, 3) floats in [0, 1] (or uint8) -> (H, W, 3) uint8: the study's
+    conversion (study.payloads.to_uint8), grey repeated into three channels for drawing."""
     array = np.asarray(pixels)
     if array.ndim == 3 and array.shape[-1] == 1:
         array = array[..., 0]
     if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
         raise Unrenderable(f"an array of shape {array.shape} is not an image")
-    if array.dtype != np.uint8:
-        array = np.clip(np.nan_to_num(array.astype(np.float32)), 0.0, 1.0)
-        array = (array * 255).round().astype(np.uint8)
+    array = to_uint8(array)
     if array.ndim == 2:
         array = np.repeat(array[..., None], 3, axis=-1)
     return np.ascontiguousarray(array[..., :3])
@@ -125,7 +121,7 @@ def montage(volume: np.ndarray, n: int = MONTAGE_SLICES) -> np.ndarray:
     height, width = volume.shape[1:3]
     grid = np.zeros((rows * height, cols * width, 3), dtype=np.uint8)
     for k, index in enumerate(picks):
-        tile = to_uint8(volume[index])
+        tile = to_rgb8(volume[index])
         if index == middle:
             tile = tile.copy()
             tile[:2], tile[-2:], tile[:, :2], tile[:, -2:] = 255, 255, 255, 255
@@ -136,7 +132,7 @@ def montage(volume: np.ndarray, n: int = MONTAGE_SLICES) -> np.ndarray:
 
 def draw_box(image: np.ndarray, box: Sequence[float]) -> np.ndarray:
     """The image with a region outlined; `box` is (x0, y0, x1, y1) in pixels or fractions."""
-    canvas = Image.fromarray(to_uint8(image))
+    canvas = Image.fromarray(to_rgb8(image))
     width, height = canvas.size
     x0, y0, x1, y1 = (float(v) for v in box)
     if max(x0, y0, x1, y1) <= 1.0:
@@ -147,7 +143,7 @@ def draw_box(image: np.ndarray, box: Sequence[float]) -> np.ndarray:
 
 
 def png_data_uri(image: np.ndarray, max_side: int = MAX_SIDE) -> str:
-    picture = Image.fromarray(to_uint8(image))
+    picture = Image.fromarray(to_rgb8(image))
     if max(picture.size) > max_side:
         picture.thumbnail((max_side, max_side))
     buffer = io.BytesIO()

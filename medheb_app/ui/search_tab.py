@@ -15,6 +15,7 @@ shows a file name, a path or an exception class.
 
 from __future__ import annotations
 
+import html
 import logging
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -29,11 +30,13 @@ from medheb_app.access.limits import client_key
 from medheb_app.api import audit
 from medheb_app.evidence.readers import read_any
 from medheb_app.evidence.study import EvidenceError
+from medheb_app.index.catalog import list_indices
 from medheb_app.query.parser import MAX_QUERY_CHARS
 from medheb_app.search import MAX_PUBLIC_K, Score, SearchError, SearchResponse
 from medheb_app.services import Services
 from medheb_app.serving import default_model, offered
 from medheb_app.ui import components as ui
+from medheb_app.ui import evidence_view
 from medheb_app.ui.query_reading import reading_html
 from medheb_app.ui.search_upload import (
     GENERIC_FAILURE,
@@ -63,10 +66,6 @@ INTRO = (
     "Type findings to want or exclude and press Search, click an example, or upload a chest "
     "radiograph, DICOM, zipped series or NIfTI volume."
 )
-LOGIC_NOTE = (
-    "Ranked logic-aware: p = estimated probability that the study has every wanted finding and "
-    "none of the excluded ones."
-)
 IN_SAMPLE_NOTE = (
     "This study is one of the index's training studies: the probes were fit on its labels, so "
     "its p is optimistic."
@@ -83,13 +82,16 @@ RANKING_CHOICES = [
 
 @dataclass
 class SearchOutcome:
-    """Everything one search shows: parsed query, galleries, hits and messages."""
+    """Everything one search shows: parsed query, hit lists (cards and their HTML), the hits'
+    records for the detail pane, messages, and whether the index searched is synthetic."""
 
     parsed_html: str = ""
-    gallery: list[tuple[np.ndarray, str]] = field(default_factory=list)
+    gallery: list[HitCard] = field(default_factory=list)
     hits: list[dict[str, Any]] = field(default_factory=list)
     notice: str = ""
-    compare_gallery: list[tuple[np.ndarray, str]] = field(default_factory=list)
+    compare_gallery: list[HitCard] = field(default_factory=list)
+    gallery_html: str = ""
+    compare_html: str = ""
 
 
 def error_outcome(text: str, kind: str = "error") -> SearchOutcome:
@@ -153,71 +155,176 @@ def _bootstrap_notice(services: Services, index: str) -> str:
     return ""
 
 
-def thumbnail(path: str | None, synthetic: bool) -> np.ndarray:
-    """A hit's image with its SYNTHETIC label (rendered once per file version: a repeated
-    search shows the same hits), or a grey tile saying there is no image."""
-    if path:
-        try:
-            return _rendered(path, Path(path).stat().st_mtime_ns, synthetic)
-        except OSError:
-            pass  # the file is gone: the tile below says so
-        except EvidenceError:
-            log.exception("a hit's thumbnail is unreadable")
-    tile = np.full((160, 160, 3), 200, dtype=np.uint8)
-    return ui.label_synthetic(tile) if synthetic else ui.label_synthetic(tile, "NO IMAGE")
+THUMB_SIDE = 192  # a hit's thumbnail in the list (inlined PNG)
+SCORE_LINES = {
+    "log_p": (
+        "Ranked logic-aware. Score p = estimated probability that the study has every wanted "
+        "finding and none excluded; equal p are ordered by similarity to the query. Click a hit "
+        "for its p."
+    ),
+    "cosine": (
+        "Ranked by similarity. Score = cosine similarity to the query (1 = same direction), in "
+        "exact order even where the digits shown are equal. Click a hit for its score."
+    ),
+}
+P_LIMIT = -5e-7  # scores are stored to 6 decimals: from here on p is 1 at their precision
+# A gallery click sends the card's position to the server as a select event (gr.SelectData).
+SELECT_JS = """
+element.addEventListener('click', (event) => {
+  const card = event.target.closest && event.target.closest('.sr-hit');
+  if (!card || !element.contains(card)) return;
+  element.querySelectorAll('.sr-hit[aria-pressed=true]')
+    .forEach((other) => other.setAttribute('aria-pressed', 'false'));
+  card.setAttribute('aria-pressed', 'true');
+  trigger('select', {index: Number(card.dataset.pos), value: card.dataset.rank, selected: true});
+});
+"""
+
+
+@dataclass(frozen=True)
+class HitCard:
+    """One thumbnail of the hit list: rank and verdict under the image, the SYNTHETIC mark
+    under the image (never over it), a training-study tag when the hit carries one."""
+
+    rank: int
+    caption: str
+    uri: str | None
+    synthetic: bool
+    verdict: bool | None  # True meets the query, False breaks it, None not checked
+    training: bool = False
+    alt: str = ""
+
+
+def is_training(hit: dict[str, Any]) -> bool:
+    """Whether a hit says it is one of the index's training studies (the service's mark, by
+    whichever name it carries it, or its split)."""
+    for name in ("training", "is_training_study", "training_study"):
+        if name in hit and hit[name] is not None:
+            return bool(hit[name])  # the service's own mark decides where it gives one
+    return hit.get("split") == "train"
+
+
+def thumbnail_uri(path: str | None) -> str | None:
+    """A hit's image (a volume's middle slice) as a small inline PNG, unmarked (the page puts
+    the SYNTHETIC mark under it); rendered once per file version; None when unreadable."""
+    if not path:
+        return None
+    try:
+        return _thumbnail(path, Path(path).stat().st_mtime_ns)
+    except OSError:
+        return None  # the file is gone: the card says there is no image
+    except EvidenceError:
+        log.exception("a hit's thumbnail is unreadable")
+        return None
 
 
 @lru_cache(maxsize=512)
-def _rendered(path: str, _mtime_ns: int, synthetic: bool) -> np.ndarray:
-    image = ui.render_image(read_any(Path(path)).pixels, synthetic)
-    image.setflags(write=False)  # shared between sessions: nobody draws on it
-    return image
+def _thumbnail(path: str, _mtime_ns: int) -> str:
+    return evidence_view.png_data_uri(_pixels(path), max_side=THUMB_SIDE)
+
+
+def _pixels(path: str) -> np.ndarray:
+    return ui.render_image(read_any(Path(path)).pixels, synthetic=False)
+
+
+def caption(rank: int, satisfies: bool | None, broken: list) -> str:
+    """A thumbnail's caption, short enough for a phone: rank and ✓ (meets the query) or ✗
+    (breaks it); the score and what is broken are in the detail pane."""
+    if satisfies is False or broken:
+        return f"#{rank} ✗"
+    return f"#{rank} ✓" if satisfies is True else f"#{rank}"
+
+
+def p_text(score: float) -> str:
+    """p of a logic-aware score (log p, stored to 6 decimals) with the digits that separate
+    hits: 3 decimals below 0.999, then 6, and "> 0.999999" where the stored precision ends."""
+    if score >= P_LIMIT:
+        return "> 0.999999"
+    p = Score("log_p", score).p or 0.0
+    return f"{p:.3f}" if p < 0.999 else f"{p:.6f}"
 
 
 def score_text(score: Score) -> str:
-    """A short score that separates hits: for logic-aware ranking p with enough digits to
-    differ (0.973, 0.9991), and past p 0.9999 its log-odds (+9.8), where p's digits run out;
-    for similarity the cosine."""
-    if score.p is None or score.log_odds is None:
-        return f"cos {score.value:.3f}"
-    if score.p < 0.99:
-        return f"p {score.p:.3f}"
-    if score.p < 0.9999:
-        return f"p {score.p:.4f}"
-    return f"log-odds {score.log_odds:+.1f}"
+    """The score in the one kind of its list: "p 0.973" (logic-aware) or "cos 0.412"."""
+    if score.kind == "log_p":
+        return f"p {p_text(score.value)}"
+    return f"cos {score.value:.3f}"
 
 
-def caption(rank: int, score: Score, satisfies: bool | None, broken: list) -> str:
-    """Gallery caption in the order a cut-off caption keeps: rank, whether the hit meets the
-    query, score, then what it breaks."""
-    parts = [f"#{rank}"]
-    if satisfies is False or broken:
-        parts += ["✗ violates", score_text(score)]
-        parts.append("; ".join(broken) if broken else "breaks the query")
-    elif satisfies is True:
-        parts += ["✓ meets", score_text(score)]
-    else:
-        parts.append(score_text(score))
-    return " · ".join(parts)
+def _ties(records: list[dict[str, Any]]) -> None:
+    """Each record's `ties`: the ranks of the other hits whose score reads the same."""
+    shown = [score_text(_score(record)) for record in records]
+    for record, text in zip(records, shown, strict=True):
+        record["ties"] = [
+            other["rank"] for other, seen in zip(records, shown, strict=True)
+            if seen == text and other is not record
+        ]  # fmt: skip
 
 
 def _score(record: dict[str, Any]) -> Score:
     return Score("log_p" if record.get("score_kind") == "log_p" else "cosine", record["score"])
 
 
-def _ranked(answer: SearchResponse) -> tuple[list[dict], list[tuple]]:
-    """(hit records for the detail view, gallery items) of one search answer."""
-    hits, gallery = [], []
+def _ranked(answer: SearchResponse) -> tuple[list[dict], list[HitCard]]:
+    """(hit records for the detail view, thumbnail cards) of one search answer."""
+    hits, cards = [], []
     for hit in answer.results:
         record = asdict(hit)
         broken = ui.violation_words(hit.violations)
         record.update(broken=broken, positive=answer.positive, negative=answer.negative)
         record["index"] = answer.index  # opening the hit is audited against it
-        text = caption(hit.rank, hit.typed_score, hit.satisfies, broken)
-        text += " · training study" if hit.training else ""  # issue 23: the typed mark
         hits.append(record)
-        gallery.append((thumbnail(hit.path, hit.synthetic), text))
-    return hits, gallery
+        cards.append(
+            HitCard(
+                hit.rank, caption(hit.rank, hit.satisfies, broken), thumbnail_uri(hit.path),
+                hit.synthetic, False if broken else hit.satisfies, is_training(record),
+                f"hit {hit.rank}",
+            )
+        )  # fmt: skip
+    _ties(hits)
+    return hits, cards
+
+
+def card_html(card: HitCard, position: int) -> str:
+    """One clickable thumbnail: the image, SYNTHETIC under it when generated, the caption."""
+    if card.uri:
+        picture = f'<img alt="{html.escape(card.alt)}" src="{card.uri}">'
+    else:
+        picture = '<div class="sr-noimage">no image</div>'
+    mark = ui.SYNTHETIC_MARK if card.synthetic else ""
+    css = {True: "good", False: "bad"}.get(card.verdict, "")
+    tag = '<span class="sr-tag">training study</span>' if card.training else ""
+    state = {True: "meets the query", False: "breaks the query"}.get(card.verdict, "")
+    return (
+        f'<button type="button" class="sr-hit{" violates" if card.verdict is False else ""}" '
+        f'data-pos="{position}" data-rank="{card.rank}" aria-pressed="false" '
+        f'title="#{card.rank}{" " + state if state else ""}">'
+        f'<figure class="ev-figure">{picture}{mark}</figure>'
+        f'<span class="sr-cap {css}">{html.escape(card.caption)}</span>{tag}</button>'
+    )
+
+
+def hits_html(cards: list[HitCard], kind: str | None) -> str:
+    """The hit list: one line saying what its (one kind of) score means and how ties are
+    ordered, then the thumbnails; '' without hits."""
+    if not cards:
+        return ""
+    line = SCORE_LINES.get(kind or "cosine", SCORE_LINES["cosine"])
+    items = "".join(card_html(card, position) for position, card in enumerate(cards))
+    return f'<div class="sr-line">{html.escape(line)}</div><div class="sr-list">{items}</div>'
+
+
+def index_is_synthetic(services: Services, index: str | None) -> bool:
+    """Whether the index catalog says `index` holds generated studies only (every build of it
+    for any model); an unknown index is not called synthetic."""
+    name = index or services.settings.default_index
+    builds = [entry for entry in list_indices(services.settings) if entry["name"] == name]
+    return bool(builds) and all(bool(entry.get("synthetic")) for entry in builds)
+
+
+def banner(services: Services, index: str | None) -> str:
+    """The SYNTHETIC DEMO DATA banner when the selected index is synthetic, else nothing."""
+    return ui.banner_html(index_is_synthetic(services, index))
 
 
 def run_search(
@@ -286,15 +393,16 @@ def _outcome(answer: SearchResponse, other: SearchResponse | None, compare: bool
         )
         if answer.query_kind == "text"
         else "",
-        notice=ui.notices_html(warnings=[user_message(w) for w in answer.warnings]),
+        notice=ui.warnings_html([user_message(w) for w in answer.warnings]),
     )  # fmt: skip
     if answer.query_kind == "text":  # issue 20 item 5
         outcome.parsed_html += reading_html(answer.query, answer.to_json())
-    if answer.ranking == "logic":
-        outcome.notice += ui.notice_html("info", LOGIC_NOTE)
     outcome.hits, outcome.gallery = _ranked(answer)
+    kind = "log_p" if answer.ranking == "logic" else "cosine"
+    outcome.gallery_html = hits_html(outcome.gallery, kind)
     if other is not None:
         _, outcome.compare_gallery = _ranked(other)
+        outcome.compare_html = hits_html(outcome.compare_gallery, "cosine")
     elif compare:
         outcome.notice += ui.notice_html(
             "info", "This search is already ranked by similarity; nothing to compare with."
@@ -304,43 +412,80 @@ def _outcome(answer: SearchResponse, other: SearchResponse | None, compare: bool
     return outcome
 
 
-def hit_detail(hits: list[dict[str, Any]] | None, position: int | None):
-    """The selected hit large, with its findings against the query and its report."""
+def score_detail(hit: dict[str, Any]) -> str:
+    """The selected hit's score in its list's one kind, what it means, and its ties."""
+    score = _score(hit)
+    if score.kind == "log_p":
+        text = f"p(meets the query) {p_text(score.value)}"
+        meaning = "estimated probability that it has every wanted finding and none excluded"
+    else:
+        text = f"cosine {score.value:.3f}"
+        meaning = "similarity of its embedding to the query's"
+    ties = hit.get("ties") or []
+    if ties:
+        others = ", ".join(f"#{rank}" for rank in ties[:8]) + (" …" if len(ties) > 8 else "")
+        rule = "closer to the query (cosine) first" if score.kind == "log_p" else "exact cosine"
+        meaning += f"; same score as {others} at these digits, ordered by {rule}"
+    return f"{text} ({meaning})"
+
+
+def large_html(path: str | None, synthetic: bool, alt: str) -> str:
+    """The selected hit's image for the large pane: a small image upscaled by a whole factor
+    (nearest neighbour) with its true size stated, the SYNTHETIC mark under it when generated."""
+    if not path:
+        return "<div><i>No image stored for this study.</i></div>"
+    try:
+        pixels = _pixels(path)
+    except (OSError, EvidenceError):
+        return "<div><i>This study's image cannot be read.</i></div>"
+    height, width = pixels.shape[:2]
+    shown, factor = ui.upscaled(pixels)
+    size = f"original {width}x{height} px"
+    note = f"shown at {factor}x; {size}" if factor > 1 else size
+    mark = ui.SYNTHETIC_MARK if synthetic else ""
+    return (
+        f'<div class="sr-large"><figure class="ev-figure"><img class="ev-zoomable" '
+        f'alt="{html.escape(alt)}" src="{evidence_view.png_data_uri(shown, max_side=2048)}" '
+        f'title="Click to zoom">{mark}<div class="ev-caption sr-size">{note}</div>'
+        "</figure></div>"
+    )
+
+
+def hit_detail(hits: list[dict[str, Any]] | None, position: int | None) -> tuple[str, str]:
+    """(the selected hit large, its score, findings against the query and report) as HTML;
+    ('', '') for a position that names no hit."""
     if not isinstance(hits, list) or not isinstance(position, int):
-        return None, ""
+        return "", ""
     if not 0 <= position < len(hits) or not isinstance(hits[position], dict):
-        return None, ""
+        return "", ""
     hit = hits[position]
     try:
-        image = thumbnail(hit.get("path"), bool(hit.get("synthetic")))
         logic = hit.get("score_kind") == "log_p"
         verdict = (
             ui.notice_html("error", "Breaks the query: " + "; ".join(hit["broken"]))
             if hit.get("broken") or hit.get("satisfies") is False
             else ""
         )
-        if logic and hit.get("training"):
+        if logic and is_training(hit):
             in_sample = hit.get("p_fit") == "in-sample"
             verdict += ui.notice_html("info", IN_SAMPLE_NOTE if in_sample else OUT_OF_FOLD_NOTE)
+        elif is_training(hit):
+            verdict += ui.notice_html("info", "This study is one of the index's training studies.")
         report = hit.get("text") or "No report text stored for this study."
         chips = ui.finding_chips_html(
             hit.get("findings") or {}, hit.get("positive") or [], hit.get("negative") or []
         )
-        score = score_text(_score(hit))
-        if logic:
-            score = (
-                f"p(meets the query) {float(hit['p_query']):.4f} · "
-                f"log-odds {float(hit['log_odds']):+.2f}"
-            )
+        image = large_html(hit.get("path"), bool(hit.get("synthetic")), f"hit {hit['rank']}")
         body = (
-            f"<h3>#{hit['rank']} · {ui.html.escape(str(hit['id']))} · {score}</h3>"
+            f"<h3>#{hit['rank']} · {ui.html.escape(str(hit['id']))}</h3>"
+            f'<div class="sr-score">{ui.html.escape(score_detail(hit))}</div>'
             f"<div>Source: {ui.html.escape(str(hit.get('source') or 'unknown'))}"
             f"{' · SYNTHETIC phantom' if hit.get('synthetic') else ''}</div>"
             f"{verdict}<div>{chips}</div>"
             f"<h4>Report</h4><p>{ui.html.escape(report)}</p>"
         )
     except (KeyError, TypeError, ValueError):
-        return None, ""
+        return "", ""
     return image, body
 
 
@@ -365,9 +510,10 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
     """Lay out the search tab inside the current Blocks context and wire its callbacks.
 
     Results come right under the query bar, so a search's hits are visible at 1400x900
-    without scrolling; the upload preview appears only once there is an upload."""
+    and on a 375x812 phone without scrolling; the upload preview appears only once there is
+    an upload. The SYNTHETIC DEMO DATA banner shows only over a synthetic index."""
     limits = limits or TabLimits()
-    gr.HTML(ui.SYNTHETIC_BANNER)
+    banner_box = gr.HTML(banner(services, None), elem_id="search-banner")
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             query = gr.Textbox(
@@ -378,14 +524,11 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
                 max_length=MAX_QUERY_CHARS,
                 lines=1,
             )
-            examples = gr.Examples(
-                [[text] for text in EXAMPLES],
-                [query],
-                label="Examples (click one to search)",
-                elem_id="search-examples",
-            )
             with gr.Row():
-                button = gr.Button("Search", variant="primary", elem_id="search-button", scale=2)
+                # min_width=0: the buttons share one row on a phone too
+                button = gr.Button(
+                    "Search", variant="primary", elem_id="search-button", scale=2, min_width=0
+                )
                 upload_file = gr.UploadButton(
                     "Upload a study",
                     file_types=UPLOAD_TYPES,
@@ -393,16 +536,30 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
                     scale=1,
                     size="md",
                     elem_id="search-upload",
+                    min_width=0,
                 )
-                clear_upload = gr.Button("Clear upload", scale=1, visible=False)
-            parsed = gr.HTML(elem_id="search-parsed")
+                clear_upload = gr.Button("Clear upload", scale=1, visible=False, min_width=0)
+            # the hits come right under the query (on a phone too), their one line above them;
+            # the messages follow (with no hits, an error sits right under the buttons)
+            gallery = gr.HTML(elem_id="search-hits", js_on_load=SELECT_JS)
             notice = gr.HTML(elem_id="search-notice")
+            examples = gr.Examples(
+                [[text] for text in EXAMPLES],
+                [query],
+                label="Examples (click one to search)",
+                elem_id="search-examples",
+            )
+            parsed = gr.HTML(elem_id="search-parsed")
         with gr.Column(scale=2):
             with gr.Row():
                 # choices arrive on load; a custom value lets an API call pass the names the
                 # page shows (the handler refuses any pair not offered, in words)
-                model = gr.Dropdown(label="Model", choices=[], allow_custom_value=True)
-                index = gr.Dropdown(label="Index", choices=[], allow_custom_value=True)
+                model = gr.Dropdown(
+                    label="Model", choices=[], allow_custom_value=True, elem_id="search-model"
+                )
+                index = gr.Dropdown(
+                    label="Index", choices=[], allow_custom_value=True, elem_id="search-index"
+                )
             ranking = gr.Radio(
                 RANKING_CHOICES,
                 value="auto",
@@ -416,24 +573,7 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
                 k = gr.Slider(label="Top k", minimum=1, maximum=MAX_K, value=10, step=1)
             status = gr.HTML(elem_id="bootstrap-status")
             timer = gr.Timer(1.0)
-    with gr.Row():
-        gallery = gr.Gallery(
-            label="Top hits (click one for its report)",
-            columns=6,
-            height=270,
-            elem_id="search-hits",
-            allow_preview=False,
-            scale=2,
-        )
-        compare_gallery = gr.Gallery(
-            label="Similarity ranking of the same query",
-            columns=3,
-            height=270,
-            elem_id="search-compare-hits",
-            allow_preview=False,
-            visible=False,
-            scale=1,
-        )
+            compare_gallery = gr.HTML(elem_id="search-compare-hits", visible=False, js_on_load=None)
     with gr.Row():
         with gr.Column(scale=1):
             preview = gr.Image(label="Uploaded study", interactive=False, height=256, visible=False)
@@ -443,7 +583,7 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
             slice_slider = gr.Slider(
                 label=_slider_label("volume"), minimum=0, maximum=1, step=1, visible=False
             )
-        large = gr.Image(label="Selected hit", interactive=False, height=320)
+        large = gr.HTML(elem_id="search-large")
         detail = gr.HTML(elem_id="search-detail")
     # An upload lives in memory for its session only; an idle one is dropped after 20 minutes.
     upload_state = gr.State(None, time_to_live=UPLOAD_TTL_S)
@@ -469,11 +609,12 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
         return (
             outcome.parsed_html,
             outcome.notice,
-            outcome.gallery,
-            gr.update(value=outcome.compare_gallery, visible=bool(cmp)),
+            outcome.gallery_html,
+            gr.update(value=outcome.compare_html, visible=bool(cmp)),
             outcome.hits,
-            None,
             "",
+            "",
+            banner(services, ix),
         )
 
     def _upload(f, request: gr.Request):
@@ -493,7 +634,7 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
             audit.ui_record(services, client_key(request, hops), hits[position])
         return image, body
 
-    outputs = [parsed, notice, gallery, compare_gallery, hits_state, large, detail]
+    outputs = [parsed, notice, gallery, compare_gallery, hits_state, large, detail, banner_box]
     inputs = [query, upload_state, model, index, k, ranking, compare, volume_mode, slice_slider]
     search_events = dict(concurrency_limit=SEARCH_CONCURRENCY, concurrency_id="search")
     button.click(
@@ -517,9 +658,9 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
     volume_mode.change(on_volume_mode, [volume_mode], [slice_slider], api_visibility="private")
     gallery.select(_select, [hits_state], [large, detail], api_visibility="private")
     index.change(
-        lambda m, i: refresh_pickers(services, m, i),
+        lambda m, i: (*refresh_pickers(services, m, i), banner(services, i)),
         [model, index],
-        [model, index],
+        [model, index, banner_box],
         api_visibility="private",
     )
     timer.tick(
@@ -547,6 +688,7 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
         "compare_gallery": compare_gallery,
         "large": large,
         "detail": detail,
+        "banner": banner_box,
         "status": status,
         "timer": timer,
         "hits": hits_state,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import uuid
 from dataclasses import dataclass, field, replace
@@ -23,6 +22,7 @@ import numpy as np
 from medheb_app.access.limits import RateLimiter
 from medheb_app.evidence.file_study import study_from_file
 from medheb_app.evidence.study import EvidenceError, Study
+from medheb_app.public_text import public_message
 from medheb_app.services import Services
 from medheb_app.ui import components as ui
 
@@ -35,16 +35,11 @@ BUSY = "The server is busy with other requests; try again in a minute."
 GENERIC_FAILURE = (
     "The search could not be completed on the server; try again, or pick another model or index."
 )
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@+-]+){2,}[\\/]?")
-_CLASS = re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception|Warning)\b:?\s*")
 
 
 def user_message(error: Exception | str) -> str:
     """One line a user can act on: never a traceback, an exception class name or a path."""
-    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
-    text = _PATH.sub("(a server file)", text)
-    text = _CLASS.sub("", text).strip()
-    return text or GENERIC_FAILURE
+    return public_message(error, GENERIC_FAILURE)
 
 
 @dataclass

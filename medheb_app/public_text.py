@@ -1,0 +1,22 @@
+"""What a person may read of an error: one line with server paths and exception class names
+taken out. The web page (ui/search_upload.user_message) and the HTTP API
+(api/problems.public_detail) both pass their messages through `public_message`, each with its
+own fallback sentence for a message that is left empty. A leaf: it imports nothing from
+medheb_app.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Two or more path segments ("/srv/app/x.png", "C:\\data\\a.dcm"): a server file, never shown.
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@+-]+){2,}[\\/]?")
+_CLASS = re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception|Warning)\b:?\s*")
+
+
+def public_message(error: object, fallback: str) -> str:
+    """`error`'s text (a KeyError's key, not its repr) without paths or class names; `fallback`
+    when nothing is left."""
+    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    text = _PATH.sub("(a server file)", text)
+    return _CLASS.sub("", text).strip() or fallback

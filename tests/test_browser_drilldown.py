@@ -1,0 +1,145 @@
+"""The explorer's drill-down in a real browser (Playwright + Debian chromium), checked on the
+layout boxes and pixels the page draws (issue 22 item 1, and item 5's SYNTHETIC mark in the
+explorer): a region query's image with the gold box drawn inside the image's box, a volume as
+a slice with a slider under it that changes the slice shown, and the SYNTHETIC mark a box under
+each generated thumbnail, never over it. Screenshots land in test-artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from tests.browser_harness import CHROMIUM, CHROMIUM_ARGS, require_browser, serve_app
+from tests.test_browser_app import _open, _shot, _tab
+from tests.test_browser_search import _page_box
+
+pytestmark = pytest.mark.browser
+TASKS = ["phantom-cxr-vg", "phantom-mr-t1-t2"]
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory) -> Iterator[dict]:
+    require_browser()
+    root = tmp_path_factory.mktemp("browser-drilldown")
+    data_dir = root / "data"
+    from medheb_app.eval.runner import run_suite
+    from medheb_app.evidence.phantoms import saved
+    from medheb_app.settings import Settings
+    from medheb_app.tasks import medheb
+
+    settings = Settings.from_env(data_dir=data_dir)
+    with pytest.MonkeyPatch.context() as patch:  # a small corpus, in this test's folder
+        patch.setattr(medheb, "CHEST_N", 120)
+        patch.setattr(medheb, "VOLUME_SUBJECTS", 6)
+        patch.setattr(saved, "corpora_root", lambda s: root / "corpora")
+        run_suite(medheb.get_suite("medheb-lite"), ["random", "oracle"], root / "run", settings,
+                  only=TASKS)  # fmt: skip
+    env = {"MEDHEB_DEMO_SIZE": "40", "MEDHEB_DEFAULT_MODEL": "oracle",
+           "MEDHEB_DEMO_MODELS": "oracle"}  # fmt: skip
+    with serve_app(root, data_dir, env, log_name="app-drilldown.log") as url:
+        yield {"url": url}
+
+
+@pytest.fixture
+def page(app):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        yield page
+        browser.close()
+
+
+def _open_task(page, url: str, task: str) -> None:
+    """The explorer on the stored medheb-lite run (Run 1: recorded before the app started),
+    drilled down into `task`'s first query."""
+    _open(page, url)
+    _tab(page, "Benchmark explorer")
+    page.wait_for_function("() => document.querySelector('#explorer-run input')?.value")
+    if not page.locator("#explorer-run input").input_value().startswith("Run 1:"):
+        page.locator("#explorer-run input").click()
+        page.get_by_role("option").filter(has_text="Run 1:").first.click()
+    page.locator("#explorer-task input").click()
+    page.locator("#explorer-task input").fill(task)  # the list can open past the viewport
+    page.get_by_role("option").filter(has_text=task).first.wait_for()
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        f"() => document.querySelector('#explorer-task input')?.value === '{task}'"
+    )
+    page.locator("#explorer-ranked .dd-query img").first.wait_for()
+
+
+def _marks_under_images(page) -> int:
+    """Each visible drill-down image with a SYNTHETIC mark: the mark's box lies under the
+    image's box (never over its pixels) and within its width. Returns how many were checked."""
+    figures = page.locator("#explorer-ranked figure.ev-figure")
+    checked = 0
+    for i in range(figures.count()):
+        figure = figures.nth(i)
+        if figure.locator(".ev-mark").count() == 0:
+            continue
+        image = _page_box(page, figure.locator("img:visible").first)
+        mark = _page_box(page, figure.locator(".ev-mark"))
+        assert mark["y"] >= image["y"] + image["height"] - 0.5, (i, mark, image)
+        assert image["x"] - 0.5 <= mark["x"] <= image["x"] + image["width"]
+        checked += 1
+    return checked
+
+
+def test_a_region_query_draws_its_gold_box_inside_the_image(app, page):
+    from PIL import Image
+
+    from medheb_app.ui.drilldown_view import GOLD_COLOUR
+
+    _open_task(page, app["url"], "phantom-cxr-vg")
+    query = page.locator("#explorer-ranked .dd-query img").first
+    box = _page_box(page, query)
+    assert box["width"] >= 150 and box["height"] >= 150  # drawn large enough to read a box
+    with Image.open(io.BytesIO(query.screenshot())) as shot:
+        pixels = np.asarray(shot.convert("RGB")).astype(int)
+    green = (np.abs(pixels - np.array(GOLD_COLOUR)).sum(axis=-1) < 60).nonzero()
+    assert green[0].size > 40, "no gold box drawn on the query image"
+    top, bottom = green[0].min(), green[0].max()
+    left, right = green[1].min(), green[1].max()
+    height, width = pixels.shape[:2]
+    assert 0 <= left < right < width and 0 <= top < bottom < height  # inside the image
+    assert right - left >= 6 and bottom - top >= 6  # a box, not a speck
+    assert (right - left) * (bottom - top) < 0.9 * width * height  # a region, not a frame
+    legend = _page_box(page, page.locator("#explorer-ranked .dd-query").get_by_text("gold region"))
+    assert legend["y"] >= box["y"] + box["height"] - 0.5  # the legend under the image
+    assert _marks_under_images(page) >= 3  # the query and the candidates are all phantoms
+    _shot(page, "drilldown-region")
+
+
+def test_a_volume_shows_a_slice_with_a_slider_that_moves_it(app, page):
+    _open_task(page, app["url"], "phantom-mr-t1-t2")
+    volume = page.locator("#explorer-ranked .ev-volume").first
+    volume.wait_for()
+    slider = volume.locator("input.ev-slider")
+    frame = volume.locator("img.ev-frame:visible")
+    assert frame.count() == 1  # one slice shown at a time
+    image, bar = _page_box(page, frame), _page_box(page, slider)
+    assert bar["y"] >= image["y"] + image["height"] - 0.5  # the slider under the slice
+    assert bar["width"] >= 0.8 * image["width"]
+    label = volume.locator(".ev-slice")
+    before, source = label.inner_text(), frame.get_attribute("src")
+    assert before.startswith("slice ") and " of " in before
+    slider.focus()
+    page.keyboard.press("End")
+    page.wait_for_function(
+        "(text) => document.querySelector('#explorer-ranked .ev-volume .ev-slice')"
+        ".textContent !== text",
+        arg=before,
+    )
+    after = label.inner_text()
+    assert after != before and after.split(" of ")[1] == before.split(" of ")[1]
+    assert volume.locator("img.ev-frame:visible").get_attribute("src") != source
+    assert _marks_under_images(page) >= 1
+    _shot(page, "drilldown-volume")
