@@ -1,4 +1,10 @@
-"""Shared test set-up: offline environment, an isolated DATA_DIR, and real-data locations."""
+"""Shared test set-up: offline environment, an isolated DATA_DIR, real-data locations, and how
+the suite splits over pytest-xdist workers (pyproject's addopts run two, one per core).
+
+Under xdist each worker is its own process with its own basetemp (BASETEMP/popen-gwN), so its
+session fixtures (the PostgreSQL server, the Ray cluster) are its own; the saved phantom corpora
+are the one thing the workers share, in BASETEMP/phantoms, behind the saved-corpus file lock.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,14 @@ import pytest
 
 from medheb_app.settings import SHARED_DATA_DIR, Settings
 from medheb_app.store.db import Store
+
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... in a worker, else None
+if XDIST_WORKER is not None:
+    # Two workers on two cores: torch's default of one OpenMP thread per core would put four
+    # spinning threads on two cores (the imports above load no torch or numpy; an explicit
+    # value wins).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 NIH_DIR = SHARED_DATA_DIR / "nih-cxr14-1000"
 PUBMEDQA_DIR = SHARED_DATA_DIR / "pubmedqa"
@@ -37,11 +51,33 @@ def shared_phantom_corpora(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     marked `own_phantoms` and gets its DATA_DIR's own folder back."""
     from medheb_app.evidence.phantoms import saved
 
-    root = tmp_path_factory.mktemp("phantoms")
+    if XDIST_WORKER is None:
+        root = tmp_path_factory.mktemp("phantoms")
+    else:  # every worker's basetemp is BASETEMP/popen-gwN: the corpora live once beside them
+        root = tmp_path_factory.getbasetemp().parent / "phantoms"
+        root.mkdir(exist_ok=True)
     patch = pytest.MonkeyPatch()
     patch.setattr(saved, "corpora_root", lambda _settings: root)
     yield root
     patch.undo()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the tests for `--dist loadgroup`: a module's tests run on one worker (so a
+    module-scoped app, site or trained model is built once, as without xdist), and every module
+    with a test on the session's Ray cluster runs on one worker (one cluster, not one a worker)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    on_ray = {
+        item.nodeid.split("::", 1)[0]
+        for item in items
+        if "ray_cluster" in getattr(item, "fixturenames", ())
+    }
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("ray" if module in on_ray else module))
 
 
 @pytest.fixture(autouse=True)
@@ -90,6 +126,18 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """Settings with a fresh DATA_DIR per test, so tests never touch each other's files."""
     monkeypatch.setenv("DATA_DIR", str(tmp_path / "data"))
     return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def medheb_lite_run(
+    tmp_path_factory: pytest.TempPathFactory, shared_phantom_corpora: Path
+) -> object:
+    """The shrunk medheb-lite suite built and run (random, oracle) once per session, for the
+    tests that draw a study over every family from it (tests.run_fixtures.medheb_lite_study).
+    Their modules share one xdist group, so one worker builds it."""
+    from tests.run_fixtures import medheb_lite_run as build
+
+    return build(tmp_path_factory.mktemp("medheb-lite-run"))
 
 
 @pytest.fixture(scope="session")

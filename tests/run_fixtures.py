@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,38 +81,53 @@ def text_bench_run(
     return run_suite([paired_task(meta, list(pairs))], ["random", "oracle"], out_dir, settings)
 
 
-def medheb_lite_study(
-    monkeypatch: pytest.MonkeyPatch,
-    settings: Settings,
-    corpora: Path,
-    root: Path,
-    items_per_task: int,
-    **options: Any,
-) -> tuple[list[Task], Store, Any]:
-    """A study over every medheb-lite task: the suite shrunk to seconds (240 chest studies,
-    20 volume subjects, 6 queries a task) with its corpora under `corpora`, run for random and
-    oracle into root/run without a store row, then the study "every-family" of
-    items_per_task x tasks items (payload media under root/media). Returns the tasks, the
-    store and create_study's result."""
+@dataclass(frozen=True)
+class LiteRun:
+    """The medheb-lite suite shrunk to seconds, built and run once: its tasks and run folder."""
+
+    tasks: tuple[Task, ...]
+    run_dir: Path
+
+
+def medheb_lite_run(root: Path) -> LiteRun:
+    """Build the medheb-lite suite shrunk to seconds (240 chest studies, 20 volume subjects, 6
+    queries a task) on the session's saved phantom corpora (tests/conftest.py) and run random
+    and oracle on it into root/run without a store row. conftest's session fixture
+    `medheb_lite_run` calls it once; the studies drawn from the run are each test's own."""
     from medheb_app.eval.runner import run_suite
-    from medheb_app.evidence.phantoms import saved
-    from medheb_app.store.db import Store
-    from medheb_app.study import create_study, describe_with_tasks
+    from medheb_app.settings import Settings
     from medheb_app.tasks import medheb
 
-    monkeypatch.setattr(medheb, "CHEST_N", 240)
-    monkeypatch.setattr(medheb, "VOLUME_SUBJECTS", 20)  # a test part of 4 subjects
-    monkeypatch.setattr(medheb, "MAX_QUERIES", {"test": 6, "train": 6})
-    monkeypatch.setattr(medheb, "GRADED_MAX_QUERIES", 6)
-    monkeypatch.setattr(saved, "corpora_root", lambda _settings: corpora)
-    tasks, _skipped = medheb.get_suite("medheb-lite").build(settings)
-    run_suite(tasks, ["random", "oracle"], root / "run", settings, record=False)
+    patch = pytest.MonkeyPatch()
+    try:
+        patch.setattr(medheb, "CHEST_N", 240)
+        patch.setattr(medheb, "VOLUME_SUBJECTS", 20)  # a test part of 4 subjects
+        patch.setattr(medheb, "MAX_QUERIES", {"test": 6, "train": 6})
+        patch.setattr(medheb, "GRADED_MAX_QUERIES", 6)
+        settings = Settings.from_env(data_dir=root / "data")
+        tasks, _skipped = medheb.get_suite("medheb-lite").build(settings)
+        run_suite(tasks, ["random", "oracle"], root / "run", settings, record=False)
+    finally:
+        patch.undo()
+    return LiteRun(tuple(tasks), root / "run")
+
+
+def medheb_lite_study(
+    lite: LiteRun, settings: Settings, root: Path, items_per_task: int, **options: Any
+) -> tuple[list[Task], Store, Any]:
+    """The study "every-family" of items_per_task x tasks items over the session's medheb-lite
+    run `lite`, in this test's own store (settings.database_url), payload media under
+    root/media. Returns the tasks, the store and create_study's result."""
+    from medheb_app.store.db import Store
+    from medheb_app.study import create_study, describe_with_tasks
+
+    tasks = list(lite.tasks)
     store = Store.open(settings.database_url)
     created = create_study(
         store,
         "every-family",
         ["random", "oracle"],
-        root / "run",
+        lite.run_dir,
         n_items=items_per_task * len(tasks),
         describe=describe_with_tasks(tasks, root / "media"),
         **options,

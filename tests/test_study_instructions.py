@@ -13,6 +13,9 @@ from medheb_app.store.study_tables import StudyItem
 from medheb_app.study.instructions import INSTRUCTIONS, instruction, is_pairing, relevance_kind
 from tests.run_fixtures import medheb_lite_study
 
+# one worker builds the session's medheb-lite run (tests/conftest.py) for the three modules
+pytestmark = pytest.mark.xdist_group("medheb-lite-run")
+
 # what each medheb-lite task's relevance defines (DESIGN: the registered suite)
 EXPECTED = {
     "phantom-mr-t1-t2": "pairing-scan",
@@ -49,12 +52,12 @@ def test_pairing_is_one_distinct_relevant_candidate_per_query():
 
 @pytest.mark.slow
 def test_every_medheb_lite_task_gets_the_instruction_its_relevance_defines(
-    tmp_path, settings, monkeypatch
+    tmp_path, settings, medheb_lite_run
 ):
     from medheb_app.study import next_item, record_vote, sign_in_open
 
     tasks, store, created = medheb_lite_study(
-        monkeypatch, settings, tmp_path / "corpora", tmp_path, items_per_task=1, open_enrolment=True
+        medheb_lite_run, settings, tmp_path, items_per_task=1, open_enrolment=True
     )
     built = {task.name for task in tasks}
     assert built <= set(EXPECTED), built - set(EXPECTED)

@@ -19,6 +19,9 @@ from medheb_app.study.payloads import Renderer, Unrenderable, locate
 from medheb_app.tasks.base import Item, Query, Task, TaskMetadata
 from tests.run_fixtures import medheb_lite_study
 
+# one worker builds the session's medheb-lite run (tests/conftest.py) for the three modules
+pytestmark = pytest.mark.xdist_group("medheb-lite-run")
+
 
 def assert_real_content(payload: dict[str, Any]) -> str:
     """The payload shows something: files decode to non-empty pixels, a volume has >= 2
@@ -158,19 +161,14 @@ def test_unrenderable_queries_are_withheld_and_replaced(tmp_path: Path, settings
                 assert_real_content(payload)
 
 
-@pytest.fixture(scope="module")
-def corpora(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("study-corpora")
-
-
 @pytest.mark.slow
 def test_a_study_from_every_medheb_lite_task_shows_real_content(
-    tmp_path: Path, settings, monkeypatch: pytest.MonkeyPatch, corpora: Path
+    tmp_path: Path, settings, medheb_lite_run
 ):
     """Attack: 7 of 30 items of a medheb-lite study (volumes, region crops) showed "item ?"
     with empty galleries, and votes on them were stored."""
     tasks, store, created = medheb_lite_study(
-        monkeypatch, settings, corpora, tmp_path, items_per_task=2, gold_share=0.1
+        medheb_lite_run, settings, tmp_path, items_per_task=2, gold_share=0.1
     )
     families = {task.metadata.family for task in tasks}
     assert {"MB-VR", "VG", "I-I", "I-Lab", "I-Rep", "T-I", "VQA"} <= families

@@ -19,6 +19,9 @@ from medheb_app.ui import evidence_view, rater_app
 from medheb_app.ui.evidence_view import Unrenderable, render_payload
 from tests.run_fixtures import medheb_lite_study, task_meta
 
+# one worker builds the session's medheb-lite run (tests/conftest.py) for the three modules
+pytestmark = pytest.mark.xdist_group("medheb-lite-run")
+
 DATA_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
 
@@ -116,7 +119,7 @@ def test_instruction_line_names_what_better_means_per_family(payloads):
 
 @pytest.mark.slow
 def test_a_study_over_every_medheb_lite_family_renders_on_the_rater_page(
-    tmp_path, settings, monkeypatch
+    tmp_path, settings, medheb_lite_run
 ):
     """Issue 11: items with volumes or region crops rendered as 'item ?' with empty galleries.
     Every item of a medheb-lite study must render (query and both top-3 lists) with pixels
@@ -124,7 +127,7 @@ def test_a_study_over_every_medheb_lite_family_renders_on_the_rater_page(
     from medheb_app.study import next_item, record_vote, sign_in_open
 
     tasks, store, created = medheb_lite_study(
-        monkeypatch, settings, tmp_path / "corpora", tmp_path, items_per_task=1, open_enrolment=True
+        medheb_lite_run, settings, tmp_path, items_per_task=1, open_enrolment=True
     )
     rater = sign_in_open(store, created.id, "renderer")
     families, n_pictures = set(), 0
