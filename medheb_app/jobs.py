@@ -18,6 +18,7 @@ reports its first stage ("started") as soon as a worker picks it up.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import time
@@ -30,11 +31,15 @@ from typing import Any
 from sqlalchemy import select, update
 
 from medheb_app.cancellation import Cancelled
+from medheb_app.public_text import public_message
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 from medheb_app.store.jobs_table import FINISHED_STATUSES, Job, JobLogLine, utcnow
 from medheb_app.store.owners import owner_alive, process_owner
 from medheb_app.store.runs import mark_interrupted_runs
+
+log_server = logging.getLogger(__name__)
+JOB_FAILED = "the job failed unexpectedly; the server log has the details"
 
 Progress = Callable[..., None]
 Log = Callable[[str], None]
@@ -232,8 +237,11 @@ class JobRunner:
                     log(f"cancelled after {time.monotonic() - started:.1f} s: {kept}")
                     self._finish(job_id, "cancelled", message=f"cancelled: {kept}")
                     return
-                log(traceback.format_exc().rstrip())
-                self._finish(job_id, "failed", error=f"{type(error).__name__}: {error}")
+                # the traceback (paths, class names) goes to the server log, never to a page
+                log_server.error("job %s failed:\n%s", job_id, traceback.format_exc().rstrip())
+                said = public_message(error, JOB_FAILED)
+                log(f"failed: {said}")
+                self._finish(job_id, "failed", error=said)
                 return
             flush()
             if stop.is_set():

@@ -91,17 +91,20 @@ def test_cancel_queued_job_never_runs_it(runner: JobRunner):
     assert ran == []
 
 
-def test_failing_job_records_error_and_traceback(runner: JobRunner):
+def test_failing_job_records_its_sentence_and_logs_the_traceback_server_side(
+    runner: JobRunner, caplog
+):
     def broken(params, progress, log, stop):
         progress(0.5, "half way")
-        raise RuntimeError("index file is corrupt")
+        raise RuntimeError("index file /srv/data/indices/x/index.faiss is corrupt")
 
     job_id = runner.submit("broken", {"path": "x"}, broken)
     info = runner.wait(job_id, timeout=30)
     assert info.status == "failed"
-    assert info.error == "RuntimeError: index file is corrupt"
+    assert info.error == "index file (a server file) is corrupt"  # no class name, no path
     assert info.progress == 0.5
-    assert "Traceback" in runner.logs(job_id)[-1]
+    assert runner.logs(job_id)[-1] == "failed: index file (a server file) is corrupt"
+    assert "Traceback" in caplog.text and "RuntimeError" in caplog.text  # for the operator
 
 
 def test_history_newest_first_and_filter_by_kind(runner: JobRunner):

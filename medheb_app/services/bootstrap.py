@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from medheb_app.demo import bootstrap_app
+from medheb_app.public_text import public_message
 from medheb_app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class DemoBootstrap:
                 fraction=self._state.fraction,
                 message="demo could not be prepared",
                 done=True,
-                error=f"{type(error).__name__}: {error}",
+                error=public_message(error, "the server log has the details"),
             )
         with self._lock:
             self._state = final
