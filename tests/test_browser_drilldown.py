@@ -73,7 +73,8 @@ def _open_task(page, url: str, task: str) -> None:
     page.wait_for_function(
         f"() => document.querySelector('#explorer-task input')?.value === '{task}'"
     )
-    page.locator("#explorer-ranked .dd-query img").first.wait_for()
+    # a volume keeps its other slices hidden: wait for the one image that shows
+    page.locator("#explorer-ranked .dd-query img:visible").first.wait_for()
 
 
 def _marks_under_images(page) -> int:

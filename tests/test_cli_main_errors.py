@@ -20,7 +20,7 @@ def _fail(args, settings):
 
 
 def test_an_unexpected_failure_is_one_line_without_a_class_name(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(cli, "build_parser", lambda name: _parser_with(_fail))
+    monkeypatch.setattr(cli, "build_parser", lambda name, **options: _parser_with(_fail))
     assert cli.main([]) == 1
     err = capsys.readouterr().err
     assert err == "error: the command failed unexpectedly (FAISS could not train on 1 vector)\n"
@@ -32,7 +32,7 @@ def test_a_user_error_exits_2_with_its_sentence(monkeypatch, capsys, error) -> N
     def handler(args, settings):
         raise error
 
-    monkeypatch.setattr(cli, "build_parser", lambda name: _parser_with(handler))
+    monkeypatch.setattr(cli, "build_parser", lambda name, **options: _parser_with(handler))
     assert cli.main([]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Error" not in err

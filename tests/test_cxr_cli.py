@@ -114,7 +114,8 @@ def test_bad_source_is_one_clear_error(tmp_path: Path, settings, capsys) -> None
     )
     assert code == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: Unknown data source") and err.count("\n") == 1
+    assert err.startswith("error: Source chexpert: needs a path") and err.count("\n") == 1
+    assert "The benchmark reads 'phantom', 'nih:PATH' or 'mimic:PATH'." in err
 
 
 def test_real_nih_oracle(tmp_path: Path, settings, capsys) -> None:

@@ -98,16 +98,23 @@ def test_index_build_kind_ivfpq_on_disk_and_search_nprobe(
     loaded = load_index("pq", "8edde42cb6a477b6", settings)
     assert loaded.info["params"]["on_disk"] is True
     assert (loaded.directory / ONDISK_FILE).is_file()
-    response = search(query_text="nodule", model_spec="random", index="pq", settings=settings,
-                      k=5, nprobe=1)  # fmt: skip
+    response = search(
+        query_text="nodule",
+        model_spec="random",
+        index="pq",
+        settings=settings,
+        k=5,
+        nprobe=1,
+        include_training=True,
+    )  # fmt: skip  (no split: all train)
     assert 1 <= len(response.results) <= 5
     assert loaded.info["params"]["rerank"] == DEFAULT_RERANK
     assert not any(key.endswith("_path") for key in loaded.info["params"])  # no staging paths
     assert (loaded.directory / RERANK_FILE).is_file()  # moved into the index folder
     exact = search(query_text="nodule", model_spec="random", index="pq", settings=settings,
-                   k=5, nprobe=64, rerank=8)  # fmt: skip
+                   k=5, nprobe=64, rerank=8, include_training=True)  # fmt: skip
     pq_only = search(query_text="nodule", model_spec="random", index="pq", settings=settings,
-                     k=5, nprobe=64, rerank=0)  # fmt: skip
+                     k=5, nprobe=64, rerank=0, include_training=True)  # fmt: skip
     assert len(exact.results) == len(pq_only.results) == 5
     from medheb_app.cli import main as cli
 

@@ -30,6 +30,7 @@ def test_actor_pool_is_sized_to_the_cluster() -> None:
 def test_ray_engine_matches_the_local_engine(settings, tmp_path, ray_cluster) -> None:
     root = png_folder(tmp_path / "pngs", n=24, corrupt=1)
     source = f"folder:{root}"
+    settings = replace(settings, pseudonym_key="one lab's key")  # both data folders' ids agree
     local = build_from_source(source, "dual-lite", "lab", settings, shard_size=8)
     other = replace(settings, data_dir=tmp_path / "ray-data")  # its own embedding cache
     ray_report = build_from_source(

@@ -51,12 +51,14 @@ class Scored:
     note: str
     scores: np.ndarray | None
     kind_timing: dict[str, list[float]] = field(default_factory=dict)  # the worker's, per kind
+    new_text_chars: int = 0  # characters of the texts the worker embedded anew (estimate rates)
 
 
 def _scored(ranker: Ranker, task: Any, readable: bool) -> Scored:
     scores = np.asarray(ranker.score(task)) if readable else None
     timing = {k: list(v) for k, v in getattr(ranker, "kind_timing", {}).items()}
-    return Scored(ranker.spec, ranker.card, ranker.note, scores, timing)
+    chars = int(getattr(ranker, "new_text_chars", 0) or 0)
+    return Scored(ranker.spec, ranker.card, ranker.note, scores, timing, chars)
 
 
 def score_medheb_pair(model: str | Ranker, task: Any, settings: Settings) -> Scored:
@@ -97,6 +99,7 @@ class RayRanker:
         # embedding seconds and new vectors per input kind, summed over the units waited for
         # (the runner records them as the local engine's rankers report them)
         self.kind_timing: dict[str, list[float]] = {}
+        self.new_text_chars = 0
 
     def _any(self) -> Scored:
         if self._first is None:
@@ -120,6 +123,7 @@ class RayRanker:
             spent = self.kind_timing.setdefault(kind, [0.0, 0])
             spent[0] += seconds
             spent[1] += new
+        self.new_text_chars += scored.new_text_chars
         if scored.scores is None:
             raise ValueError(f"{self.spec} does not read the evidence of {key}.")
         return scored.scores
