@@ -164,12 +164,12 @@ async def gradio_search(client: httpx.AsyncClient, fn_index: int, query: str) ->
             message = json.loads(line[5:])
             if message.get("event_id") == event_id and message.get("msg") == "process_completed":
                 data = (message.get("output") or {}).get("data") or []
-                gallery = data[2] if len(data) > 2 else None  # outputs: parsed, notice, gallery
-                return (
-                    bool(message.get("success"))
-                    and isinstance(gallery, list)
-                    and len(gallery) == 10
-                )
+                hits = data[2] if len(data) > 2 else None  # outputs: parsed, notice, hits
+                if isinstance(hits, str):  # the hit cards' HTML (ui/search_tab.hits_html)
+                    shown = hits.count('class="sr-hit')
+                else:  # a gallery's items, on servers before the cards
+                    shown = len(hits) if isinstance(hits, list) else 0
+                return bool(message.get("success")) and shown == 10
     return False
 
 
