@@ -114,3 +114,17 @@ def serve_app(
         log.close()
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copy(root / "app.log", SCREENSHOTS.parent / log_name)
+
+
+@contextmanager
+def desktop_page(width: int = 1400, height: int = 1000) -> Iterator[object]:
+    """A page of a fresh headless chromium at a desktop viewport, 60 s default timeout; the
+    browser is closed on exit (for module fixtures of tests that need one page each)."""
+    from playwright.sync_api import sync_playwright  # deferred: only browser tests need it
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+        page.set_default_timeout(60_000)
+        yield page
+        browser.close()

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from tests.browser_harness import CHROMIUM, CHROMIUM_ARGS, require_browser, serve_app
+from tests.browser_harness import desktop_page, require_browser, serve_app
 from tests.test_browser_app import _open, _shot, _tab
 from tests.test_browser_search import _page_box
 
@@ -46,15 +46,8 @@ def app(tmp_path_factory) -> Iterator[dict]:
 
 @pytest.fixture
 def page(app):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        page = context.new_page()
-        page.set_default_timeout(60_000)
+    with desktop_page() as page:
         yield page
-        browser.close()
 
 
 def _open_task(page, url: str, task: str) -> None:

@@ -11,7 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser_harness import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, require_browser, serve_app
+from tests.browser_harness import (
+    SCREENSHOTS,
+    desktop_page,
+    require_browser,
+    serve_app,
+)
 from tests.test_browser_app import _open, _tab
 from tests.test_cxr_cli import nih_fixture
 
@@ -38,15 +43,8 @@ def app(tmp_path_factory) -> Iterator[dict]:
 
 @pytest.fixture
 def page(app):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        page = context.new_page()
-        page.set_default_timeout(60_000)
+    with desktop_page() as page:
         yield page
-        browser.close()
 
 
 def test_a_negation_failure_shows_thumbnails_and_the_violated_constraint(app, page):
