@@ -51,21 +51,22 @@ _MEMO: dict[str, tuple[tuple, object]] = {}
 _MEMO_LOCK = threading.Lock()
 # A stamp is a few dozen stats (about a third of a cached API search, BENCHMARKS.md "HTTP
 # API"): one taken less than this many seconds ago is reused, so a build by another process
-# shows within it (one by this process at once: the key holds catalog.changes()).
+# shows within it (one by this process at once: fresh_stamp compares catalog.changes()).
 STAMP_FRESH_S = 0.5
-_STAMPS: dict[tuple, tuple[float, tuple]] = {}
+_STAMPS: dict[tuple, tuple[float, int, tuple]] = {}  # key -> (taken at, catalog.changes(), stamp)
 
 
 def fresh_stamp(key: tuple, take: Callable[[], tuple]) -> tuple:
-    """`take()`, or the stamp taken for `key` within the last STAMP_FRESH_S seconds."""
-    now = time.monotonic()
+    """`take()`, or the stamp taken for `key` within the last STAMP_FRESH_S seconds while
+    this process swapped in or removed no index (catalog.changes())."""
+    now, changes = time.monotonic(), catalog.changes()
     with _MEMO_LOCK:
         held = _STAMPS.get(key)
-    if held is not None and now - held[0] < STAMP_FRESH_S:
-        return held[1]
+    if held is not None and now - held[0] < STAMP_FRESH_S and held[1] == changes:
+        return held[2]
     stamp = take()
     with _MEMO_LOCK:
-        _STAMPS[key] = (now, stamp)
+        _STAMPS[key] = (now, changes, stamp)
     return stamp
 
 
@@ -129,7 +130,7 @@ def offered(settings: Settings) -> dict[str, list[str]]:
 
     # index_dir/<name>/<fingerprint>/ is renamed into place whole: depth 1 sees every change
     indices = fresh_stamp(
-        ("indices", settings.index_dir, catalog.changes()),
+        ("indices", settings.index_dir),
         lambda: folder_stamp((settings.index_dir,), depth=1),
     )
     stamp = (indices, _models_stamp(settings))
