@@ -208,18 +208,148 @@ def test_nothing_below_the_top_layer_imports_the_bootstrap() -> None:
     assert edges == []
 
 
-def _tabs(graph: dict[str, set[str]]) -> set[str]:
-    return {m for m in graph if m.startswith("medheb_app.ui.") and m.endswith("_tab")}
+# What each ui module is (medheb_app/ui/__init__.py says what each kind may import): every ui
+# module is named here once, so a new one must be placed before it can land.
+UI_TABS = {
+    "medheb_app.ui.search_tab",
+    "medheb_app.ui.explorer_tab",
+    "medheb_app.ui.analysis_tab",
+    "medheb_app.ui.admin_tab",
+    "medheb_app.ui.rater_app",
+}
+UI_PARTS = {  # part -> the one tab that builds it
+    "medheb_app.ui.admin_study": "medheb_app.ui.admin_tab",
+    "medheb_app.ui.admin_tokens": "medheb_app.ui.admin_tab",
+    "medheb_app.ui.search_upload": "medheb_app.ui.search_tab",
+}
+UI_BLOCKS = {
+    "medheb_app.ui.components",
+    "medheb_app.ui.evidence_view",
+    "medheb_app.ui.drilldown_view",
+    "medheb_app.ui.query_reading",
+}
+UI_SHELLS = {"medheb_app.ui", "medheb_app.ui.shell", "medheb_app.ui.server"}
+# Packages any ui module may import: the application context and its facades, the public
+# wording of errors, and the web access layer (cookies, rate limits, origin, uploads).
+UI_MAY_IMPORT_ALL = ("medheb_app.services", "medheb_app.public_text", "medheb_app.access")
+# Each other import of a domain module by a ui module, and why it is not a call to the services.
+UI_MAY_IMPORT = {
+    "medheb_app.ui.explorer_tab": {
+        "medheb_app.eval.results": "the Summary value services.runs returns",
+        "medheb_app.eval.leaderboard": "tables drawn from that Summary (pure functions)",
+        "medheb_app.eval.reports": "the paper tables drawn from that Summary",
+        "medheb_app.eval.figures": "the plotly figures drawn from that Summary",
+        "medheb_app.eval.drilldown": "a query's ranked lists read from that Summary's folder",
+    },
+    "medheb_app.ui.drilldown_view": {
+        "medheb_app.eval.drilldown": "the HitView / QueryView / RankedView values it draws",
+    },
+    "medheb_app.ui.evidence_view": {
+        "medheb_app.evidence.readers": "reads the image file a payload names, to draw it",
+        "medheb_app.study.payloads": "the payload schema and pixel conversion it draws",
+    },
+    "medheb_app.ui.query_reading": {
+        "medheb_app.query.parser": "parses the query text to show how it was read",
+        "medheb_app.query.provenance": "the sentences a reading came from",
+    },
+    "medheb_app.ui.search_upload": {
+        "medheb_app.evidence.file_study": "reads an uploaded file into the query Study",
+        "medheb_app.evidence.study": "the Study value and the reader's EvidenceError",
+    },
+    "medheb_app.ui.shell": {"medheb_app.api.gradio_api": "the page's named Gradio API"},
+    "medheb_app.ui.server": {"medheb_app.api.app": "mounts the JSON API on the same app"},
+}
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _ui_modules(graph: dict[str, set[str]]) -> set[str]:
+    return {m for m in graph if _within(m, "medheb_app.ui")}
+
+
+def _targets(edges: dict[str, set[str]], module: str) -> set[str]:
+    """What `module` imports, a package left out where the import names its submodules
+    (`from medheb_app.ui import components` is an edge to ui.components, not to the ui)."""
+    found = edges.get(module, set())
+    return {t for t in found if not any(other.startswith(t + ".") for other in found)}
+
+
+def test_every_ui_module_is_a_tab_a_part_a_block_or_a_shell() -> None:
+    kinds = [UI_TABS, set(UI_PARTS), UI_BLOCKS, UI_SHELLS]
+    named = [m for kind in kinds for m in kind]
+    assert len(named) == len(set(named))  # each in one kind only
+    assert _ui_modules(import_graph()) == set(named)
+
+
+def tab_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Edges from a tab or part to another tab, or to a part that is not its own; and from a
+    building block to any tab, part or shell."""
+    edges = _module_edges(graph)
+    owner = {**{tab: tab for tab in UI_TABS}, **UI_PARTS}
+    found = []
+    for module in sorted(set(owner) | UI_BLOCKS):
+        for target in sorted(_targets(edges, module)):
+            if target not in owner and target not in UI_SHELLS:
+                continue
+            if module in UI_BLOCKS or target in UI_SHELLS:
+                found.append(f"{module} -> {target}")
+            elif owner[target] != owner[module] or target == owner[module] != module:
+                found.append(f"{module} -> {target}")  # another tab, or a part up to its tab
+    return found
 
 
 def test_tabs_import_no_other_tab() -> None:
-    graph = _module_edges(import_graph())
-    tabs = _tabs(graph)
-    assert {"medheb_app.ui.search_tab", "medheb_app.ui.admin_tab"} <= tabs
-    edges = sorted(
-        f"{module} -> {target}" for module in tabs for target in graph[module] if target in tabs
+    assert tab_edges(import_graph()) == []
+
+
+def ui_domain_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of medheb_app modules by ui modules outside the ui, the allowed packages and
+    the module's documented exceptions."""
+    edges = _module_edges(graph)
+    return sorted(
+        f"{module} -> {target}"
+        for module in _ui_modules(graph)
+        for target in _targets(edges, module)
+        if not _within(target, "medheb_app.ui")
+        and not any(_within(target, allowed) for allowed in UI_MAY_IMPORT_ALL)
+        and target not in UI_MAY_IMPORT.get(module, {})
     )
-    assert edges == []
+
+
+def test_ui_modules_reach_the_domain_only_through_the_services() -> None:
+    assert ui_domain_edges(import_graph()) == []
+
+
+def test_the_exceptions_are_all_used() -> None:
+    """A documented exception that no import needs any more is deleted, not kept."""
+    edges = _module_edges(import_graph())
+    unused = sorted(
+        f"{module} -> {target}"
+        for module, allowed in UI_MAY_IMPORT.items()
+        for target in allowed
+        if target not in edges.get(module, set())
+    )
+    assert unused == []
+
+
+def test_the_ui_checks_see_a_tab_reaching_past_the_services() -> None:
+    graph = {
+        **{m: set() for m in UI_TABS | set(UI_PARTS) | UI_BLOCKS | UI_SHELLS},
+        "medheb_app.search": set(),
+        "medheb_app.services": set(),
+        "medheb_app.ui.search_tab": {"medheb_app.search", "medheb_app.services"},
+        "medheb_app.ui.admin_tab": {"medheb_app.ui.admin_study", "medheb_app.ui.explorer_tab"},
+        "medheb_app.ui.admin_study": {"medheb_app.ui.admin_tab"},
+        "medheb_app.ui.components": {"medheb_app.ui.search_upload"},
+    }
+    assert ui_domain_edges(graph) == ["medheb_app.ui.search_tab -> medheb_app.search"]
+    assert tab_edges(graph) == [
+        "medheb_app.ui.admin_study -> medheb_app.ui.admin_tab",
+        "medheb_app.ui.admin_tab -> medheb_app.ui.explorer_tab",
+        "medheb_app.ui.components -> medheb_app.ui.search_upload",
+    ]
 
 
 # Modules that read the environment besides settings.py, and why. medheb_app/__init__.py only

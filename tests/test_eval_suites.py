@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -178,7 +177,7 @@ def test_bench_job_logs_each_task_and_every_skip_with_its_reason(
     import threading
 
     from medheb_app.services.admin_jobs import bench_job
-    from medheb_app.services.runs import bench_estimate, shared_data_line
+    from medheb_app.services.runs import shared_data_line
 
     missing = tmp_path / "no-shared-data"
     monkeypatch.setenv("MEDHEB_SHARED_DATA", str(missing))
@@ -200,9 +199,9 @@ def test_bench_job_logs_each_task_and_every_skip_with_its_reason(
     assert str(missing) in skip, skip  # the reason names the folder looked in
     assert set(result["skipped"]) == {"pubmedqa-q2context"}
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
-    assert "MISSING" in shared_data_line(SimpleNamespace(settings=here))
+    assert "MISSING" in shared_data_line(here)
     services = create_services(here, start_bootstrap=False)
-    estimate = bench_estimate(services, "medheb-lite", ["oracle", "random"], families=["T-T"])
+    estimate = services.runs.estimate("medheb-lite", ["oracle", "random"], families=["T-T"])
     assert [(c.task, c.model) for c in estimate.cells] == [
         ("iu-findings2impression", "oracle"),
         ("iu-findings2impression", "random"),

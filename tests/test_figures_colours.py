@@ -12,7 +12,6 @@ import pytest
 from medheb_app.eval import colours, figures
 from medheb_app.eval.runner import run_suite
 from medheb_app.services import create_services
-from medheb_app.services import runs as run_service
 from medheb_app.store.colours import model_slots
 from medheb_app.store.runs import start_run
 from medheb_app.tasks.base import Item, TaskMetadata
@@ -75,9 +74,9 @@ def test_random_and_oracle_are_grey_marks_not_bars(summary) -> None:
 def test_recorded_slots_keep_a_models_colour_across_runs(settings) -> None:
     services = create_services(settings, start_bootstrap=False)
     start_run(services.store, "medheb-lite", ["random", "model-b", "model-a"], "/tmp/x", {})
-    first = run_service.recorded_colours(services, ["model-a", "model-b", "oracle"])
+    first = services.runs.colours(["model-a", "model-b", "oracle"])
     # a later run with a new model and a different order: the old models keep their colours
-    later = run_service.recorded_colours(services, ["model-c", "model-a"])
+    later = services.runs.colours(["model-c", "model-a"])
     assert later["model-a"] == first["model-a"]
     assert later["model-c"] not in (first["model-a"], first["model-b"])
     slots = model_slots(services.store, [])
@@ -93,7 +92,7 @@ def test_models_whose_slots_wrap_still_differ_within_a_run(settings) -> None:
     slots = model_slots(services.store, [])
     wrapped = [n for n in many if slots[n] % len(colours.PALETTE) == slots["dual-lite"]]
     run = ["dual-lite", *wrapped]
-    palette = run_service.recorded_colours(services, run)
+    palette = services.runs.colours(run)
     assert len(set(palette.values())) == len(run)
     big = colours.run_colours(many)  # more models than palette colours: still all distinct
     assert len(set(big.values())) == len(many)

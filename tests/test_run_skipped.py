@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from medheb_app.services import create_services
-from medheb_app.services.runs import SHARED_DATA_LABEL, public_reason, run_skipped, skipped_rows
+from medheb_app.services.runs import SHARED_DATA_LABEL, public_reason, skipped_rows
 from medheb_app.settings import Settings
 from medheb_app.ui import admin_tab
 from medheb_app.ui import explorer_tab as ex
@@ -71,7 +71,7 @@ def test_explorer_table_shows_the_skip_with_the_path_for_admins_only(site) -> No
     [row] = public.to_dict("records")
     assert row["task"] == "pubmedqa-q2context" and row["model"] == "all models"
     assert SHARED_DATA_LABEL in row["reason"] and str(site["empty"]) not in row["reason"]
-    [admin_row] = run_skipped(services, summary, is_admin=True)
+    [admin_row] = services.runs.skipped(summary, is_admin=True)
     assert str(site["empty"]) in admin_row["reason"]
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from medheb_app.services import create_services
 from medheb_app.tasks.base import Item
-from medheb_app.ui import admin_study, admin_tab, rater_access, search_tab
+from medheb_app.ui import admin_study, admin_tab, search_tab
 from tests.run_fixtures import text_bench_run
 
 PASSWORD = "correct horse"
@@ -70,10 +70,10 @@ def test_create_study_from_a_stored_run(services, tmp_path):
     summary = text_bench_run("tt", pairs, tmp_path / "run", services.settings)
     args = (summary.run_id, ["random", "oracle"], "Pilot", 5, 1, True, 0)
     assert "Sign in as admin" in admin_study.create_study(services, False, *args)
-    assert rater_access.public_studies(services) == []
+    assert services.raters.public_studies() == []
     note = admin_study.create_study(services, True, *args)
     assert "Created study" in note and "(5 items)" in note
-    [card] = rater_access.public_studies(services)
+    [card] = services.raters.public_studies()
     assert "Pilot" not in card.title  # raters see a public title, never the internal name
     again = admin_study.create_study(services, True, *args)
     assert "already exists" in again

@@ -2,7 +2,7 @@
 studies (creation, invitations, analysis) and the audit log. Every action is audited.
 
 Jobs go through services.jobs with the same job functions the admin tab submits
-(services.admin_jobs.JOB_FACTORIES); studies through medheb_app.study, as `study
+(services.admin_jobs); studies through medheb_app.study, as `study
 create/invite/analyse`.
 """
 
@@ -29,9 +29,7 @@ from medheb_app.api.search_routes import ERRORS
 from medheb_app.api.security import Principal, access, services_of
 from medheb_app.jobs import JobError
 from medheb_app.services import Services
-from medheb_app.services.admin_jobs import JOB_FACTORIES
-from medheb_app.services.runs import describe_for_run, run_summary
-from medheb_app.study import create_invitations, create_study, find_study, list_studies
+from medheb_app.study import create_invitations, find_study, list_studies
 from medheb_app.study.analysis import summarise
 from medheb_app.study.export import votes_frame
 from medheb_app.train.recipes import get_recipe
@@ -72,7 +70,7 @@ def start_job(body: JobRequest, request: Request, caller: Admin) -> dict[str, An
             get_recipe(body.recipe)
         except (KeyError, ValueError) as error:
             raise ApiProblem("invalid-request", str(error)) from None
-    job_id = services.jobs.submit(body.kind, params, JOB_FACTORIES[body.kind](services.settings))
+    job_id = services.admin_jobs.start(body.kind, params)
     _audit(services, caller, "job-start", "POST /api/v1/jobs", f"job {job_id} {body.kind}")
     return _job_state(services, job_id)
 
@@ -100,20 +98,18 @@ def cancel_job(job_id: DbId, request: Request, caller: Admin) -> dict[str, Any]:
 def create_reader_study(body: StudyCreate, request: Request, caller: Admin) -> dict[str, Any]:
     services = services_of(request)
     try:
-        summary = run_summary(services, body.run)
+        summary = services.runs.summary(body.run)
     except (KeyError, FileNotFoundError, ValueError, OSError):
         raise ApiProblem("not-found", f"There is no readable run {body.run}.") from None
     try:
-        created = create_study(
-            services.store,
+        created = services.studies.create(
             body.name,
             body.models,
-            summary.out_dir,
+            summary,
             n_items=body.n,
             raters_per_item=body.raters,
             reveal_after_vote=body.reveal_after_vote,
             seed=body.seed,
-            describe=describe_for_run(services.settings, summary.suite),
             public_title=body.public_title,
             open_enrolment=body.open_enrolment,
             gold_share=body.gold_share,

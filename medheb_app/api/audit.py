@@ -14,7 +14,6 @@ import io
 import logging
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 
@@ -127,41 +126,3 @@ def index_is_synthetic(settings: Settings, name: str) -> bool:
 
     found = builds(settings, name)
     return bool(found) and all(bool(entry.get("synthetic")) for entry in found)
-
-
-def ui_search(services: Any, client: str, payload: dict[str, Any]) -> None:
-    """A search from the web page, logged when its index holds real studies."""
-    if index_is_synthetic(services.settings, str(payload.get("index", ""))):
-        return
-    record(
-        services.store,
-        who=f"anonymous:{client}",
-        channel="ui",
-        action="search",
-        route="search tab",
-        index=str(payload.get("index", "")),
-        query=str(payload.get("query", "")),
-        count=len(payload.get("results") or []),
-    )
-
-
-def ui_record(services: Any, client: str, hit: dict[str, Any]) -> None:
-    """A hit opened on the web page (its large image and report shown), logged as a record
-    read, as GET /api/v1/studies/{index}/{id} is, when the study is not synthetic."""
-    if hit.get("synthetic"):
-        return
-    record(
-        services.store,
-        who=f"anonymous:{client}",
-        channel="ui",
-        action="record",
-        route="search tab hit",
-        index=str(hit.get("index", "")),
-        query=str(hit.get("id", "")),
-        count=1,
-    )
-
-
-def ui_admin(services: Any, action: str, what: str) -> None:
-    """An admin action taken on the web page (job start or cancel, token issue, ...)."""
-    record(services.store, who="admin", channel="ui", action=action, route="admin tab", query=what)

@@ -1,8 +1,8 @@
 """GET routes: the catalog (indices, models), study records and images, benchmark runs.
 
 What `index list/info` and the explorer show, minus every server path. A run's per-query
-rankings are refused while a reader study drawn from it is open (ui/blinding.py, the check the
-explorer makes), unless the caller has admin scope, as on the page.
+rankings are refused while a reader study drawn from it is open (services.runs.is_blinded, the
+check the explorer makes), unless the caller has admin scope, as on the page.
 """
 
 from __future__ import annotations
@@ -37,10 +37,8 @@ from medheb_app.evidence.readers import read_any
 from medheb_app.index.build import FAILED_FILE
 from medheb_app.index.catalog import CATALOG_FILE
 from medheb_app.services import Services
-from medheb_app.services.runs import run_skipped, run_summary
 from medheb_app.store.runs import run_listing
 from medheb_app.study.payloads import montage, to_uint8
-from medheb_app.ui.blinding import run_is_blinded
 
 router = APIRouter(tags=["catalog and runs"])
 Catalog = Annotated[Principal, Depends(access("search", anonymous=True))]
@@ -276,13 +274,13 @@ def study_image(
 
 def _summary(services: Services, run_id: int):
     try:
-        return run_summary(services, run_id)
+        return services.runs.summary(run_id)
     except (KeyError, FileNotFoundError, ValueError, OSError):
         raise ApiProblem("not-found", f"There is no readable run {run_id}.") from None
 
 
 def _blinded(services: Services, summary: Any) -> bool:
-    return run_is_blinded(services, getattr(summary, "out_dir", None))
+    return services.runs.is_blinded(getattr(summary, "out_dir", None))
 
 
 def _cxr_negation_ci(summary: Any, model: str) -> tuple[float, float]:
@@ -357,7 +355,7 @@ def run_detail(run_id: DbId, request: Request, caller: Reader) -> dict[str, Any]
         "models": models,
         "leaderboard": leaderboard_rows(summary),
         "tasks": [_public_task(task) for task in summary.tasks],
-        "skipped": run_skipped(services, summary, is_admin=False),
+        "skipped": services.runs.skipped(summary, is_admin=False),
     }
 
 

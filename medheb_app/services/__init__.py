@@ -7,6 +7,13 @@ FastChat replaced its module globals with a context object; this is ours. app.py
 their own with a temporary DATA_DIR. Nothing here knows about Gradio. What the services do
 lives in modules named for it: `bootstrap` (the demo's start-up thread), `admin_jobs` (what
 the admin panel launches), `runs` (stored benchmark runs as the UI and API read them).
+
+The tabs call only this object: its facades (`search`, `runs`, `studies`, `raters`,
+`admin_jobs`, `tokens`, `audit`), each a small class of medheb_app/services/ bound to the
+settings and store, whose methods delegate to the domain packages (no second implementation).
+A facade module also re-exports the value types and errors its answers carry, so a tab imports
+nothing past medheb_app.services (tests/test_architecture.py holds the list of what a ui
+module may import).
 """
 
 from __future__ import annotations
@@ -22,7 +29,14 @@ from medheb_app.jobs import JobRunner
 from medheb_app.models import registry
 from medheb_app.models.base import Embedder
 from medheb_app.models.registry import list_models
+from medheb_app.services.admin_jobs import AdminJobs
+from medheb_app.services.audit import Audit
 from medheb_app.services.bootstrap import DemoBootstrap, EnsureDemo
+from medheb_app.services.raters import Raters
+from medheb_app.services.runs import Runs
+from medheb_app.services.search import SearchService
+from medheb_app.services.studies import Studies
+from medheb_app.services.tokens import Tokens
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 
@@ -36,13 +50,30 @@ def _registry_loader(settings: Settings) -> Callable[[str], Embedder]:
 
 @dataclass
 class Services:
-    """Settings, the store, the job runner, the model loader and the demo bootstrap."""
+    """Settings, the store, the job runner, the model loader, the demo bootstrap, and the
+    domain facades bound to them."""
 
     settings: Settings
     store: Store
     jobs: JobRunner
     bootstrap: DemoBootstrap
     load_embedder: Callable[[str], Embedder] = field(repr=False)
+    search: SearchService = field(init=False, repr=False)
+    runs: Runs = field(init=False, repr=False)
+    studies: Studies = field(init=False, repr=False)
+    raters: Raters = field(init=False, repr=False)
+    admin_jobs: AdminJobs = field(init=False, repr=False)
+    tokens: Tokens = field(init=False, repr=False)
+    audit: Audit = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.search = SearchService(self.settings)
+        self.runs = Runs(self.settings, self.store, self.jobs)
+        self.studies = Studies(self.settings, self.store)
+        self.raters = Raters(self.store)
+        self.admin_jobs = AdminJobs(self.settings, self.jobs)
+        self.tokens = Tokens(self.store)
+        self.audit = Audit(self.settings, self.store)
 
     @property
     def admin_enabled(self) -> bool:

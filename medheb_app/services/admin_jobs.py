@@ -11,16 +11,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from medheb_app.cancellation import Cancelled
+from medheb_app.eval.estimate import TrainingEstimate, training_estimate
 from medheb_app.eval.runner import run_suite
 from medheb_app.index.build import build_from_source
 from medheb_app.index.catalog import check_index_name
+from medheb_app.jobs import JobRunner
 from medheb_app.models.registry import spec_of_folder
+from medheb_app.serving import build_default_model, default_demo_models
 from medheb_app.settings import Settings
+from medheb_app.tasks.base import FAMILIES
 from medheb_app.tasks.cxr_retrieve import SUITE_NAME, CxrRetrieveSuite
-from medheb_app.tasks.medheb import SUITES
+from medheb_app.tasks.medheb import SUITES, get_suite
 from medheb_app.train.config import config_from_sources
 from medheb_app.train.loop import TrainingProgress
-from medheb_app.train.recipes import get_recipe
+from medheb_app.train.recipes import RECIPES, get_recipe
 
 JobFn = Callable[
     [dict[str, Any], Callable[..., None], Callable[[str], None], threading.Event], dict
@@ -171,3 +175,43 @@ JOB_FACTORIES: dict[str, Callable[[Settings], JobFn]] = {
     "train": train_job,
     "index-build": index_job,
 }
+
+
+class AdminJobs:
+    """What the admin tab and the admin API launch (`services.admin_jobs`): the job kinds
+    above submitted to the job runner with these settings, the choices their forms offer, and
+    the training estimate shown before a training job starts."""
+
+    kinds = tuple(JOB_FACTORIES)
+    suites = BENCH_SUITES
+    corpora = INDEX_CORPORA
+    families = FAMILIES
+    recipes = tuple(RECIPES)  # the one recipe registry (medheb_app.train.recipes)
+
+    def __init__(self, settings: Settings, jobs: JobRunner) -> None:
+        self.settings = settings
+        self.jobs = jobs
+
+    def start(self, kind: str, params: dict[str, Any]) -> int:
+        """Submit a job of `kind` (a key of JOB_FACTORIES) with `params`; its id."""
+        if kind not in JOB_FACTORIES:
+            raise ValueError(f"Unknown job kind {kind!r}.")
+        return self.jobs.submit(kind, params, JOB_FACTORIES[kind](self.settings))
+
+    def medheb_task_names(self) -> list[str]:
+        """The medheb-lite suite's task names (registered builders only: nothing is built)."""
+        return get_suite("medheb-lite").names()
+
+    def default_models(self) -> list[str]:
+        """The shipped models a benchmark run starts with (serving policy)."""
+        return default_demo_models(self.settings)
+
+    def build_default_model(self) -> str:
+        """The model an index build starts with (serving policy)."""
+        return build_default_model(self.settings)
+
+    def training_estimate(self, recipe: str, epochs: int, n: int | None) -> TrainingEstimate | None:
+        """How long a training job will take: from the newest earlier job of the recipe, else
+        timed on short calibration runs (eval/estimate.py); None when neither is possible."""
+        history = self.jobs.history(limit=100, kind="train")
+        return training_estimate(recipe, epochs, n, history, self.settings)

@@ -15,58 +15,16 @@ from typing import Any
 from medheb_app.eval.colours import run_colours
 from medheb_app.eval.estimate import Estimate, estimate_run, rates_from_store
 from medheb_app.eval.results import Summary
-from medheb_app.services import Services
+from medheb_app.jobs import JobRunner
+from medheb_app.models.baselines import BASELINES  # noqa: F401  (re-exported: a run's floor and ceiling specs)
 from medheb_app.services.admin_jobs import bench_suite, stamp
 from medheb_app.settings import Settings
 from medheb_app.store.colours import model_slots
+from medheb_app.store.db import Store
 from medheb_app.store.runs import run_listing, run_out_dir
-from medheb_app.store.study_tables import PreferenceStudy
+from medheb_app.study.blinding import run_is_blinded
 from medheb_app.study.payloads import Renderer, describe_with_tasks
 from medheb_app.tasks.medheb import SUITES
-
-
-def finished_run_choices(services: Services, limit: int = 200) -> list[tuple[str, int]]:
-    """Finished runs, newest first, as (label, run id) for a picker."""
-    return [
-        (
-            f"Run {row['id']}: {row['suite']} · {', '.join(row['models'])} · "
-            f"{row['started']:%Y-%m-%d %H:%M}",
-            row["id"],
-        )
-        for row in run_listing(services.store, limit=limit, status="finished")
-    ]
-
-
-def run_summary(services: Services, run_id: int) -> Summary:
-    """The Summary of a stored run, read from its folder; KeyError for an unknown id."""
-    return Summary.from_disk(run_out_dir(services.store, int(run_id)))
-
-
-def bench_estimate(
-    services: Services,
-    suite: str,
-    models: list[str],
-    tasks: list[str] | None = None,
-    families: list[str] | None = None,
-) -> Estimate:
-    """What a run of `suite` (its chosen tasks or families) with `models` will cost: per task
-    and model, the items it embeds, how many the embedding cache holds, and the seconds the
-    rest take at each model's measured rate (eval/estimate.py). Builds the tasks as the run
-    would (real-data tasks that cannot be built are listed as skipped); loads no model."""
-    if not models:
-        raise ValueError("Pick at least one model to estimate.")
-    params = {"suite": suite, "tasks": tasks or [], "families": families or []}
-    built, only = bench_suite(services.settings, params)
-    rates = rates_from_store(services.store, models)
-    return estimate_run(built, models, services.settings, rates, only, calibrate=True)
-
-
-def shared_data_line(services: Services) -> str:
-    """Where real data is read from (MEDHEB_SHARED_DATA) and whether it is there."""
-    folder = services.settings.shared_data_dir
-    state = "found" if folder.is_dir() else "MISSING: real-data tasks will be skipped"
-    return f"Real data folder (MEDHEB_SHARED_DATA): {folder} ({state})"
-
 
 SHARED_DATA_LABEL = "the real-data folder (MEDHEB_SHARED_DATA)"
 DATA_DIR_LABEL = "the app's data folder"
@@ -106,66 +64,17 @@ def skipped_rows(
     return rows
 
 
-def _path_roots(services: Services, recorded: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """The folders a reason may name, as recorded by the run and as set now, with labels."""
-    recorded = recorded or {}
-    roots = {
-        str(services.settings.shared_data_dir): SHARED_DATA_LABEL,
-        str(services.settings.data_dir): DATA_DIR_LABEL,
-    }
-    if recorded.get("shared_data"):
-        roots[str(recorded["shared_data"])] = SHARED_DATA_LABEL
-    if recorded.get("data_dir"):
-        roots[str(recorded["data_dir"])] = DATA_DIR_LABEL
-    return roots
-
-
-def run_skipped(services: Services, summary: Summary, is_admin: bool) -> list[dict[str, str]]:
-    """The skipped tasks of a stored run and why (paths shown to admins only)."""
-    return skipped_rows(summary.skipped, _path_roots(services, summary.settings), is_admin)
-
-
 def run_shared_data_line(summary: Summary) -> str:
     """Where the run looked for real data (admins only: it is a server path)."""
     folder = summary.settings.get("shared_data")
     return f"Real data folder (MEDHEB_SHARED_DATA) of this run: {folder}" if folder else ""
 
 
-def job_skipped(services: Services, job_id: int) -> list[dict[str, str]]:
-    """The skipped tasks of a finished benchmark job (admin view: paths shown); empty for
-    other jobs and for a job still running (its log names each skip as it happens)."""
-    info = services.jobs.status(int(job_id))
-    skipped = (info.result or {}).get("skipped") if info.kind == "bench-run" else None
-    return skipped_rows(skipped or {}, _path_roots(services), show_paths=True)
-
-
-def resolved_dir(path: str | Path) -> str:
-    """A run folder as one comparable string (resolved when possible)."""
-    try:
-        return str(Path(path).resolve())
-    except (OSError, RuntimeError):
-        return str(path)
-
-
-def open_study_sources(services: Services) -> set[str]:
-    """The resolved run folders of every reader study that is not closed: the runs whose
-    per-query results stay hidden from non-admins (ui/blinding.py)."""
-    from sqlalchemy import select
-
-    with services.store.session() as session:
-        studies = session.scalars(select(PreferenceStudy)).all()
-        return {
-            resolved_dir(study.source)
-            for study in studies
-            if study.source and getattr(study, "closed_at", None) is None
-        }
-
-
-def recorded_colours(services: Services, names: Sequence[str]) -> dict[str, str]:
-    """`eval.colours.run_colours` with the slots recorded in the services' store (recording
-    new models), so a model keeps its colour across runs. Here, not in eval/, because it
-    reads the store (eval/ stays below store/: store.colours imports eval.colours)."""
-    return run_colours(names, model_slots(services.store, names))
+def shared_data_line(settings: Settings) -> str:
+    """Where real data is read from (MEDHEB_SHARED_DATA) and whether it is there."""
+    folder = settings.shared_data_dir
+    state = "found" if folder.is_dir() else "MISSING: real-data tasks will be skipped"
+    return f"Real data folder (MEDHEB_SHARED_DATA): {folder} ({state})"
 
 
 def describe_for_run(settings: Settings, suite: str) -> Renderer:
@@ -178,3 +87,90 @@ def describe_for_run(settings: Settings, suite: str) -> Renderer:
         return Renderer(media_dir)
     tasks, _skipped = SUITES[suite]().build(settings)
     return describe_with_tasks(tasks, media_dir)
+
+
+class Runs:
+    """Stored benchmark runs for the tabs, the API and the CLI (`services.runs`): bound to the
+    settings, the store and the job runner; each method is one call a caller makes."""
+
+    def __init__(self, settings: Settings, store: Store, jobs: JobRunner) -> None:
+        self.settings = settings
+        self.store = store
+        self.jobs = jobs
+
+    def choices(self, limit: int = 200) -> list[tuple[str, int]]:
+        """Finished runs, newest first, as (label, run id) for a picker."""
+        return [
+            (
+                f"Run {row['id']}: {row['suite']} · {', '.join(row['models'])} · "
+                f"{row['started']:%Y-%m-%d %H:%M}",
+                row["id"],
+            )
+            for row in run_listing(self.store, limit=limit, status="finished")
+        ]
+
+    def summary(self, run_id: int) -> Summary:
+        """The Summary of a stored run, read from its folder; KeyError for an unknown id."""
+        return Summary.from_disk(run_out_dir(self.store, int(run_id)))
+
+    def estimate(
+        self,
+        suite: str,
+        models: list[str],
+        tasks: list[str] | None = None,
+        families: list[str] | None = None,
+    ) -> Estimate:
+        """What a run of `suite` (its chosen tasks or families) with `models` will cost: per
+        task and model, the items it embeds, how many the embedding cache holds, and the
+        seconds the rest take at each model's measured rate (eval/estimate.py). Builds the
+        tasks as the run would (real-data tasks that cannot be built are listed as skipped);
+        loads no model."""
+        if not models:
+            raise ValueError("Pick at least one model to estimate.")
+        params = {"suite": suite, "tasks": tasks or [], "families": families or []}
+        built, only = bench_suite(self.settings, params)
+        rates = rates_from_store(self.store, models)
+        return estimate_run(built, models, self.settings, rates, only, calibrate=True)
+
+    def shared_data_line(self) -> str:
+        """Where real data is read from (MEDHEB_SHARED_DATA) and whether it is there."""
+        return shared_data_line(self.settings)
+
+    def _path_roots(self, recorded: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """The folders a reason may name, as recorded by the run and as set now, with labels."""
+        recorded = recorded or {}
+        roots = {
+            str(self.settings.shared_data_dir): SHARED_DATA_LABEL,
+            str(self.settings.data_dir): DATA_DIR_LABEL,
+        }
+        if recorded.get("shared_data"):
+            roots[str(recorded["shared_data"])] = SHARED_DATA_LABEL
+        if recorded.get("data_dir"):
+            roots[str(recorded["data_dir"])] = DATA_DIR_LABEL
+        return roots
+
+    def skipped(self, summary: Summary, is_admin: bool) -> list[dict[str, str]]:
+        """The skipped tasks of a stored run and why (paths shown to admins only)."""
+        return skipped_rows(summary.skipped, self._path_roots(summary.settings), is_admin)
+
+    def job_skipped(self, job_id: int) -> list[dict[str, str]]:
+        """The skipped tasks of a finished benchmark job (admin view: paths shown); empty for
+        other jobs and for a job still running (its log names each skip as it happens)."""
+        info = self.jobs.status(int(job_id))
+        skipped = (info.result or {}).get("skipped") if info.kind == "bench-run" else None
+        return skipped_rows(skipped or {}, self._path_roots(), show_paths=True)
+
+    def colours(self, names: Sequence[str]) -> dict[str, str]:
+        """`eval.colours.run_colours` with the slots recorded in the store (recording new
+        models), so a model keeps its colour across runs. Here, not in eval/, because it
+        reads the store (eval/ stays below store/: store.colours imports eval.colours)."""
+        return run_colours(names, model_slots(self.store, names))
+
+    def is_blinded(self, out_dir: str | Path | None) -> bool:
+        """True when the run folder `out_dir` holds a ranked list an open reader study's item
+        shows (medheb_app.study.blinding): its per-query lists stay hidden from non-admins."""
+        return run_is_blinded(self.store, out_dir)
+
+    def describe_for(self, suite: str) -> Renderer:
+        """What raters are shown for a run's items (`describe_for_run` with these settings)."""
+        return describe_for_run(self.settings, suite)

@@ -7,6 +7,7 @@ protection, since any handler is callable by fn_index from any session.
 
 from __future__ import annotations
 
+import html
 import logging
 from typing import Any
 
@@ -14,19 +15,14 @@ import gradio as gr
 import pandas as pd
 
 from medheb_app.access.auth import Authenticator
-from medheb_app.api import audit
 from medheb_app.services import Services
-from medheb_app.services.runs import describe_for_run, run_summary
-from medheb_app.study import (
+from medheb_app.services.studies import (
+    GOLD_SHARE_HELP,
     StudyError,
-    create_invitations,
-    list_invitations,
-    list_studies,
-    revoke_invitation,
+    creation_note,
+    fraction,
+    item_counts,
 )
-from medheb_app.study.items import GOLD_SHARE_HELP, fraction, item_counts
-from medheb_app.study.items import create_study as create
-from medheb_app.study.sizing import creation_note
 from medheb_app.ui import components as ui
 
 NOT_ADMIN = "Sign in as admin first."
@@ -57,24 +53,22 @@ def create_study(
     if run_id in (None, ""):
         return ui.notice_html("error", "Pick a finished benchmark run.")
     try:
-        summary = run_summary(services, int(run_id))
-        created = create(
-            services.store,
+        summary = services.runs.summary(int(run_id))
+        created = services.studies.create(
             name or "",
             list(models or []),
-            summary.out_dir,
+            summary,
             n_items=int(n_items),
             raters_per_item=int(raters_per_item),
             reveal_after_vote=bool(reveal),
             seed=int(seed),
-            describe=describe_for_run(services.settings, summary.suite),
             public_title=public_title or "",
             open_enrolment=bool(open_enrolment),
             gold_share=fraction(gold_share or 0.0, "gold share", 0.5),
         )
     except (ValueError, KeyError, FileNotFoundError) as error:
         return ui.notice_html("error", str(error))
-    audit.ui_admin(services, "study-create", f"study {created.id}")
+    services.audit.admin("study-create", f"study {created.id}")
     withheld = (
         f" {len(created.withheld)} queries could not be shown and were withheld."
         if created.withheld
@@ -94,7 +88,7 @@ def study_picker(services: Services) -> list[tuple[str, int]]:
     """Every study by internal name and public title (admin only)."""
     return [
         (f"Study {s['id']}: {s['name']} · raters see {s.get('public_title') or '-'!r}", s["id"])
-        for s in list_studies(services.store)
+        for s in services.studies.list()
     ]
 
 
@@ -102,17 +96,15 @@ def issue_invitations(
     services: Services, is_admin: bool, study_id: Any, n: float, label: str
 ) -> str:
     """New invitations, each shown ONCE as a link and a short code (stored hashed)."""
-    import html
-
     if not is_admin:
         return ui.notice_html("error", NOT_ADMIN)
     if study_id in (None, ""):
         return ui.notice_html("error", "Pick a study.")
     try:
-        made = create_invitations(services.store, int(study_id), int(n or 1), label or "")
+        made = services.studies.invite(int(study_id), int(n or 1), label or "")
     except StudyError as error:
         return ui.notice_html("error", str(error))
-    audit.ui_admin(services, "study-invite", f"study {int(study_id)}: {len(made)} invitations")
+    services.audit.admin("study-invite", f"study {int(study_id)}: {len(made)} invitations")
     rows = "".join(
         f"<tr><td>{i.id}</td><td><code>{html.escape(i.link)}</code></td>"
         f"<td><code>{html.escape(i.code)}</code></td><td>{html.escape(i.label)}</td></tr>"
@@ -140,7 +132,7 @@ def invitation_table(services: Services, is_admin: bool, study_id: Any) -> pd.Da
             "revoked": i.revoked,
             "created": i.created_at,
         }
-        for i in list_invitations(services.store, int(study_id))
+        for i in services.studies.invitations(int(study_id))
     ]
     return pd.DataFrame(rows, columns=["id", "label", "used", "rater", "revoked", "created"])
 
@@ -151,10 +143,10 @@ def revoke(services: Services, is_admin: bool, invitation_id: Any) -> str:
     if not invitation_id:
         return ui.notice_html("error", "Type the id of the invitation to revoke.")
     try:
-        info = revoke_invitation(services.store, int(invitation_id))
+        info = services.studies.revoke_invitation(int(invitation_id))
     except StudyError as error:
         return ui.notice_html("error", str(error))
-    audit.ui_admin(services, "study-revoke-invitation", f"invitation {info.id}")
+    services.audit.admin("study-revoke-invitation", f"invitation {info.id}")
     return ui.notice_html("info", f"Invitation {info.id} revoked; its rater can no longer vote.")
 
 
@@ -205,7 +197,7 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
         if run_id in (None, "") or not auth.is_admin(request):
             return gr.update(choices=[], value=[])
         try:
-            names = list(run_summary(services, int(run_id)).models)
+            names = list(services.runs.summary(int(run_id)).models)
         except (KeyError, OSError, ValueError) as error:  # an unknown run, or its files gone
             log.warning("run %s has no readable summary for the study picker: %s", run_id, error)
             return gr.update(choices=[], value=[])

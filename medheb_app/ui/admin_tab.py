@@ -17,28 +17,16 @@ import gradio as gr
 import pandas as pd
 
 from medheb_app.access.auth import Authenticator
-from medheb_app.api import audit
-from medheb_app.eval.estimate import training_estimate
 from medheb_app.services import Services
-from medheb_app.services.admin_jobs import BENCH_SUITES, INDEX_CORPORA, JOB_FACTORIES
-from medheb_app.services.runs import (
-    SKIPPED_COLUMNS,
-    bench_estimate,
-    finished_run_choices,
-    job_skipped,
-    shared_data_line,
-)
-from medheb_app.serving import build_default_model, default_demo_models
-from medheb_app.tasks.base import FAMILIES
-from medheb_app.tasks.medheb import get_suite
-from medheb_app.train.recipes import RECIPES
+from medheb_app.services.admin_jobs import AdminJobs
+from medheb_app.services.runs import SKIPPED_COLUMNS
 from medheb_app.ui import components as ui
 from medheb_app.ui.admin_study import NOT_ADMIN, build_study_admin, study_picker
 from medheb_app.ui.admin_tokens import build_token_admin
 
 log = logging.getLogger(__name__)
 LOG_LINES_SHOWN = 200
-TRAIN_RECIPES = tuple(RECIPES)  # the one recipe registry (medheb_app.train.recipes)
+TRAIN_RECIPES = AdminJobs.recipes  # the one recipe registry (medheb_app.train.recipes)
 OPTIONAL_PARAMS = ("tasks", "families")  # empty: the whole suite
 
 
@@ -56,7 +44,7 @@ def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, A
     """Submit a job of `kind`; returns (job id or None, message). Refused unless admin."""
     if not is_admin:
         return None, ui.notice_html("error", NOT_ADMIN)
-    if kind not in JOB_FACTORIES:
+    if kind not in AdminJobs.kinds:
         return None, ui.notice_html("error", f"Unknown job kind {kind!r}.")
     missing = [
         key
@@ -65,8 +53,8 @@ def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, A
     ]
     if missing:
         return None, ui.notice_html("error", f"Fill in: {', '.join(missing)}.")
-    job_id = services.jobs.submit(kind, params, JOB_FACTORIES[kind](services.settings))
-    audit.ui_admin(services, "job-start", f"job {job_id} {kind}")
+    job_id = services.admin_jobs.start(kind, params)
+    services.audit.admin("job-start", f"job {job_id} {kind}")
     return job_id, ui.notice_html("info", f"Started job {job_id} ({kind}).")
 
 
@@ -107,7 +95,7 @@ def job_skipped_table(services: Services, job_id: float | None) -> pd.DataFrame:
     rows: list[dict[str, str]] = []
     if job_id:
         try:
-            rows = job_skipped(services, int(job_id))
+            rows = services.runs.job_skipped(int(job_id))
         except ValueError:
             rows = []
     return pd.DataFrame(rows, columns=list(SKIPPED_COLUMNS))
@@ -122,12 +110,8 @@ def training_estimate_view(
     if not is_admin:
         return ui.notice_html("error", NOT_ADMIN)
     try:
-        estimate = training_estimate(
-            str(recipe or ""),
-            int(epochs or 5),
-            int(n) if n else None,
-            services.jobs.history(limit=100, kind="train"),
-            services.settings,
+        estimate = services.admin_jobs.training_estimate(
+            str(recipe or ""), int(epochs or 5), int(n) if n else None
         )
     except (ValueError, KeyError) as error:
         return ui.notice_html("error", error.args[0] if error.args else str(error))
@@ -153,8 +137,8 @@ def estimate_view(
     if not is_admin:
         return empty, ui.notice_html("error", NOT_ADMIN)
     try:
-        estimate = bench_estimate(
-            services, str(suite or ""), list(models or []), list(tasks or []), list(families or [])
+        estimate = services.runs.estimate(
+            str(suite or ""), list(models or []), list(tasks or []), list(families or [])
         )
     except (ValueError, KeyError) as error:
         return empty, ui.notice_html("error", error.args[0] if error.args else str(error))
@@ -162,7 +146,7 @@ def estimate_view(
     note = (
         f"Embedding what the cache lacks: {estimate.summary_line()}; the range is wide "
         f"where a model was never measured (nothing was run).{skipped} "
-        f"{shared_data_line(services)}"
+        f"{services.runs.shared_data_line()}"
     )
     return pd.DataFrame(estimate.rows()), ui.notice_html("info", note)
 
@@ -177,25 +161,20 @@ def cancel_job(services: Services, is_admin: bool, job_id: float | None) -> str:
     except ValueError as error:
         return ui.notice_html("error", str(error))
     if cancelled:
-        audit.ui_admin(services, "job-cancel", f"job {int(job_id)}")
+        services.audit.admin("job-cancel", f"job {int(job_id)}")
         return ui.notice_html("info", f"Asked job {int(job_id)} to stop.")
     return ui.notice_html("warning", f"Job {int(job_id)} has already finished.")
-
-
-def medheb_task_names() -> list[str]:
-    """The medheb-lite suite's task names (registered builders only: nothing is built)."""
-    return get_suite("medheb-lite").names()
 
 
 def admin_choices(services: Services):
     """Fresh picker contents after sign-in: models (the shipped ones chosen), suites, runs."""
     models = [str(entry["spec"]) for entry in services.list_models()]
-    shipped = [m for m in default_demo_models(services.settings) if m in models]
-    runs = finished_run_choices(services)
+    shipped = [m for m in services.admin_jobs.default_models() if m in models]
+    runs = services.runs.choices()
     return (
         gr.update(choices=models, value=shipped),
-        gr.update(choices=list(BENCH_SUITES), value=BENCH_SUITES[0]),
-        gr.update(choices=models, value=build_default_model(services.settings)),
+        gr.update(choices=list(AdminJobs.suites), value=AdminJobs.suites[0]),
+        gr.update(choices=models, value=services.admin_jobs.build_default_model()),
         gr.update(choices=runs, value=runs[0][1] if runs else None),
     )
 
@@ -223,11 +202,13 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
             with gr.Row():
                 bench_tasks = gr.Dropdown(
                     label="Tasks (MedHEB; empty = all)",
-                    choices=medheb_task_names(),
+                    choices=services.admin_jobs.medheb_task_names(),
                     multiselect=True,
                 )
                 bench_families = gr.Dropdown(
-                    label="Families (MedHEB; empty = all)", choices=list(FAMILIES), multiselect=True
+                    label="Families (MedHEB; empty = all)",
+                    choices=list(AdminJobs.families),
+                    multiselect=True,
                 )
             with gr.Row():
                 estimate = gr.Button("Estimate from the embedding cache", size="sm")
@@ -259,7 +240,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
             corpus = gr.Dropdown(
                 label="Source (phantom[:N], nih:PATH, mimic:PATH, chexpert:PATH, dicom:PATH, "
                 "folder:PATH, medmnist:FILE, manifest:FILE)",
-                choices=list(INDEX_CORPORA),
+                choices=list(AdminJobs.corpora),
                 value="phantom",
                 allow_custom_value=True,
             )
@@ -298,7 +279,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
             *admin_choices(services),
             job_table(services),
             gr.update(choices=study_picker(services)),
-            shared_data_line(services),
+            services.runs.shared_data_line(),
         )
 
     def _start(kind, make_params):

@@ -1,6 +1,6 @@
 """The admin tab's "API tokens" panel: issue a token (shown once), list and revoke tokens.
 
-The same functions as `python -m medheb_app token ...` (medheb_app/api/tokens.py); every
+The same calls as `python -m medheb_app token ...` (services.tokens); every
 handler checks the admin cookie itself, since any Gradio handler is callable by fn_index.
 """
 
@@ -12,9 +12,8 @@ import gradio as gr
 import pandas as pd
 
 from medheb_app.access.auth import Authenticator
-from medheb_app.api import audit
-from medheb_app.api.tokens import TokenError, create_token, list_tokens, revoke_token
 from medheb_app.services import Services
+from medheb_app.services.tokens import TokenError
 from medheb_app.ui import components as ui
 
 NOT_ADMIN = "Sign in as admin to manage API tokens."
@@ -22,7 +21,7 @@ TOKEN_COLUMNS = ("id", "name", "scope", "active", "prefix", "expires_at", "revok
 
 
 def token_table(services: Services) -> pd.DataFrame:
-    rows = [info.to_dict() for info in list_tokens(services.store)]
+    rows = [info.to_dict() for info in services.tokens.list()]
     return pd.DataFrame(
         [{key: row[key] for key in TOKEN_COLUMNS} for row in rows], columns=list(TOKEN_COLUMNS)
     )
@@ -36,16 +35,10 @@ def issue_token(
         return "", ui.notice_html("error", NOT_ADMIN)
     try:
         lifetime = float(days) if days not in (None, 0) else None
-        secret, info = create_token(services.store, str(scope or ""), lifetime, name or "", "admin")
+        secret, info = services.tokens.create(str(scope or ""), lifetime, name or "", "admin")
     except (TokenError, TypeError, ValueError) as error:
         return "", ui.notice_html("error", str(error))
-    audit.record(
-        services.store,
-        who="admin",
-        channel="ui",
-        action="token-create",
-        query=f"token {info.id} {info.scope}",
-    )
+    services.audit.admin("token-create", f"token {info.id} {info.scope}", route="")
     expiry = f"expires {info.expires_at} UTC" if info.expires_at else "never expires"
     return secret, ui.notice_html(
         "info", f"Token {info.id} ({info.scope}, {expiry}). Copy it now: it is not shown again."
@@ -56,12 +49,10 @@ def revoke(services: Services, is_admin: bool, token_id: float | None) -> str:
     if not is_admin:
         return ui.notice_html("error", NOT_ADMIN)
     try:
-        info = revoke_token(services.store, int(token_id or 0))
+        info = services.tokens.revoke(int(token_id or 0))
     except TokenError as error:
         return ui.notice_html("error", str(error))
-    audit.record(
-        services.store, who="admin", channel="ui", action="token-revoke", query=f"token {info.id}"
-    )
+    services.audit.admin("token-revoke", f"token {info.id}", route="")
     return ui.notice_html("info", f"Revoked token {info.id}.")
 
 

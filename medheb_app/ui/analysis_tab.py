@@ -1,7 +1,7 @@
 """Study analysis: preference rates with intervals by top-1 stratum, Bradley-Terry, agreement,
 position bias and a CSV of the votes (MedHEB section 5.6, Figure 7).
 
-Every number comes from medheb_app.study.analysis over medheb_app.study.export.votes_frame;
+Every number comes from services.studies (medheb_app.study.analysis over the study's votes);
 this module only lays them out. Analysis and export name the models, so both are admin-only,
 checked inside each handler from the request's cookie (a call by `fn_index` from any session
 gets nothing without it).
@@ -18,12 +18,7 @@ import pandas as pd
 from fastapi import Request, Response
 
 from medheb_app.services import Services
-from medheb_app.study import StudyError
-from medheb_app.study.analysis import model_votes, stratum_figure, summarise
-from medheb_app.study.export import csv_text, votes_frame
-from medheb_app.study.items import GOLD_ACCURACY_HELP, fraction, item_counts, list_studies
-from medheb_app.study.mrmc import mrmc_input
-from medheb_app.study.quality import confirmed_exclusions, record_exclusion
+from medheb_app.services.studies import GOLD_ACCURACY_HELP, StudyError, fraction, item_counts
 from medheb_app.ui import components as ui
 
 OUTCOME_LABELS = {"a": "A preferred", "b": "B preferred", "tie": "Tie", "both_poor": "Both poor"}
@@ -36,7 +31,7 @@ def study_options(services: Services) -> list[tuple[str, int]]:
             f"{s['votes']} votes)",
             int(s["id"]),
         )
-        for s in list_studies(services.store)
+        for s in services.studies.list()
     ]
 
 
@@ -251,7 +246,7 @@ def analyse(
     if study_id in (None, ""):
         return ui.notice_html("info", "Pick a study."), *nothing
     try:
-        votes = votes_frame(services.store, int(study_id))
+        votes = services.studies.votes(int(study_id))
     except ValueError as error:
         return ui.notice_html("error", str(error)), *nothing
     if votes.empty:
@@ -262,21 +257,19 @@ def analyse(
     except ValueError as error:
         return ui.notice_html("error", str(error)), *nothing
     margin = float(margin) if margin else None
-    summary = summarise(
-        votes, min_gold_accuracy=threshold, ties=ties if ties in ("half", "exclude") else "half",
+    summary = services.studies.summarise(
+        int(study_id), votes, min_gold_accuracy=threshold,
+        ties=ties if ties in ("half", "exclude") else "half",
         margin=margin if margin is not None and 0 < margin < 1 else None,
-        excluded=confirmed_exclusions(services.store, int(study_id)),
     )  # fmt: skip
     bt = strengths_table(summary["bradley_terry"])
-    compared = model_votes(votes)
-    if summary["excluded_raters"]:
-        compared = compared[~compared["rater"].isin(summary["excluded_raters"])]
+    compared = services.studies.compared(votes, summary["excluded_raters"])
     rates = pd.DataFrame(summary["rates"])
     return (
         overview_html(summary) + precision_html(summary.get("precision")),
         rates_table(rates) if len(rates) else None,
         bt,
-        stratum_figure(compared) if len(compared) else None,
+        services.studies.stratum_figure(compared) if len(compared) else None,
         quality_table(summary["raters"]),
         mrmc_html(summary["mrmc"]) + quality_html(summary),
     )
@@ -328,8 +321,8 @@ def exclude_rater(
     if study_id in (None, "") or rater_id in (None, ""):
         return ui.notice_html("error", "Pick a study and give the rater id.")
     try:
-        record_exclusion(
-            services.store, int(study_id), int(rater_id), reason or "", "admin", reinstate
+        services.studies.exclude_rater(
+            int(study_id), int(rater_id), reason or "", "admin", reinstate
         )
     except (StudyError, ValueError) as error:
         return ui.notice_html("error", str(error))
@@ -363,9 +356,7 @@ def export_bytes(services: Services, study_id: Any, kind: str = "votes") -> byte
     anyone on the machine). None for no study or an unknown kind."""
     if study_id in (None, "") or kind not in EXPORTS:
         return None
-    votes = votes_frame(services.store, int(study_id))
-    frame = mrmc_input(model_votes(votes)) if kind == "mrmc" else votes
-    return csv_text(frame).encode("utf-8")
+    return services.studies.export_csv(int(study_id), kind)
 
 
 def export_links(study_id: Any) -> str:

@@ -151,6 +151,12 @@ def png_data_uri(image: np.ndarray, max_side: int = MAX_SIDE) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
+def file_pixels(path: Path) -> np.ndarray:
+    """A study file's pixels as its reader gives them (OSError, EvidenceError when it cannot
+    be read): for a caller that decides itself what an unreadable file shows."""
+    return read_any(path).pixels
+
+
 def _read(path: Any) -> np.ndarray:
     if not path or not Path(str(path)).exists():
         raise Unrenderable("its file is missing")

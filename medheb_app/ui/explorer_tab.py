@@ -1,7 +1,7 @@
 """Benchmark explorer: leaderboards and charts from stored runs, and a per-query drill-down.
 
-Runs of both kinds (MedHEB suites, CXR-Retrieve) come through medheb_app.services.runs (the UI
-never queries the store) as Summary files; the paper tables come from medheb_app.eval.reports
+Runs of both kinds (MedHEB suites, CXR-Retrieve) come through services.runs (the UI never
+queries the store) as Summary files; the paper tables come from medheb_app.eval.reports
 and eval.cxr_tables, the drill-down's data from medheb_app.eval.drilldown. The filtered
 leaderboard and the per-family / per-split bars are task-macro averages over the tasks that
 pass the filters, as MedHEB's ID / held-out / all columns are (Table 4); the run-level figures
@@ -19,7 +19,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from medheb_app.eval import drilldown, figures, reports
-from medheb_app.eval.leaderboard import (  # noqa: F401
+from medheb_app.eval.leaderboard import (  # noqa: F401  (re-exported: eval's tables)
     METRICS,
     cxr_finding_table,
     cxr_leaderboard,
@@ -29,20 +29,9 @@ from medheb_app.eval.leaderboard import (  # noqa: F401
     task_frame,
 )
 from medheb_app.eval.results import Summary
-
-# re-exported: the explorer's tables are eval's functions
-from medheb_app.models.baselines import BASELINES
 from medheb_app.services import Services
-from medheb_app.services.runs import (
-    SKIPPED_COLUMNS,
-    finished_run_choices,
-    recorded_colours,
-    run_shared_data_line,
-    run_skipped,
-    run_summary,
-)
+from medheb_app.services.runs import BASELINES, SKIPPED_COLUMNS, run_shared_data_line
 from medheb_app.ui import components as ui
-from medheb_app.ui.blinding import run_is_blinded
 from medheb_app.ui.drilldown_view import drilldown_html
 
 log = logging.getLogger(__name__)
@@ -54,17 +43,17 @@ RANKED_SHOWN = 10
 
 def run_choices(services: Services) -> list[tuple[str, int]]:
     """Finished runs of either kind, newest first, as (label, run id)."""
-    return finished_run_choices(services)
+    return services.runs.choices()
 
 
 def load_summary(services: Services, run_id: int) -> Summary:
     """The Summary of a stored run, read from its out_dir."""
-    return run_summary(services, run_id)
+    return services.runs.summary(run_id)
 
 
 def skipped_frame(services: Services, summary: Summary | None, is_admin: bool) -> pd.DataFrame:
     """The run's "Skipped tasks" table: task, model, reason (server paths for admins only)."""
-    rows = run_skipped(services, summary, is_admin) if summary is not None else []
+    rows = services.runs.skipped(summary, is_admin) if summary is not None else []
     return pd.DataFrame(rows, columns=list(SKIPPED_COLUMNS))
 
 
@@ -305,7 +294,7 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         if summary is None:
             blank = _empty_figure("No run selected.")
             return None, *[blank] * 7
-        palette = recorded_colours(services, list(summary.models))
+        palette = services.runs.colours(list(summary.models))
         if summary.kind == "cxr-retrieve":  # MedHEB's family / CV / difficulty charts hide
             hidden = gr.update(value=None, visible=False)
             return (
@@ -338,7 +327,7 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
 
     def _blinded(summary, request: gr.Request) -> bool:
         admin = auth is not None and auth.is_admin(request)
-        return not admin and run_is_blinded(services, getattr(summary, "out_dir", None))
+        return not admin and services.runs.is_blinded(getattr(summary, "out_dir", None))
 
     def _queries(summary, name, chosen, failures_only, request: gr.Request):
         if summary is None:

@@ -26,19 +26,15 @@ import gradio as gr
 
 from medheb_app.access.auth import Authenticator
 from medheb_app.services import Services
-from medheb_app.study import ItemGoneError, StudyError, find_study
-from medheb_app.study.instructions import INSTRUCTIONS as KIND_INSTRUCTIONS
-from medheb_app.study.session import (
+from medheb_app.services.raters import (
     CANNOT_JUDGE_REASONS,
     UNDO_WINDOW_SECONDS,
-    next_item,
-    progress,
-    record_vote,
-    reveal,
-    undo_last_vote,
+    ItemGoneError,
+    StudyError,
 )
+from medheb_app.services.raters import INSTRUCTIONS as KIND_INSTRUCTIONS
 from medheb_app.ui import components as ui
-from medheb_app.ui import evidence_view, rater_access
+from medheb_app.ui import evidence_view
 
 log = logging.getLogger(__name__)
 CHOICE_LABELS = {
@@ -223,7 +219,7 @@ def _undo_rule(services: Services, study_id: int) -> tuple[bool, bool]:
     in a study that never reveals them, or reveals them once all raters of an item voted
     (several raters per item); with one rater per item and reveal on, never."""
     try:
-        study = find_study(services.store, study_id)
+        study = services.raters.study(study_id)
     except StudyError:
         return False, False
     if not study.reveal_after_vote:
@@ -238,7 +234,7 @@ def _side(label: str, body: str, reveal: str = "") -> str:
 
 
 def _title(services: Services, study_id: int) -> str:
-    for card in rater_access.public_studies(services):
+    for card in services.raters.public_studies():
         if int(card.id) == study_id:
             return str(card.title)
     return "Reader study"
@@ -256,7 +252,7 @@ def _header(title: str, done: int, total: int) -> str:
 def current_rater(services: Services, auth: Authenticator, request: Any):
     """(rater id, study id) from the request's cookie, checked against the store; or None."""
     claim = auth.rater(request)
-    rater_id = rater_access.resolve(services, claim)
+    rater_id = services.raters.resolve(claim)
     if rater_id is None or claim is None:
         return None
     return rater_id, claim.study_id
@@ -264,7 +260,7 @@ def current_rater(services: Services, auth: Authenticator, request: Any):
 
 def signed_out_html(services: Services, auth: Authenticator, request: Any) -> str:
     """Why this request has no rater: revoked, study closed, or simply not signed in."""
-    reason = rater_access.signed_out_reason(services, auth.rater(request))
+    reason = services.raters.signed_out_reason(auth.rater(request))
     if reason:
         return ui.notice_html("warning", reason)
     if auth.rater_state(request) == "signed out":  # the server ended this cookie's session
@@ -290,11 +286,11 @@ def next_screen(services: Services, auth: Authenticator, request: Any, note: str
     can_undo, named_later = _undo_rule(services, study_id)
     keys = {"can_undo": can_undo, "keys": keys_line(can_undo, named_later)}
     try:
-        view = next_item(services.store, study_id, rater_id)
+        view = services.raters.next_item(study_id, rater_id)
     except StudyError as error:
         return Screen(message=note + ui.notice_html("error", str(error)))
     if view is None:
-        counts = progress(services.store, study_id, rater_id)
+        counts = services.raters.progress(study_id, rater_id)
         done, total = int(counts.get("done", 0)), int(counts.get("total", 0))
         text, finished = end_message(counts)
         return Screen(
@@ -383,8 +379,7 @@ def cast_vote(
     if not token:
         return False, ui.notice_html("error", "There is no item to vote on."), "", ""
     try:
-        receipt = record_vote(
-            services.store,
+        receipt = services.raters.vote(
             token,
             who[0],
             choice,
@@ -400,7 +395,7 @@ def cast_vote(
     text = f"Vote recorded: {label} ({receipt.done} of {receipt.total} done)."
     if receipt.can_reveal:
         try:
-            names = reveal(services.store, token, who[0])  # makes this vote final
+            names = services.raters.reveal(token, who[0])  # makes this vote final
         except StudyError as error:
             return True, ui.notice_html("info", f"{text} {error}"), "", ""
         return (
@@ -421,7 +416,7 @@ def undo_vote(services: Services, auth: Authenticator, request: Any) -> tuple[bo
         return False, signed_out_html(services, auth, request)
     rater_id, study_id = who
     try:
-        undo_last_vote(services.store, study_id, rater_id)
+        services.raters.undo_last_vote(study_id, rater_id)
     except StudyError as error:
         return False, ui.notice_html("error", str(error))
     return True, ui.notice_html("info", "Your last vote was withdrawn; rate the item again.")

@@ -1,11 +1,11 @@
 """Search tab: a compositional text query or an uploaded study against a prebuilt index.
 
-Renders one answer of the search service (medheb_app.search): how the query was parsed
-(wanted / excluded findings, words not understood), the top-k hits with their rank, score
-(p and log-odds come typed from the service) and whether each meets the query (a red mark on
-every hard negative, CXR-Retrieve section 3.2), and on request the similarity ranking beside
-the default logic-aware one. Callbacks are plain functions of `Services` so tests call them
-without a browser; the layout only wires them.
+Renders one answer of the search service (services.search, over medheb_app.search): how the
+query was parsed (wanted / excluded findings, words not understood), the top-k hits with their
+rank, score (p and log-odds come typed from the service) and whether each meets the query (a
+red mark on every hard negative, CXR-Retrieve section 3.2), and on request the similarity
+ranking beside the default logic-aware one. Callbacks are plain functions of `Services` so
+tests call them without a browser; the layout only wires them.
 
 Every handler here is reachable by any anonymous session through the queue: the service
 checks every request (only offered (model, index) pairs, k, ranking, query length), searches
@@ -25,16 +25,16 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from medheb_app import search as service
 from medheb_app.access.limits import client_key
-from medheb_app.api import audit
-from medheb_app.evidence.readers import read_any
-from medheb_app.evidence.study import EvidenceError
-from medheb_app.index.catalog import list_indices
-from medheb_app.query.parser import MAX_QUERY_CHARS
-from medheb_app.search import MAX_PUBLIC_K, Score, SearchError, SearchResponse
 from medheb_app.services import Services
-from medheb_app.serving import default_model, offered
+from medheb_app.services.search import (
+    MAX_PUBLIC_K,
+    MAX_QUERY_CHARS,
+    EvidenceError,
+    Score,
+    SearchError,
+    SearchResponse,
+)
 from medheb_app.ui import components as ui
 from medheb_app.ui import evidence_view
 from medheb_app.ui.query_reading import reading_html
@@ -102,7 +102,7 @@ def error_outcome(text: str, kind: str = "error") -> SearchOutcome:
 
 
 def _offer(services: Services) -> dict[str, list[str]]:
-    return offered(services.settings)
+    return services.search.offered()
 
 
 def index_choices(services: Services) -> list[str]:
@@ -113,7 +113,7 @@ def index_choices(services: Services) -> list[str]:
 def model_choices(services: Services, index: str | None = None) -> list[str]:
     """Listed models with `index` built, strongest first (read fresh: new builds appear)."""
     index = index or services.settings.default_index
-    return _offer(services).get(index, []) or [default_model(services.settings, index)]
+    return _offer(services).get(index, []) or [services.search.default_model(index)]
 
 
 def _pick(current: str | None, choices: list[str], default: str) -> str:
@@ -128,7 +128,7 @@ def refresh_pickers(services: Services, model: str | None = None, index: str | N
     indices = index_choices(services)
     chosen_index = _pick(index, indices, services.settings.default_index)
     models = model_choices(services, chosen_index)
-    best = default_model(services.settings, chosen_index)
+    best = services.search.default_model(chosen_index)
     return (
         gr.update(choices=models, value=_pick(model, models, best)),
         gr.update(choices=indices, value=chosen_index),
@@ -224,7 +224,7 @@ def _thumbnail(path: str, _mtime_ns: int) -> str:
 
 
 def _pixels(path: str) -> np.ndarray:
-    return ui.render_image(read_any(Path(path)).pixels, synthetic=False)
+    return ui.render_image(evidence_view.file_pixels(Path(path)), synthetic=False)
 
 
 def caption(rank: int, satisfies: bool | None, broken: list) -> str:
@@ -318,7 +318,7 @@ def index_is_synthetic(services: Services, index: str | None) -> bool:
     """Whether the index catalog says `index` holds generated studies only (every build of it
     for any model); an unknown index is not called synthetic."""
     name = index or services.settings.default_index
-    builds = [entry for entry in list_indices(services.settings) if entry["name"] == name]
+    builds = services.search.builds(name)
     return bool(builds) and all(bool(entry.get("synthetic")) for entry in builds)
 
 
@@ -357,14 +357,13 @@ def run_search(
     study = query_study(upload, volume_mode, slice_index) if upload and not query else None
 
     def _one(order: str | None) -> SearchResponse:
-        return service.search(  # through the module: one seam for tests
-            query_text=query or None, study=study, model_spec=model or None, index=index,
-            k=10 if k is None else k, settings=services.settings, ranking=order, public=True,
-        )  # fmt: skip
+        return services.search.public(
+            query or None, study, model or None, index, 10 if k is None else k, order
+        )
 
     try:
         answer = _one(ranking)
-        audit.ui_search(services, client, answer.to_json())  # real (non-synthetic) indices only
+        services.audit.search(client, answer.to_json())  # real (non-synthetic) indices only
         other = _one("similarity") if compare and answer.ranking != "similarity" else None
     except SearchError as error:
         waiting = _bootstrap_notice(services, index) if error.field == "index" else ""
@@ -631,7 +630,7 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
         position = evt.index if isinstance(evt.index, int) else None
         image, body = hit_detail(hits, position)
         if body:  # a record shown: a read of a real study is audited (api/audit.py)
-            audit.ui_record(services, client_key(request, hops), hits[position])
+            services.audit.record_opened(client_key(request, hops), hits[position])
         return image, body
 
     outputs = [parsed, notice, gallery, compare_gallery, hits_state, large, detail, banner_box]

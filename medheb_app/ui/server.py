@@ -33,8 +33,9 @@ from medheb_app.access.queue_guard import QueueCallGuard, fair_queue, quiet_grad
 from medheb_app.access.sessions import StoreSessions
 from medheb_app.access.uploads import NoUploadedFilesServed, UploadIntake
 from medheb_app.services import Services
+from medheb_app.services.raters import SignInError
 from medheb_app.ui import components as ui
-from medheb_app.ui import evidence_view, rater_access
+from medheb_app.ui import evidence_view
 from medheb_app.ui.analysis_tab import add_export_routes
 from medheb_app.ui.rater_app import RATER_HEAD, build_rater_app
 from medheb_app.ui.shell import build_app
@@ -107,7 +108,7 @@ def admin_form(message: str = "", kind: str = "error") -> str:
 
 
 def rater_form(services: Services, message: str = "", kind: str = "error") -> str:
-    studies = [card for card in rater_access.public_studies(services) if card.open_enrolment]
+    studies = [card for card in services.raters.public_studies() if card.open_enrolment]
     enrol = ""
     if studies:
         options = "".join(
@@ -196,14 +197,14 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
         form = await _form(request)
         try:
             if form.get("code"):
-                claim = rater_access.redeem(services, form["code"], form.get("label", ""))
+                claim = services.raters.redeem(form["code"], form.get("label", ""))
             elif form.get("study"):
-                claim = rater_access.enrol(
-                    services, int(form["study"]), form.get("label", ""), client_key(request, hops)
+                claim = services.raters.enrol(
+                    int(form["study"]), form.get("label", ""), client_key(request, hops)
                 )
             else:
                 return _rater_refused(request, "Type your invitation code.", 400)
-        except (rater_access.SignInError, ValueError) as error:
+        except (SignInError, ValueError) as error:
             return _rater_refused(request, str(error) or "That sign-in did not work.", 401)
         return _rater_signed_in(claim)
 
@@ -239,8 +240,8 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             if not decision.allowed:
                 return _rater_refused(request, decision.message("sign-in attempts"), 429)
             try:
-                claim = rater_access.redeem(services, request.query_params["invite"])
-            except rater_access.SignInError as error:
+                claim = services.raters.redeem(request.query_params["invite"])
+            except SignInError as error:
                 return _rater_refused(request, str(error), 401)
             return _rater_signed_in(claim)
         if request.url.path == RATER_PATH:  # the raters' page lives at /rate/ (mounted app)

@@ -1,0 +1,53 @@
+"""What the web page writes to the audit log (`services.audit`): searches and record reads on
+real indices and every admin action, through medheb_app.api.audit's one `record`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from medheb_app.api.audit import index_is_synthetic, record
+from medheb_app.settings import Settings
+from medheb_app.store.db import Store
+
+
+class Audit:
+    """The page's audit events, bound to the settings (which indices are synthetic) and store."""
+
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings = settings
+        self.store = store
+
+    def search(self, client: str, payload: dict[str, Any]) -> None:
+        """A search from the web page, logged when its index holds real studies."""
+        if index_is_synthetic(self.settings, str(payload.get("index", ""))):
+            return
+        record(
+            self.store,
+            who=f"anonymous:{client}",
+            channel="ui",
+            action="search",
+            route="search tab",
+            index=str(payload.get("index", "")),
+            query=str(payload.get("query", "")),
+            count=len(payload.get("results") or []),
+        )
+
+    def record_opened(self, client: str, hit: dict[str, Any]) -> None:
+        """A hit opened on the web page (its large image and report shown), logged as a record
+        read, as GET /api/v1/studies/{index}/{id} is, when the study is not synthetic."""
+        if hit.get("synthetic"):
+            return
+        record(
+            self.store,
+            who=f"anonymous:{client}",
+            channel="ui",
+            action="record",
+            route="search tab hit",
+            index=str(hit.get("index", "")),
+            query=str(hit.get("id", "")),
+            count=1,
+        )
+
+    def admin(self, action: str, what: str, route: str = "admin tab") -> None:
+        """An admin action taken on the web page (job start or cancel, token issue, ...)."""
+        record(self.store, who="admin", channel="ui", action=action, route=route, query=what)

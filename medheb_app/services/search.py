@@ -1,0 +1,63 @@
+"""Searching built indices for the tabs and the CLI (`services.search`): what is offered, the
+defaults, and one search, bound to the settings; the search itself is medheb_app.search's.
+
+The answer's value types (SearchResponse, Score) and the errors a caller turns into messages
+(SearchError, EvidenceError) are re-exported here, so a tab needs no import past the services.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from medheb_app import search as search_module
+from medheb_app.evidence.study import EvidenceError, Study
+from medheb_app.index.catalog import list_indices
+from medheb_app.query.parser import MAX_QUERY_CHARS
+from medheb_app.search import MAX_PUBLIC_K, Score, SearchError, SearchResponse
+from medheb_app.serving import default_model, offered
+from medheb_app.settings import Settings
+
+__all__ = [
+    "MAX_PUBLIC_K",
+    "MAX_QUERY_CHARS",
+    "EvidenceError",
+    "Score",
+    "SearchError",
+    "SearchResponse",
+    "SearchService",
+]
+
+
+class SearchService:
+    """The offered (index, model) pairs, the default model and a public search."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def offered(self) -> dict[str, list[str]]:
+        """Index name -> the listed models built for it, strongest first (serving policy)."""
+        return offered(self.settings)
+
+    def default_model(self, index: str | None = None) -> str:
+        """The strongest listed model built for `index` (the default index when None)."""
+        return default_model(self.settings, index)
+
+    def builds(self, name: str) -> list[dict[str, Any]]:
+        """The catalog entries (one per model) of index `name`, read fresh."""
+        return [entry for entry in list_indices(self.settings) if entry["name"] == name]
+
+    def public(
+        self,
+        query_text: str | None,
+        study: Study | None,
+        model: str | None,
+        index: str,
+        k: float,
+        ranking: str | None,
+    ) -> SearchResponse:
+        """One anonymous search (the web page's rights: offered pairs only, k at most
+        MAX_PUBLIC_K); refusals raise SearchError with a message for the user."""
+        return search_module.search(  # through the module: one seam for tests
+            query_text=query_text, study=study, model_spec=model, index=index, k=k,
+            settings=self.settings, ranking=ranking, public=True,
+        )  # fmt: skip
