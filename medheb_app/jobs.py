@@ -33,7 +33,7 @@ from sqlalchemy import select, update
 from medheb_app.cancellation import Cancelled
 from medheb_app.public_text import public_message
 from medheb_app.settings import Settings
-from medheb_app.store.db import Store
+from medheb_app.store.db import Store, iso_seconds
 from medheb_app.store.jobs_table import FINISHED_STATUSES, Job, JobLogLine, utcnow
 from medheb_app.store.owners import owner_alive, process_owner
 from medheb_app.store.runs import mark_interrupted_runs
@@ -82,9 +82,7 @@ class JobInfo:
 
 
 def _info(job: Job) -> JobInfo:
-    def iso(value: Any) -> str | None:
-        return value.isoformat(timespec="seconds") if value else None
-
+    iso = iso_seconds
     return JobInfo(
         id=job.id,
         kind=job.kind,

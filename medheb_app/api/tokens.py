@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import select, update
 
 from medheb_app.store.api_tables import TOKEN_SCOPES, ApiToken
-from medheb_app.store.db import Store, utcnow
+from medheb_app.store.db import Store, iso_seconds, utcnow
 
 TOKEN_PREFIX = "mhb_"
 SCOPE_RANK = {scope: rank for rank, scope in enumerate(TOKEN_SCOPES)}
@@ -44,15 +44,11 @@ class TokenInfo:
     @property
     def active(self) -> bool:
         return self.revoked_at is None and (
-            self.expires_at is None or self.expires_at > _iso(utcnow())
+            self.expires_at is None or self.expires_at > iso_seconds(utcnow())
         )
 
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "active": self.active}
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat(timespec="seconds") if value else None
 
 
 def _info(row: ApiToken) -> TokenInfo:
@@ -62,10 +58,10 @@ def _info(row: ApiToken) -> TokenInfo:
         prefix=row.prefix,
         scope=row.scope,
         created_by=row.created_by,
-        created_at=_iso(row.created_at) or "",
-        expires_at=_iso(row.expires_at),
-        revoked_at=_iso(row.revoked_at),
-        last_used_at=_iso(row.last_used_at),
+        created_at=iso_seconds(row.created_at) or "",
+        expires_at=iso_seconds(row.expires_at),
+        revoked_at=iso_seconds(row.revoked_at),
+        last_used_at=iso_seconds(row.last_used_at),
     )
 
 

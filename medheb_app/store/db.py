@@ -26,6 +26,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def iso_seconds(value: datetime | None) -> str | None:
+    """A stored time stamp as ISO 8601 to the second, as every listing shows it; None stays."""
+    return value.isoformat(timespec="seconds") if value else None
+
+
 class Base(DeclarativeBase):
     """Declarative base shared by every table."""
 
