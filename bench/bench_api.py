@@ -26,8 +26,8 @@ search service's own time per request (timings_ms of the answers) and the load a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
+import http.client
 import itertools
 import json
 import os
@@ -35,10 +35,12 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -125,41 +127,80 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
 
 
-async def rest_search(client: httpx.AsyncClient, query: str, search_ms: list[float]) -> bool:
-    reply = await client.post(
-        "/api/v1/search", json={"text": query, "k": 10}, headers={"x-forwarded-for": address()}
-    )
-    if reply.status_code != 200:
-        reasons.append(f"HTTP {reply.status_code}: {reply.text[:120]}")
+class Connection:
+    """One client's keep-alive HTTP/1.1 connection (http.client: a fraction of httpx's CPU per
+    request, so the clients, which share the 2 cores with the server, take less from it; the
+    same client for both paths)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.conn = http.client.HTTPConnection(host, port, timeout=60)
+
+    def request(self, method: str, path: str, body: bytes | None, headers: dict[str, str]):
+        """(status, response) of one request; the caller reads the response."""
+        try:
+            self.conn.request(method, path, body=body, headers=headers)
+            return self.conn.getresponse()
+        except (http.client.HTTPException, OSError):  # the server closed a kept-alive one
+            self.reopen()
+            self.conn.request(method, path, body=body, headers=headers)
+            return self.conn.getresponse()
+
+    def reopen(self) -> None:
+        self.conn.close()
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+
+
+def rest_search(conn: Connection, query: str, search_ms: list) -> bool:
+    body = json.dumps({"text": query, "k": 10}).encode()
+    headers = {"content-type": "application/json", "x-forwarded-for": address()}
+    reply = conn.request("POST", "/api/v1/search", body, headers)
+    data = reply.read()
+    if reply.status != 200:
+        reasons.append(f"HTTP {reply.status}: {data[:120]!r}")
         return False
-    body = reply.json()
-    timings = body.get("timings_ms", {})
-    search_ms.append((float(timings.get("encode", 0.0)), float(timings.get("search", 0.0))))
-    if len(body["results"]) != 10:
-        reasons.append(f"{len(body['results'])} hits for {query!r}")
+    answer = json.loads(data)
+    timings = answer.get("timings_ms", {})
+    search_ms.append(
+        (
+            float(timings.get("encode", 0.0)),
+            float(timings.get("search", 0.0)),
+            "cached" in timings,
+        )
+    )
+    if len(answer["results"]) != 10:
+        reasons.append(f"{len(answer['results'])} hits for {query!r}")
         return False
     return True
 
 
-async def gradio_search(client: httpx.AsyncClient, fn_index: int, query: str) -> bool:
+def gradio_search(conn: Connection, fn_index: int, query: str) -> bool:
+    """queue/join, then the session's server-sent events until our event completes (the
+    stream is left when it does, so its connection is opened anew for the next search)."""
     session = uuid.uuid4().hex[:11]
-    headers = {"x-forwarded-for": address()}
-    body = {
-        "data": [query, None, None, None, 10, "auto", False, "volume", 0],
-        "fn_index": fn_index,
-        "session_hash": session,
-        "event_data": None,
-        "trigger_id": None,
-    }
-    joined = await client.post("/gradio_api/queue/join", json=body, headers=headers)
-    if joined.status_code != 200:
+    client = address()
+    body = json.dumps(
+        {
+            "data": [query, None, None, None, 10, "auto", False, "volume", 0],
+            "fn_index": fn_index,
+            "session_hash": session,
+            "event_data": None,
+            "trigger_id": None,
+        }
+    ).encode()
+    headers = {"content-type": "application/json", "x-forwarded-for": client}
+    joined = conn.request("POST", "/gradio_api/queue/join", body, headers)
+    data = joined.read()
+    if joined.status != 200:
+        reasons.append(f"join HTTP {joined.status}: {data[:120]!r}")
         return False
-    event_id = joined.json().get("event_id")
-    async with client.stream(
-        "GET", "/gradio_api/queue/data", params={"session_hash": session}, headers=headers
-    ) as stream:
-        async for line in stream.aiter_lines():
-            if not line.startswith("data:"):
+    event_id = json.loads(data).get("event_id")
+    stream = conn.request(
+        "GET", f"/gradio_api/queue/data?session_hash={session}", None, {"x-forwarded-for": client}
+    )
+    try:
+        while line := stream.readline():
+            if not line.startswith(b"data:"):
                 continue
             message = json.loads(line[5:])
             if message.get("event_id") == event_id and message.get("msg") == "process_completed":
@@ -170,48 +211,82 @@ async def gradio_search(client: httpx.AsyncClient, fn_index: int, query: str) ->
                 else:  # a gallery's items, on servers before the cards
                     shown = len(hits) if isinstance(hits, list) else 0
                 return bool(message.get("success")) and shown == 10
-    return False
-
-
-async def upload_search(client: httpx.AsyncClient, png: bytes, search_ms: list[float]) -> bool:
-    reply = await client.post(
-        "/api/v1/search/image",
-        files={"file": ("scan.png", png, "image/png")},
-        data={"k": "10"},
-        headers={"x-forwarded-for": address()},
-    )
-    if reply.status_code != 200:
         return False
-    timings = reply.json().get("timings_ms", {})
-    search_ms.append((float(timings.get("encode", 0.0)), float(timings.get("search", 0.0))))
+    finally:
+        conn.reopen()
+
+
+def upload_body(png: bytes) -> tuple[bytes, str]:
+    """A multipart/form-data body with the PNG as `file` and k=10."""
+    boundary = uuid.uuid4().hex
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="k"\r\n\r\n10\r\n'.encode(),
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="scan.png"\r\n'
+        "Content-Type: image/png\r\n\r\n".encode(),
+        png,
+        f"\r\n--{boundary}--\r\n".encode(),
+    ]
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+
+
+def upload_search(conn: Connection, body: bytes, kind: str, search_ms: list) -> bool:
+    headers = {"content-type": kind, "x-forwarded-for": address()}
+    reply = conn.request("POST", "/api/v1/search/image", body, headers)
+    data = reply.read()
+    if reply.status != 200:
+        reasons.append(f"HTTP {reply.status}: {data[:120]!r}")
+        return False
+    timings = json.loads(data).get("timings_ms", {})
+    search_ms.append((float(timings.get("encode", 0.0)), float(timings.get("search", 0.0)), False))
     return True
 
 
-async def level(base: str, clients: int, seconds: float, call) -> dict[str, float]:
-    """`clients` loops calling `call(client, i)` for `seconds`; latency of each call."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def level(base: str, server_pid: int, clients: int, seconds: float, call) -> dict[str, Any]:
+    """`clients` threads, each with its own connection, calling `call(conn)` for `seconds`;
+    the latency of each call, and the CPU the server and these clients spent per call."""
+    host, port = base.removeprefix("http://").split(":")
     latencies: list[float] = []
     errors = 0
-    limits = httpx.Limits(max_connections=clients + 4)
-    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
-        deadline = time.perf_counter() + seconds
-        counter = itertools.count()
+    lock = threading.Lock()
+    deadline = time.perf_counter() + seconds
 
-        async def loop() -> None:
-            nonlocal errors
+    def loop() -> None:
+        nonlocal errors
+        conn = Connection(host, int(port))
+        try:
             while time.perf_counter() < deadline:
                 started = time.perf_counter()
                 try:
-                    ok = await call(client, next(counter))
-                except httpx.HTTPError as error:
+                    ok = call(conn)
+                except (http.client.HTTPException, OSError, ValueError) as error:
                     reasons.append(type(error).__name__)
+                    conn.reopen()
                     ok = False
-                latencies.append(time.perf_counter() - started)
-                errors += 0 if ok else 1
+                elapsed = time.perf_counter() - started
+                with lock:
+                    latencies.append(elapsed)
+                    errors += 0 if ok else 1
+        finally:
+            conn.conn.close()
 
-        began = time.perf_counter()
-        reasons.clear()
-        await asyncio.gather(*(loop() for _ in range(clients)))
-        elapsed = time.perf_counter() - began
+    reasons.clear()
+    threads = [threading.Thread(target=loop) for _ in range(clients)]
+    server_before, client_before = cpu_seconds(server_pid), time.process_time()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    server_cpu = cpu_seconds(server_pid) - server_before
+    client_cpu = time.process_time() - client_before
+    n = max(1, len(latencies))
     return {
         "clients": clients,
         "n": len(latencies),
@@ -219,11 +294,15 @@ async def level(base: str, clients: int, seconds: float, call) -> dict[str, floa
         "p50": 1000 * percentile(latencies, 0.50),
         "p95": 1000 * percentile(latencies, 0.95),
         "errors": errors,
+        "server_ms": 1000 * server_cpu / n,
+        "client_ms": 1000 * client_cpu / n,
         "reasons": sorted(set(reasons))[:5],
     }
 
 
-def start_server(data_dir: str, cache: bool = True) -> tuple[subprocess.Popen, str]:
+def start_server(
+    data_dir: str, cache: bool = True, root: Path = ROOT
+) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {
         **os.environ,
@@ -235,11 +314,12 @@ def start_server(data_dir: str, cache: bool = True) -> tuple[subprocess.Popen, s
         "GRADIO_ANALYTICS_ENABLED": "False",
         "HF_HUB_OFFLINE": "1",
         "MEDHEB_QUERY_CACHE": os.environ.get("MEDHEB_QUERY_CACHE", "4096") if cache else "0",
+        "MEDHEB_ANSWER_CACHE": os.environ.get("MEDHEB_ANSWER_CACHE", "2048") if cache else "0",
     }
     server = subprocess.Popen(
-        [sys.executable, str(ROOT / "app.py")],
+        [sys.executable, str(root / "app.py")],
         env=env,
-        cwd=ROOT,
+        cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -282,15 +362,19 @@ class Mix:
 
     def stream(self, seed: int):
         queries = query_stream(seed)
+        lock = threading.Lock()  # the clients are threads; a generator is not thread-safe
 
         def draw() -> str:
-            text = next(queries)
-            self.draws += 1
-            self.repeats += text in self.seen
-            self.seen.add(text)
-            return text
+            with lock:
+                return self._count(next(queries))
 
         return draw
+
+    def _count(self, text: str) -> str:
+        self.draws += 1
+        self.repeats += text in self.seen
+        self.seen.add(text)
+        return text
 
     def share(self) -> tuple[int, int]:
         """(draws, repeats) so far; a level's own figure is the difference of two readings."""
@@ -306,51 +390,56 @@ def main() -> None:
         action="store_true",
         help="serve with MEDHEB_QUERY_CACHE=0: every query encoded (the uncached figures)",
     )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=ROOT,
+        help="serve the app.py of another checkout (old against new in one sitting)",
+    )
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = parser.parse_args()
     data_dir = os.environ.get("DATA_DIR")
     if not data_dir:
         raise SystemExit("set DATA_DIR to a data folder with the demo built")
-    server, base = start_server(data_dir, cache=not args.no_query_cache)
+    server, base = start_server(data_dir, cache=not args.no_query_cache, root=args.root)
+    print(f"serving {args.root} as process {server.pid} at {base}", flush=True)
     mix = Mix()
     mix.seen.add("cardiomegaly")  # the readiness probe's search
     try:
         fn_index = search_fn_index(base)
         png = sorted((Path(data_dir) / "demo").rglob("*.png"))[0].read_bytes()
+        upload, kind = upload_body(png)
         rows, service_ms = [], {"rest": [], "upload": []}
         for clients in [int(c) for c in args.levels.split(",")]:
             before = mix.share()
             draw = mix.stream(SEED + 2 * clients)
-            rest = asyncio.run(
-                level(
-                    base, clients, args.seconds,
-                    lambda c, i, draw=draw: rest_search(c, draw(), service_ms["rest"]),
-                )
+            rest = level(
+                base, server.pid, clients, args.seconds,
+                lambda conn, draw=draw: rest_search(conn, draw(), service_ms["rest"]),
             )  # fmt: skip
             rest["repeats"] = _share(before, mix.share())
             load_rest = os.getloadavg()[0]
             before = mix.share()
             draw = mix.stream(SEED + 2 * clients + 1)
-            gradio = asyncio.run(
-                level(
-                    base, clients, args.seconds,
-                    lambda c, i, draw=draw: gradio_search(c, fn_index, draw()),
-                )
+            gradio = level(
+                base, server.pid, clients, args.seconds,
+                lambda conn, draw=draw: gradio_search(conn, fn_index, draw()),
             )  # fmt: skip
             gradio["repeats"] = _share(before, mix.share())
             rows.append((clients, rest, gradio, load_rest, os.getloadavg()[0]))
             print(f"{clients:>2} clients: REST {rest} | Gradio {gradio}", flush=True)
-        upload = asyncio.run(
-            level(base, 4, args.seconds, lambda c, i: upload_search(c, png, service_ms["upload"]))
-        )
-        print(f"upload at 4 clients: {upload}", flush=True)
+        uploads = level(
+            base, server.pid, 4, args.seconds,
+            lambda conn: upload_search(conn, upload, kind, service_ms["upload"]),
+        )  # fmt: skip
+        print(f"upload at 4 clients: {uploads}", flush=True)
     finally:
         server.terminate()
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
-    text = report(rows, upload, service_ms, args, len(mix.seen))
+    text = report(rows, uploads, service_ms, args, len(mix.seen))
     print(text)
     if args.write:
         write_section(text, markers(args))
@@ -390,8 +479,9 @@ def report(rows, upload, service_ms, args, distinct: int) -> str:
         "",
         "| clients | REST searches/s | REST p50 ms | REST p95 ms | REST errors | REST repeats | "
         "Gradio searches/s | Gradio p50 ms | Gradio p95 ms | Gradio errors | REST / Gradio | "
+        "server CPU ms per search, REST / Gradio | client CPU ms per search, REST / Gradio | "
         "load |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for clients, rest, gradio, load_rest, load_gradio in rows:
         ratio = rest["rate"] / gradio["rate"] if gradio["rate"] else float("inf")
@@ -399,23 +489,32 @@ def report(rows, upload, service_ms, args, distinct: int) -> str:
             f"| {clients} | {rest['rate']:.1f} | {rest['p50']:.0f} | {rest['p95']:.0f} | "
             f"{rest['errors']} | {100 * rest['repeats']:.0f}% | {gradio['rate']:.1f} | "
             f"{gradio['p50']:.0f} | {gradio['p95']:.0f} | {gradio['errors']} | {ratio:.1f}x | "
+            f"{rest['server_ms']:.1f} / {gradio['server_ms']:.1f} | "
+            f"{rest['client_ms']:.2f} / {gradio['client_ms']:.2f} | "
             f"{load_rest:.1f} / {load_gradio:.1f} |"
         )
-    encode = [e for e, _ in service_ms["rest"]]
-    rank = [r for _, r in service_ms["rest"]]
-    upload_encode = [e for e, _ in service_ms["upload"]]
+    answered = service_ms["rest"]
+    computed = [(e, r) for e, r, cached in answered if not cached]
+    encode = [e for e, _ in computed]
+    rank = [r for _, r in computed]
+    upload_encode = [e for e, *_ in service_ms["upload"]]
+    share = 1 - len(computed) / len(answered) if answered else 0.0
     lines += [
         "",
         f"- Image search by upload (`POST /api/v1/search/image`, one demo PNG, 4 clients): "
         f"{upload['rate']:.1f} searches/s, p50 {upload['p50']:.0f} ms, p95 {upload['p95']:.0f} "
         f"ms, {upload['errors']} errors (image encode median "
-        f"{statistics.median(upload_encode or [0]):.1f} ms).",
-        f"- Where a REST text search's time goes (timings_ms of the answers, all levels): "
-        f"encoding the query median {statistics.median(encode or [0]):.2f} ms (p95 "
-        f"{percentile(encode, 0.95):.1f} ms; a cache hit is under 0.1 ms), FAISS / logic "
-        f"ranking median {statistics.median(rank or [0]):.2f} ms; the rest of the end-to-end "
-        "latency is the search service's other steps, HTTP and JSON, and waiting for one of "
-        "the 2 cores that the server, the clients and the other engineers share.",
+        f"{statistics.median(upload_encode or [0]):.1f} ms; server CPU "
+        f"{upload['server_ms']:.1f} ms per search).",
+        f"- REST answers served from the server's result cache (medheb_app/api/answers.py; "
+        f"timings_ms says `cached`): {100 * share:.0f}% over all levels. In the answers that "
+        f"were computed: encoding the query median {statistics.median(encode or [0]):.2f} ms "
+        f"(p95 {percentile(encode, 0.95):.1f} ms; a query-cache hit is under 0.1 ms), FAISS / "
+        f"logic ranking median {statistics.median(rank or [0]):.2f} ms.",
+        "- Server CPU per search: the server process's user + system CPU (/proc, all threads) "
+        "over the level divided by the searches answered; client CPU the same for the bench "
+        "process, whose client threads (one keep-alive http.client connection each, the same "
+        "client for both paths) share the 2 cores with the server.",
         markers(args)[1],
     ]
     return "\n".join(lines)

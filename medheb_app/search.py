@@ -419,8 +419,28 @@ def search(
         query_text, file, model_spec, index, k, settings, setting, ranking, study, public,
         nprobe, ef_search, rerank, include_training,
     )  # fmt: skip
+    return run(prepare(request, settings), settings)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated request with the model and the index build it will search."""
+
+    request: SearchRequest
+    embedder: Embedder
+    loaded: LoadedIndex
+
+
+def prepare(request: SearchRequest, settings: Settings) -> Prepared:
+    """The model and index build for a validated request (both memoised after the first
+    load, so this costs a few stats): what a cached answer of it must have been made with."""
     embedder = registry.load_embedder(request.model, settings)
-    loaded = resolve_index(request.index, embedder, settings)
+    return Prepared(request, embedder, resolve_index(request.index, embedder, settings))
+
+
+def run(prepared: Prepared, settings: Settings) -> SearchResponse:
+    """Rank and assemble the answer of a prepared request."""
+    request, embedder, loaded = prepared.request, prepared.embedder, prepared.loaded
     return assemble(request, rank(request, embedder, loaded, settings), embedder, loaded)
 
 

@@ -98,6 +98,8 @@ class Settings:
     # MEDHEB_QUERY_CACHE: query texts whose embedding each loaded model keeps (LRU; 0: none);
     # medheb_app.models.query_cache
     query_cache: int = 4096
+    # MEDHEB_ANSWER_CACHE: API text-search answers kept (LRU; 0: none); medheb_app/api/answers.py
+    answer_cache: int = 2048
     api_token_rate: int = 600  # MEDHEB_API_TOKEN_RATE: requests a minute per API token
     admin_users: tuple[str, ...] = ()
     # TRUST_PROXY_HEADERS: how many proxies in front of the app append to X-Forwarded-For
@@ -182,6 +184,7 @@ class Settings:
             "queue_per_client": int(env.get("QUEUE_PER_CLIENT", 8)),
             "query_threads": int(env.get("MEDHEB_QUERY_THREADS", 1)),
             "query_cache": int(env.get("MEDHEB_QUERY_CACHE", 4096)),
+            "answer_cache": int(env.get("MEDHEB_ANSWER_CACHE", 2048)),
             "trusted_proxy_hops": parse_proxy_hops(env.get("TRUST_PROXY_HEADERS", "")),
             "public_origins": tuple(
                 o.strip().rstrip("/") for o in env.get("PUBLIC_ORIGIN", "").split(",") if o.strip()

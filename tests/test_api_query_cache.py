@@ -81,7 +81,7 @@ def site(tmp_path_factory):
         yield up
 
 
-def test_a_repeated_search_over_http_hits_the_cache_and_ranks_the_same(site):
+def test_a_repeated_text_over_http_hits_the_cache_and_ranks_the_same(site):
     from medheb_app.models.registry import load_embedder
 
     query = {
@@ -91,12 +91,14 @@ def test_a_repeated_search_over_http_hits_the_cache_and_ranks_the_same(site):
     cache = cache_of(load_embedder("random", site.settings))
     before = cache.stats()
     with site.client("search") as client:
-        first, second = client.post("/search", json=query), client.post("/search", json=query)
+        first = client.post("/search", json=query)
+        # another k is another answer (api/answers.py keeps whole answers): encoded again?
+        second = client.post("/search", json={**query, "k": 3})
     assert first.status_code == second.status_code == 200, first.text
     after = cache.stats()
     assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
     ranked = [[(h["id"], h["score"]) for h in r.json()["results"]] for r in (first, second)]
-    assert ranked[0] == ranked[1] and len(ranked[0]) == 4
+    assert ranked[0][:3] == ranked[1] and len(ranked[0]) == 4
 
 
 def test_a_hits_json_is_what_asdict_gives_without_sharing_its_containers():

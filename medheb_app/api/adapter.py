@@ -13,7 +13,7 @@ from typing import Any
 from medheb_app.evidence.file_study import study_from_file
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, list_indices, load_index
-from medheb_app.search import SearchError, check_offered, search
+from medheb_app.search import Prepared, SearchError, check_offered, prepare, run, search, validate
 from medheb_app.serving import default_model, offered
 from medheb_app.settings import Settings
 
@@ -26,7 +26,9 @@ __all__ = [
     "default_model",
     "find_build",
     "offered",
+    "prepare_text",
     "read_upload",
+    "run_prepared",
     "run_search",
 ]
 
@@ -63,6 +65,35 @@ def run_search(
         rerank=rerank,
         include_training=include_training,
     ).to_json()
+
+
+def prepare_text(
+    settings: Settings,
+    *,
+    text: str,
+    model: str | None,
+    index: str | None,
+    k: int,
+    ranking: str,
+    setting: str,
+    public: bool,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    rerank: int | None = None,
+    include_training: bool = False,
+) -> Prepared:
+    """A text search validated and resolved to its model and index build, as `search`
+    does before ranking (the same checks, the same refusals)."""
+    request = validate(
+        text, None, model, index, k, settings, setting, ranking, None, public,
+        nprobe, ef_search, rerank, include_training,
+    )  # fmt: skip
+    return prepare(request, settings)
+
+
+def run_prepared(prepared: Prepared, settings: Settings) -> dict[str, Any]:
+    """The `search --json` document of a prepared search."""
+    return run(prepared, settings).to_json()
 
 
 def builds(settings: Settings, name: str | None = None) -> list[dict[str, Any]]:

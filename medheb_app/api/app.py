@@ -7,6 +7,7 @@ from fastapi import FastAPI
 
 from medheb_app import __version__
 from medheb_app.api.admin_routes import router as admin_router
+from medheb_app.api.answers import AnswerCache
 from medheb_app.api.problems import install_handlers
 from medheb_app.api.read_routes import router as read_router
 from medheb_app.api.schemas import Problem
@@ -38,6 +39,7 @@ def build_api(services: Services) -> FastAPI:
     )
     api.state.services = services
     api.state.limits = ApiLimits(token_rate=services.settings.api_token_rate)
+    api.state.answers = AnswerCache(services.settings.answer_cache)
     install_handlers(api)
     api.include_router(search_router)
     api.include_router(read_router)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,6 +19,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from medheb_app.api import adapter, audit
+from medheb_app.api.answers import AnswerCache, with_timings
 from medheb_app.api.problems import ApiProblem
 from medheb_app.api.schemas import Hit, SearchRequest, SearchResult
 from medheb_app.api.security import ApiLimits, Principal, access, services_of
@@ -57,10 +59,15 @@ def _check_ready(services: Services, index: str) -> None:
         )
 
 
-def _shape(services: Services, payload: dict[str, Any]) -> dict[str, Any]:
+def _shape(
+    services: Services, payload: dict[str, Any], loaded: adapter.LoadedIndex | None = None
+) -> dict[str, Any]:
     """The search document with a score kind, report text, training flag and links per hit,
-    and no server path."""
-    loaded = adapter.find_build(services.settings, payload["index"], payload["model_fingerprint"])
+    and no server path (`loaded`: the build searched, when the caller has it)."""
+    if loaded is None:
+        loaded = adapter.find_build(
+            services.settings, payload["index"], payload["model_fingerprint"]
+        )
     kind = SCORE_KINDS.get(payload.get("ranking", "similarity"), "cosine")
     hits = []
     for hit in payload["results"]:
@@ -138,6 +145,65 @@ def searched(
     return shaped
 
 
+def _audit_search(
+    services: Services, caller: Principal, route: str, index: str, query: str, count: int
+) -> None:
+    if not audit.index_is_synthetic(services.settings, index):
+        audit.record(
+            services.store,
+            who=caller.who,
+            action="search",
+            route=route,
+            index=index,
+            query=query,
+            count=count,
+        )
+
+
+def text_answer(
+    services: Services, caller: Principal, route: str, body: SearchRequest, answers: AnswerCache
+) -> bytes:
+    """The JSON answer of a text search for `caller`: checked and resolved as `searched`
+    does, then from `answers` when this caller asked this of this model and build before,
+    else ranked, shaped and kept; audited either way."""
+    started = time.perf_counter()
+    settings = services.settings
+    index = body.index or settings.default_index
+    _check_ready(services, index)
+    model = body.model or adapter.default_model(settings, index)
+    try:
+        if not caller.admin:  # a token reaches every built index, through listed models only
+            adapter.check_offered(model, index, settings)
+        prepared = adapter.prepare_text(
+            settings,
+            text=body.text,
+            model=model,
+            index=index,
+            k=body.k,
+            ranking=body.ranking,
+            setting=body.setting,
+            public=caller.anonymous,
+            nprobe=body.nprobe,
+            ef_search=body.ef_search,
+            rerank=body.rerank,
+            include_training=body.include_training,
+        )
+        rights = caller.scope or "anonymous"
+        kept = answers.get(prepared, rights)
+        if kept is not None:
+            lookup = round((time.perf_counter() - started) * 1000, 2)
+            _audit_search(services, caller, route, index, body.text, kept.count)
+            return with_timings(kept.body, {"encode": 0.0, "search": 0.0, "cached": lookup})
+        payload = adapter.run_prepared(prepared, settings)
+    except (adapter.SearchError, adapter.EvidenceError) as error:
+        raise ApiProblem("search-refused", str(error)) from None
+    shaped = _shape(services, payload, prepared.loaded)
+    plain = SearchResult.model_validate(shaped).model_dump_json(exclude={"timings_ms"}).encode()
+    answers.put(prepared, rights, shaped, plain)
+    _audit_search(services, caller, route, index, body.text, len(shaped["results"]))
+    return with_timings(plain, shaped.get("timings_ms") or {})
+
+
 @router.post(
     "/search",
     response_model=SearchResult,
@@ -149,22 +215,9 @@ def search_text(
     request: Request,
     caller: Annotated[Principal, Depends(access("search", anonymous=True, bucket="searches"))],
 ) -> Response:
-    knobs = {"nprobe": body.nprobe, "ef_search": body.ef_search, "rerank": body.rerank}
-    return answer(
-        searched(
-            services_of(request),
-            caller,
-            "POST /api/v1/search",
-            text=body.text,
-            model=body.model,
-            index=body.index,
-            k=body.k,
-            ranking=body.ranking,
-            setting=body.setting,
-            knobs=knobs,
-            include_training=body.include_training,
-        )
-    )
+    answers: AnswerCache = request.app.state.answers
+    document = text_answer(services_of(request), caller, "POST /api/v1/search", body, answers)
+    return Response(content=document, media_type="application/json")
 
 
 # ---------------------------------------------------------------- upload

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 
 from medheb_app.access.limits import RateLimiter, client_key, wait_words
 from medheb_app.api.problems import ApiProblem
@@ -132,8 +133,11 @@ def access(needed: str, anonymous: bool, bucket: str = "reads") -> Callable[[Req
     `anonymous`, no token at all) was sent, and counted against its limit. On a route open to
     anonymous callers, a token without the scope is answered as an anonymous caller."""
 
-    def dependency(request: Request) -> Principal:
-        caller = principal(request)
+    async def dependency(request: Request) -> Principal:
+        if "authorization" in request.headers:  # a token is looked up in the store
+            caller = await run_in_threadpool(principal, request)
+        else:  # nothing to read: answered on the event loop, no thread hop
+            caller = principal(request)
         if caller.anonymous and not anonymous:
             raise ApiProblem(
                 "unauthenticated",

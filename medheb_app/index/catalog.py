@@ -9,6 +9,7 @@ temporary sibling and rename it into place, so the app never reads a half-built 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import mmap
@@ -356,27 +357,59 @@ def list_indices(settings: Settings) -> list[dict[str, Any]]:
     for catalog_file in sorted(settings.index_dir.glob(f"*/*/{CATALOG_FILE}")):
         if catalog_file.parent.name.startswith("."):
             continue
-        try:
-            info = json.loads(catalog_file.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue  # being replaced right now; the next listing will see it
-        entries.append(
-            {
-                "name": info["name"],
-                "model": info["model"]["name"],
-                # the spec it was built with, tag included (older catalogs: the card's name)
-                "model_spec": info.get("model_spec") or info["model"]["name"],
-                "model_version": info["model"].get("version", ""),
-                "fingerprint": info["fingerprint"],
-                "kind": info["kind"],
-                "count": info["count"],
-                "dims": info["dims"],
-                "forms": info.get("forms", []),
-                "synthetic": info.get("synthetic", False),
-                "created": info.get("created", ""),
-                "vocabulary": info.get("vocabulary"),
-                "source": info.get("corpus", {}).get("spec") or info.get("corpus", {}).get("kind"),
-                "path": str(catalog_file.parent),
-            }
-        )
+        entry = _listed(catalog_file)
+        if entry is not None:
+            entries.append(entry)
     return entries
+
+
+_LISTED: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+
+def _listed(catalog_file: Path) -> dict[str, Any] | None:
+    """The listing entry of one catalog file, parsed once per version of the file (its
+    inode, size and mtime: a build is renamed into place whole, so a new build is a new
+    file): an API search audits with the listing, and reading and parsing every catalog per
+    request showed in its profile (BENCHMARKS.md, "HTTP API"). The caller gets its own copy."""
+    try:
+        status = catalog_file.stat()
+    except OSError:
+        return None  # removed right now; the next listing will see it
+    version = (status.st_ino, status.st_size, status.st_mtime_ns)
+    with _loaded_lock:
+        held = _LISTED.get(str(catalog_file))
+    if held is not None and held[0] == version:
+        return _copied(held[1])
+    try:
+        info = json.loads(catalog_file.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None  # being replaced right now; the next listing will see it
+    entry = _entry(info, catalog_file)
+    with _loaded_lock:
+        _LISTED[str(catalog_file)] = (version, entry)
+    return _copied(entry)
+
+
+def _entry(info: dict[str, Any], catalog_file: Path) -> dict[str, Any]:
+    return {
+        "name": info["name"],
+        "model": info["model"]["name"],
+        # the spec it was built with, tag included (older catalogs: the card's name)
+        "model_spec": info.get("model_spec") or info["model"]["name"],
+        "model_version": info["model"].get("version", ""),
+        "fingerprint": info["fingerprint"],
+        "kind": info["kind"],
+        "count": info["count"],
+        "dims": info["dims"],
+        "forms": info.get("forms", []),
+        "synthetic": info.get("synthetic", False),
+        "created": info.get("created", ""),
+        "vocabulary": info.get("vocabulary"),
+        "source": info.get("corpus", {}).get("spec") or info.get("corpus", {}).get("kind"),
+        "path": str(catalog_file.parent),
+    }
+
+
+def _copied(entry: dict[str, Any]) -> dict[str, Any]:
+    vocabulary = entry["vocabulary"]
+    return {**entry, "forms": list(entry["forms"]), "vocabulary": copy.deepcopy(vocabulary)}

@@ -86,6 +86,15 @@ class LogicHits:
 _LOCK = threading.Lock()
 _LOADED: dict[str, tuple[tuple, IndexState]] = {}
 _HAS_TRAIN: dict[str, tuple[tuple, bool]] = {}
+_generation = 0  # logic states installed in _LOADED by this process
+
+
+def generation() -> int:
+    """How many logic states (probes, logits) this process has installed: an answer made
+    before a state was installed or replaced may differ from one made after (api/answers.py)."""
+    return _generation
+
+
 HELD_OUT, OUT_OF_FOLD, IN_SAMPLE = "held-out", "out-of-fold", "in-sample"
 
 
@@ -196,6 +205,7 @@ def _index_state(
     None of it depends on the query, and finding the probe file alone hashes every train
     label (tens of ms on 2,000 studies), too slow to repeat per query.
     """
+    global _generation
     index_file = loaded.directory / "index.faiss"
     stamp = index_file.stat().st_mtime_ns if index_file.is_file() else 0
     version = (stamp, embedder.card.fingerprint, vocabulary, str(settings.data_dir))
@@ -217,6 +227,7 @@ def _index_state(
             out_of_fold[rows] = True
         state = IndexState(vectors, probe, logits, training, out_of_fold)
         _LOADED[str(loaded.directory)] = (version, state)  # a rebuild replaces the entry
+        _generation += 1
     return state
 
 

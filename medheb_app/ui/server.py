@@ -13,10 +13,13 @@ from __future__ import annotations
 import html
 import logging
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
@@ -223,15 +226,10 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
         auth.clear_cookies(response)
         return response
 
-    @app.middleware("http")
-    async def redeem_invitation_links(request: Request, call_next):
+    def redeem_invitation_links(request: Request) -> Response | None:
         """GET /rate?invite=SECRET: redeem, set the cookie, and redirect to a clean /rate/ so
         the secret leaves the address bar and the history."""
-        if (
-            request.method == "GET"
-            and request.url.path in (RATER_PATH, f"{RATER_PATH}/")
-            and "invite" in request.query_params
-        ):
+        if "invite" in request.query_params:
             if _from_another_page(request) and auth.rater(request) is not None:
                 # a link on another page must not silently swap a signed-in rater for the
                 # invitation's (login CSRF, found by the adversarial pass): ask first
@@ -246,7 +244,9 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             return _rater_signed_in(claim)
         if request.url.path == RATER_PATH:  # the raters' page lives at /rate/ (mounted app)
             return RedirectResponse(f"{RATER_PATH}/", status_code=307)
-        return await call_next(request)
+        return None
+
+    app.add_middleware(RaterPathMiddleware, answer=redeem_invitation_links)
 
     for prefix in ("", RATER_PATH):
 
@@ -254,6 +254,29 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
         def no_deep_links() -> PlainTextResponse:
             """Deep links would snapshot a session's component values to a file: off."""
             return PlainTextResponse('""', media_type="application/json")
+
+
+class RaterPathMiddleware:
+    """Pure ASGI middleware: GET /rate and /rate/ first go to `answer(request)`, whose
+    response (a redeemed invitation, the /rate -> /rate/ redirect) is sent instead of the page
+    when it gives one. Every other request passes untouched, with none of the per-request
+    task group and streams that Starlette's BaseHTTPMiddleware (@app.middleware) costs."""
+
+    def __init__(self, app: Any, answer: Callable[[Request], Response | None]) -> None:
+        self.app = app
+        self.answer = answer
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if (
+            scope.get("type") == "http"
+            and scope.get("method") == "GET"
+            and scope.get("path") in (RATER_PATH, f"{RATER_PATH}/")
+        ):
+            response = await run_in_threadpool(self.answer, Request(scope, receive))
+            if response is not None:
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def add_upload_routes(app: FastAPI, services: Services) -> UploadIntake:
