@@ -80,7 +80,7 @@ from medheb_app.index.sources import (
     parse_source,
 )
 from medheb_app.models import registry
-from medheb_app.models.base import Embedder
+from medheb_app.models.base import Embedder, input_side
 from medheb_app.models.device import resolve_device
 from medheb_app.ranking.index_logic import prepare_index_logic
 from medheb_app.settings import Settings
@@ -186,7 +186,12 @@ def build_from_source(
     resolved_device = resolve_device(device or settings.device)
     notes: list[str] = []
     with build_lock(settings, name, _noting(notes, progress)):
-        embedder = registry.load_embedder(model_spec, settings, device=resolved_device)
+        # with Ray the actors hold the model; the driver needs only its card
+        embedder = (
+            registry.card_only(model_spec, settings)
+            if engine == "ray"
+            else registry.load_embedder(model_spec, settings, device=resolved_device)
+        )
         check_replace(name, embedder.card.fingerprint, model_spec, settings, replace)
         if progress:  # the kind only: the path typed may name a patient's folder
             progress(0.0, f"reading source {spec.kind}:")
@@ -312,6 +317,7 @@ def _build_locked(
     say = progress or (lambda fraction, message: None)
     fingerprint = embedder.card.fingerprint
     studies = _unique(loaded.studies)
+    _fit_to_model(studies, embedder)
     shards = make_shards(studies, shard_size)
     directory = build_dir(settings, name, fingerprint)
     about = {
@@ -391,6 +397,15 @@ def _build_locked(
         f"{describe_failures(failures)}), {report.kind}",
     )
     return report
+
+
+def _fit_to_model(studies: Sequence[Study], embedder: Embedder) -> None:
+    """Streamed studies (DICOM) reduce their pixels to the embedder's own input size as they
+    decode, where it declares one: a batch then holds model-sized films, same vectors."""
+    side = input_side(embedder)
+    for study in studies:
+        if hasattr(study, "input_side"):
+            study.input_side = side  # type: ignore[attr-defined]
 
 
 def _unique(studies: Sequence[Study]) -> list[Study]:

@@ -70,7 +70,7 @@ def study_content_key(study: Study) -> str:
     if study.form == "text":
         digest.update((study.text or "").encode("utf-8"))
     elif content:
-        digest.update(f"{content}:{getattr(study, 'working_side', '')}".encode())
+        digest.update(f"{content}:{getattr(study, 'fit_key', '')}".encode())
     elif study.pixels is not None:
         pixels = np.ascontiguousarray(study.pixels, dtype=np.float32)
         digest.update(str(pixels.shape).encode())

@@ -193,7 +193,7 @@ def _run(
 ) -> Iterator[ShardResult]:
     import ray
 
-    fingerprint = registry.load_embedder(model_spec, settings, device="cpu").card.fingerprint
+    fingerprint = registry.card_only(model_spec, settings).card.fingerprint
     cache = EmbeddingCache(settings.cache_dir)
     found: dict[int, dict[str, np.ndarray]] = {}
     rows: list[dict[str, Any]] = []

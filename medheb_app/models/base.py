@@ -65,6 +65,25 @@ class Embedder(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class CardOnly:
+    """A model's card (and input side) without its weights: all a build's driver needs when
+    Ray actors embed (index/ray_engine.py), so the driver holds no second copy of the model."""
+
+    card: ModelCard
+    input_side: int | None = None
+
+    def encode(self, items: Sequence[EmbedItem], instruction: str | None = None) -> np.ndarray:
+        raise RuntimeError(f"{self.card.name} was not loaded here; its actors embed.")
+
+
+def input_side(embedder: object) -> int | None:
+    """The square image input an embedder declares (`input_side`: it resizes every image to
+    it with evidence/resize.py first), or None: a source may then fit images to it early."""
+    side = getattr(embedder, "input_side", None)
+    return int(side) if side else None
+
+
 def l2_normalise(vectors: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     """Rows scaled to unit length, as float32; all-zero rows stay zero."""
     vectors = np.asarray(vectors, dtype=np.float32)

@@ -187,6 +187,11 @@ class DualLiteEmbedder:
             image_size=int(config.get("image_size", IMAGE_SIZE)),
         )
 
+    @property
+    def input_side(self) -> int:
+        """The square input the image tower reads (a source may fit films to it early)."""
+        return self.image_size
+
     # -- devices ---------------------------------------------------------------------------
     @property
     def device(self) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from medheb_app.models.base import Embedder, ModelCard
+from medheb_app.models.base import CardOnly, Embedder, ModelCard
 from medheb_app.models.baselines import OracleEmbedder, RandomEmbedder
 from medheb_app.models.device import place, resolve_device
 from medheb_app.models.dual_lite_checkpoint import (
@@ -38,6 +38,7 @@ from medheb_app.models.medemb_lite_checkpoint import checkpoints as medemb_lite_
 from medheb_app.models.medemb_lite_checkpoint import (
     read_checkpoint_config as read_medemb_lite_config,
 )
+from medheb_app.models.tower_names import IMAGE_SIZE
 from medheb_app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,25 @@ def load_embedder(spec: str, settings: Settings, device: str | None = None) -> E
                     del _CACHE[stale]
             _CACHE[cache_key] = place(loader(), resolved, settings.precision)
         return _CACHE[cache_key]
+
+
+def card_only(spec: str, settings: Settings) -> CardOnly:
+    """The card (and image input side) of `spec` read from its files, without loading weights
+    or torch, where they say it (built-ins, dual-lite and medemb-lite checkpoints: the card
+    load_embedder's model carries); any other spec is loaded once to read them."""
+    spec = spec.strip()
+    if spec in BUILTINS:
+        return CardOnly(BUILTINS[spec].card(settings))
+    name, at, tag = spec.partition("@")
+    if name == DUAL_LITE:
+        folder = _dual_lite_folder(tag if at else DEFAULT_DUAL_LITE_TAG, settings)
+        config = read_checkpoint_config(folder)
+        return CardOnly(checkpoint_card(folder, config), int(config.get("image_size", IMAGE_SIZE)))
+    if name == MEDEMB_LITE:
+        folder = medemb_lite_folder(tag if at else "", settings)
+        return CardOnly(medemb_lite_card(folder, read_medemb_lite_config(folder)))
+    loaded = load_embedder(spec, settings, device="cpu")
+    return CardOnly(loaded.card, getattr(loaded, "input_side", None))
 
 
 def superseded(key: tuple, cached: Iterable[tuple]) -> list[tuple]:

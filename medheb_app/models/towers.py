@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from medheb_app.evidence.study import EvidenceError
+from medheb_app.evidence.resize import resized_tensor
 from medheb_app.models.tower_names import IMAGE_ARCH as IMAGE_ARCH  # re-exported names
 from medheb_app.models.tower_names import IMAGE_SIZE as IMAGE_SIZE
 from medheb_app.models.tower_names import TEXT_DIM as TEXT_DIM
@@ -101,24 +101,10 @@ class ImageTower(nn.Module):
 def preprocess_images(images: Sequence[np.ndarray], size: int = IMAGE_SIZE) -> torch.Tensor:
     """Images in [0, 1] ((H, W) greyscale or (H, W, 3)) -> (B, 3, size, size) normalised.
 
-    The whole image is resized (no crop) so that findings near the borders of a radiograph,
-    such as the costophrenic angles, are kept.
+    The whole image is resized (evidence/resize.py, no crop), so that findings near the
+    borders of a radiograph, such as the costophrenic angles, are kept.
     """
-    batch = []
-    for image in images:
-        array = np.asarray(image, dtype=np.float32)
-        if array.ndim == 3 and array.shape[-1] == 1:
-            array = array[..., 0]
-        if array.ndim == 2:
-            array = np.repeat(array[..., None], 3, axis=-1)
-        if array.ndim != 3 or array.shape[-1] not in (3, 4):
-            raise EvidenceError(f"Expected a greyscale or RGB image; got shape {array.shape}.")
-        tensor = torch.from_numpy(np.ascontiguousarray(array[..., :3])).permute(2, 0, 1)[None]
-        tensor = F.interpolate(
-            tensor, size=(size, size), mode="bilinear", antialias=True, align_corners=False
-        )
-        batch.append(tensor[0])
-    pixels = torch.stack(batch).clamp_(0.0, 1.0)
+    pixels = torch.stack([resized_tensor(image, size) for image in images]).clamp_(0.0, 1.0)
     mean = torch.tensor(IMAGE_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(IMAGE_STD).view(1, 3, 1, 1)
     return (pixels - mean) / std

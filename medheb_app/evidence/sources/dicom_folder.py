@@ -4,8 +4,10 @@ Headers only are read first (pydicom `stop_before_pixels`, one file at a time, w
 lines) to group files by SeriesInstanceUID; each series of single-frame slices becomes one
 volume (sorted along the slice normal by the readers), and each multi-frame file or lone image
 its own Study. No pixel is decoded here: a DicomStudy decodes its own files when the build
-embeds its batch (Study.load_pixels), downsampled on the way to at most WORKING_SIDE pixels a
-side, and the build drops the pixels after the batch, so peak memory stays at a batch of
+embeds its batch (Study.load_pixels) and reduced at once: to the embedder's own input size
+by the embedder's own resize where it declares one (`input_side`, dual-lite 224: the vectors
+are those of decoding the full film first), else by block means to at most WORKING_SIDE
+pixels a side. The build drops the pixels after the batch, so peak memory stays at a batch of
 films whatever the size of the archive (bench/bench_dicom_stream.py, BENCHMARKS.md).
 
 Every file the folder holds is accounted for: it joins a Study, or `failed` says why not (not
@@ -33,9 +35,9 @@ from medheb_app.evidence.pixels import LoadedImage, check_size
 from medheb_app.evidence.sources.layout import require_dir
 from medheb_app.evidence.study import EvidenceError, Study
 
-# Longest side a decoded image keeps (integer block means, so it stays >= this): above every
-# shipped model's input (dual-lite 224, MedEmb-lite <= 1024), 4 MB of float32 for a 2048x2048
-# film instead of 16 MB.
+# Longest side a decoded image keeps (integer block means, so it stays >= this) for an embedder
+# that declares no input size: above every shipped model's input (MedEmb-lite <= 1024), 4 MB
+# of float32 for a 2048x2048 film instead of 16 MB.
 WORKING_SIDE = 1024
 HEADER_PROGRESS_EVERY = 500  # files between two "reading DICOM headers" lines
 # Failure reasons of failed.jsonl (the build summary counts them).
@@ -55,16 +57,34 @@ class DicomStudy(Study):
     files: tuple[str, ...] = field(default=(), repr=False)  # absolute paths, slice order later
     content_digest: str = field(default="", repr=False)  # SOP instances + sizes (cache key)
     working_side: int = WORKING_SIDE
+    # the embedder's square input (dual-lite 224), set by the build: the decoded pixels are
+    # fitted to it by the model's own resize (evidence/resize.py) instead of block means
+    input_side: int | None = None
 
     @property
     def reloadable(self) -> bool:
         return True
 
+    @property
+    def fit_key(self) -> str:
+        """How the pixels are reduced, for the cache key: a vector of one fit is not another's."""
+        return f"fit-{self.input_side}" if self.input_side else str(self.working_side)
+
     def load_pixels(self) -> np.ndarray | None:
         if self.pixels is None and self.files:
             loaded = decode_files([Path(f) for f in self.files], self.meta.get("label", self.id))
-            self.pixels = downsample(loaded.pixels, self.working_side)
+            self.pixels = self._fit(loaded.pixels)
         return self.pixels
+
+    def _fit(self, pixels: np.ndarray) -> np.ndarray:
+        if not self.input_side:
+            return downsample(pixels, self.working_side)
+        # deferred: torch (only an embedder that declares its input size sets it)
+        from medheb_app.evidence.resize import fit_image, fit_volume
+
+        if self.form == "3d":
+            return fit_volume(pixels, self.input_side)
+        return fit_image(pixels, self.input_side)
 
 
 @dataclass
