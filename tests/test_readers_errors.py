@@ -168,3 +168,32 @@ def test_study_from_file_ids_follow_content(tmp_path: Path) -> None:
     assert first.meta["source_format"] == "dicom"
     volume = study_from_file(dicom_file("emri_small.dcm"))
     assert volume.form == "3d" and volume.evidence().volume is not None
+
+
+def test_a_damaged_member_of_a_zip_is_skipped_and_logged_without_its_name(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A series zip with one member pydicom cannot parse still reads; the skip is logged (no
+    silent except), and the log does not name the member, which may name a patient. pydicom is
+    lenient with damaged headers, so its failure on the member is forced by a wrapper."""
+    good = dicom_file("CT_small.dcm").read_bytes()
+    damaged = good[:132] + b"DAMAGED"
+    real_read = pydicom.dcmread
+
+    def read(handle, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        start = handle.tell()
+        if handle.read(139)[132:139] == b"DAMAGED":
+            raise ValueError("unexpected end of file in element (0008,0005)")
+        handle.seek(start)
+        return real_read(handle, *args, **kwargs)
+
+    monkeypatch.setattr(pydicom, "dcmread", read)
+    archive = tmp_path / "series.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("slice1.dcm", good)
+        handle.writestr("DOE_JANE_slice2.dcm", damaged)
+    with caplog.at_level("WARNING", logger="medheb_app.evidence.dicom"):
+        loaded = read_any(archive)
+    assert loaded.pixels.size > 0
+    skipped = [r.getMessage() for r in caplog.records if "damaged DICOM member" in r.getMessage()]
+    assert skipped == ["skipped a damaged DICOM member of an upload (ValueError)"]

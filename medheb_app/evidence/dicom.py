@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import io
+import logging
 import warnings
 import zipfile
 from collections.abc import Callable, Iterable
@@ -59,6 +60,8 @@ SAFE_TAGS: tuple[str, ...] = (
     "KVP",
 )
 _FUNCTIONAL_GROUPS = ("SharedFunctionalGroupsSequence", "PerFrameFunctionalGroupsSequence")
+
+log = logging.getLogger(__name__)
 
 
 def _find(ds: object, keyword: str) -> object | None:
@@ -425,7 +428,9 @@ def _header(member: _Member) -> object | None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ds = pydicom.dcmread(handle, stop_before_pixels=True)
-    except Exception:  # damaged member: skip it, the rest may form a series
+    except Exception as error:  # pydicom raises many types; the rest may still form a series
+        # the member's name may be a patient's: the log says its kind of damage only
+        log.warning("skipped a damaged DICOM member of an upload (%s)", type(error).__name__)
         return None
     return ds if "Rows" in ds and "Columns" in ds else None  # DICOMDIR, SR, presentation states
 
