@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import zipfile
 from pathlib import Path
@@ -180,7 +181,7 @@ def test_a_damaged_member_of_a_zip_is_skipped_and_logged_without_its_name(
     damaged = good[:132] + b"DAMAGED"
     real_read = pydicom.dcmread
 
-    def read(handle, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def read(handle: io.BufferedIOBase, *args: object, **kwargs: object) -> object:
         start = handle.tell()
         if handle.read(139)[132:139] == b"DAMAGED":
             raise ValueError("unexpected end of file in element (0008,0005)")
