@@ -109,7 +109,7 @@ def build(folder: Path, data_dir: Path, model: str, batch_size: int) -> dict[str
         "seconds": seconds,
         "maxrss_mb": usage.ru_maxrss / 1024,  # KiB on Linux
         "peak_rss_mb": peak[0] / 2**20,
-        "header_lines": sum("reading DICOM headers" in line for line in lines),
+        "header_lines": sum("DICOM headers read" in line for line in lines),
     }
 
 

@@ -113,7 +113,22 @@ def test_reading_headers_prints_progress_lines(keyed, tmp_path, monkeypatch) -> 
     lines: list[str] = []
     load_source(f"dicom:{root}", keyed, lines.append)
     assert [line.split(" files")[0] for line in lines] == [
-        "reading DICOM headers: 2 of 5",
-        "reading DICOM headers: 4 of 5",
-        "reading DICOM headers: 5 of 5",
+        "DICOM headers read: 2 of 5",
+        "DICOM headers read: 4 of 5",
+        "DICOM headers read: 5 of 5",
+    ]
+
+
+def test_the_cli_prints_the_first_header_line_after_reading_source(capsys) -> None:
+    """`index build` prints one line per new step: the header lines must not read as the
+    "reading source" step that precedes them, or a fast header pass prints none."""
+    from medheb_app.cli import StderrProgress
+
+    progress = StderrProgress()
+    progress(0.0, "reading source dicom:")
+    progress(0.0, "DICOM headers read: 500 of 2,000 files (900/s)")
+    printed = capsys.readouterr().err.splitlines()
+    assert printed == [
+        "[  0%] reading source dicom:",
+        "[  0%] DICOM headers read: 500 of 2,000 files (900/s)",
     ]

@@ -39,7 +39,7 @@ from medheb_app.evidence.study import EvidenceError, Study
 # that declares no input size: above every shipped model's input (MedEmb-lite <= 1024), 4 MB
 # of float32 for a 2048x2048 film instead of 16 MB.
 WORKING_SIDE = 1024
-HEADER_PROGRESS_EVERY = 500  # files between two "reading DICOM headers" lines
+HEADER_PROGRESS_EVERY = 500  # files between two "DICOM headers read" lines
 # Failure reasons of failed.jsonl (the build summary counts them).
 NOT_AN_IMAGE = "not an image"
 NO_PIXEL_DATA = "no pixel data"
@@ -216,7 +216,7 @@ def read_headers(
             headers.append(header)
         if progress and (number % HEADER_PROGRESS_EVERY == 0 or number == len(files)):
             rate = number / max(time.perf_counter() - started, 1e-6)
-            progress(f"reading DICOM headers: {number:,} of {len(files):,} files ({rate:.0f}/s)")
+            progress(f"DICOM headers read: {number:,} of {len(files):,} files ({rate:.0f}/s)")
     return headers, failed, len(files)
 
 
