@@ -93,6 +93,22 @@ def answer(document: dict[str, Any]) -> Response:
     return Response(content=body, media_type="application/json")
 
 
+def _audit_search(
+    services: Services, caller: Principal, route: str, index: str, query: str, count: int
+) -> None:
+    """Audit a search on a non-synthetic index (who, route, index, query, hit count)."""
+    if not audit.index_is_synthetic(services.settings, index):
+        audit.record(
+            services.store,
+            who=caller.who,
+            action="search",
+            route=route,
+            index=index,
+            query=query,
+            count=count,
+        )
+
+
 def searched(
     services: Services,
     caller: Principal,
@@ -132,32 +148,9 @@ def searched(
     except (adapter.SearchError, adapter.EvidenceError) as error:
         raise ApiProblem("search-refused", str(error)) from None
     shaped = _shape(services, payload)
-    if not audit.index_is_synthetic(services.settings, index):
-        audit.record(
-            services.store,
-            who=caller.who,
-            action="search",
-            route=route,
-            index=index,
-            query=text if text is not None else "(uploaded study)",
-            count=len(shaped["results"]),
-        )
+    query = text if text is not None else "(uploaded study)"
+    _audit_search(services, caller, route, index, query, len(shaped["results"]))
     return shaped
-
-
-def _audit_search(
-    services: Services, caller: Principal, route: str, index: str, query: str, count: int
-) -> None:
-    if not audit.index_is_synthetic(services.settings, index):
-        audit.record(
-            services.store,
-            who=caller.who,
-            action="search",
-            route=route,
-            index=index,
-            query=query,
-            count=count,
-        )
 
 
 def text_answer(
