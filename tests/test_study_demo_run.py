@@ -87,7 +87,9 @@ def test_cli_and_ui_count_a_studys_items_the_same_way(
     assert main(["study", "list"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "counted" in x)
     assert "6 items + 2 gold (8 in all)" in line
-    services = type("S", (), {"store": store})()
+    from medheb_app.services.studies import Studies
+
+    services = type("S", (), {"store": store, "studies": Studies(settings, store)})()
     label = next(text for text, sid in study_options(services) if sid == listed["counted"]["id"])
     assert "6 items + 2 gold (8 in all)" in label
 
