@@ -56,10 +56,14 @@ def test_gradio_client_searches_with_the_names_the_page_shows(site):
 
     base, _, _ = site
     client = Client(base, verbose=False)
-    answer = client.predict(
-        query="cardiomegaly and no edema", model="oracle", index="demo-cxr", k=4,
-        api_name="/search",
-    )  # fmt: skip
+    try:
+        answer = client.predict(
+            query="cardiomegaly and no edema", model="oracle", index="demo-cxr", k=4,
+            api_name="/search",
+        )  # fmt: skip
+        defaults = client.predict(query="pneumothorax", api_name="/search")  # page's defaults
+    finally:
+        client.close()  # its heartbeat stream would hold the server's shutdown open
     assert answer["index"] == "demo-cxr" and answer["query"] == "cardiomegaly and no edema"
     assert [hit["rank"] for hit in answer["results"]] == [1, 2, 3, 4]
     first = answer["results"][0]
@@ -67,7 +71,6 @@ def test_gradio_client_searches_with_the_names_the_page_shows(site):
     assert first["score_kind"] in ("cosine", "log-probability")
     assert first["links"]["record"] == f"/api/v1/studies/demo-cxr/{first['id']}"
     assert "path" not in first and "/tmp" not in str(answer)
-    defaults = client.predict(query="pneumothorax", api_name="/search")  # the page's defaults
     assert defaults["index"] == "demo-cxr" and len(defaults["results"]) == 10
 
 
@@ -77,8 +80,13 @@ def test_a_pair_the_page_does_not_offer_is_refused_in_words(site):
 
     base, _, _ = site
     client = Client(base, verbose=False)
-    with pytest.raises(AppError) as refused:
-        client.predict(query="cardiomegaly", model="random", index="demo-cxr", api_name="/search")
+    try:
+        with pytest.raises(AppError) as refused:
+            client.predict(
+                query="cardiomegaly", model="random", index="demo-cxr", api_name="/search"
+            )
+    finally:
+        client.close()
     message = str(refused.value)
     assert "not offered" in message and "Error" not in message.split(":")[-1]
 

@@ -29,9 +29,13 @@ def free_port() -> int:
 
 @contextmanager
 def serve(app: Any) -> Iterator[str]:
-    """The app on http://127.0.0.1:PORT until the block ends."""
+    """The app on http://127.0.0.1:PORT until the block ends; at the end, connections still
+    open after 2 s (a client's event stream, Gradio's heartbeat) are closed, not waited for."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=2
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
