@@ -105,9 +105,10 @@ class AnswerCache:
             weakref.ref(prepared.embedder),
             weakref.ref(prepared.loaded),
         )
+        key = key_of(prepared, rights)
         with self._lock:
-            self._answers[key_of(prepared, rights)] = answer
-            self._answers.move_to_end(key_of(prepared, rights))
+            self._answers[key] = answer
+            self._answers.move_to_end(key)
             while len(self._answers) > self.capacity:
                 self._answers.popitem(last=False)
 
