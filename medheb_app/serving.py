@@ -1,9 +1,11 @@
 """The serving policy: which (index, model) pairs the app offers, and the defaults.
 
-The one home of "what may be searched and with what": `offered` (built pairs of listed
-models), `default_model` (a search's model when none is named), `build_default_model` (an
-index build's) and `default_demo_models` (what the demo builds, hence what the public search
-offers). It reads the index catalog and the model registry, never builds or loads a model.
+The one home of "what may be searched and with what": `built_pairs` (built indices and the
+listed models that have them: a token's reach), `offered` (those of public indices: an
+anonymous caller's reach), `default_model` (a search's model when none is named),
+`build_default_model` (an index build's) and `default_demo_models` (what the demo builds,
+hence what the public search offers). It reads the index catalog and the model registry,
+never builds or loads a model.
 """
 
 from __future__ import annotations
@@ -106,14 +108,14 @@ def _listed_models(settings: Settings) -> list[tuple[str, str]]:
     return _memoised("models", _models_stamp(settings), compute)
 
 
-def offered(settings: Settings) -> dict[str, list[str]]:
-    """What an anonymous request may search: index name -> the listed model specs that have it
-    built, strongest first. Only registered checkpoints and built-ins appear (never a spec
+def built_pairs(settings: Settings) -> dict[str, list[str]]:
+    """Every built index -> the listed model specs that have it built, strongest first: what
+    an API token may search. Only registered checkpoints and built-ins appear (never a spec
     that names a file), and only for indices that exist, so picking from it never builds,
     generates or loads anything by path. Memoised on the index and model folders' mtimes
     (folder_stamp), re-read at most every STAMP_FRESH_S seconds, so a request costs no stat
-    in a burst; a build by this process is offered at once, one by another process within
-    half a second."""
+    in a burst; a build by this process shows at once, one by another process within half a
+    second."""
 
     def compute() -> dict[str, list[str]]:
         built: dict[str, set[str]] = {}
@@ -128,13 +130,43 @@ def offered(settings: Settings) -> dict[str, list[str]]:
                 result[name] = sorted(models, key=lambda s: (order.get(s, len(order)), s))
         return result
 
+    return dict(_memoised("built", _stamp(settings), compute))
+
+
+def public_names(settings: Settings) -> frozenset[str]:
+    """The built indices anyone may search: every synthetic one (all its builds generated),
+    plus the real ones the operator published (Settings.public_indices, "*" for all)."""
+
+    def compute() -> frozenset[str]:
+        synthetic: dict[str, bool] = {}
+        for entry in list_indices(settings):
+            name = str(entry["name"])
+            synthetic[name] = synthetic.get(name, True) and bool(entry.get("synthetic"))
+        published = set(settings.public_indices)
+        every = "*" in published
+        return frozenset(
+            name for name, fake in synthetic.items() if fake or every or name in published
+        )
+
+    return _memoised(f"public:{sorted(settings.public_indices)}", _stamp(settings), compute)
+
+
+def offered(settings: Settings) -> dict[str, list[str]]:
+    """What an anonymous request (a page visitor, a token-less API call) may search: the
+    public indices (public_names) -> the listed models built for each, strongest first. An
+    index of real studies is not offered until the operator publishes it, so a lab's archive
+    built by the CLI is searched with a token, never by whoever reaches the page."""
+    public = public_names(settings)
+    return {name: models for name, models in built_pairs(settings).items() if name in public}
+
+
+def _stamp(settings: Settings) -> tuple:
     # index_dir/<name>/<fingerprint>/ is renamed into place whole: depth 1 sees every change
     indices = fresh_stamp(
         ("indices", settings.index_dir),
         lambda: folder_stamp((settings.index_dir,), depth=1),
     )
-    stamp = (indices, _models_stamp(settings))
-    return dict(_memoised("offered", stamp, compute))
+    return (indices, _models_stamp(settings))
 
 
 def default_model(settings: Settings, index: str | None = None) -> str:
@@ -146,7 +178,7 @@ def default_model(settings: Settings, index: str | None = None) -> str:
     it)."""
     if settings.pinned_model:
         return settings.pinned_model
-    models = offered(settings).get(index or settings.default_index, [])
+    models = built_pairs(settings).get(index or settings.default_index, [])
     return models[0] if models else build_default_model(settings)
 
 

@@ -118,6 +118,11 @@ class Settings:
     # MEDHEB_SOURCE_ROOTS: named roots of the archives indexed here ("pacs=/data/pacs,
     # exports=/mnt/exports"); catalogs name a source by its root, never by the path typed
     source_roots: tuple[tuple[str, Path], ...] = ()
+    # MEDHEB_PUBLIC_INDICES: indices of real (non-synthetic) studies that anonymous visitors
+    # and token-less API calls may search ("nih,ward"; "*": every built index, for a server
+    # only your own network reaches). Synthetic indices are always public; the rest need a
+    # token (medheb_app.serving.offered)
+    public_indices: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "default_model", self.default_model.strip() or AUTO_MODEL)
@@ -191,9 +196,8 @@ class Settings:
             ),
             "upload_ttl_s": float(env.get("UPLOAD_TTL_S", 600)),
             "api_token_rate": int(env.get("MEDHEB_API_TOKEN_RATE", 600)),
-            "admin_users": tuple(
-                name.strip() for name in env.get("ADMIN_USERS", "").split(",") if name.strip()
-            ),
+            "admin_users": _names(env.get("ADMIN_USERS", "")),
+            "public_indices": _names(env.get("MEDHEB_PUBLIC_INDICES", "")),
         }
         if env.get("MEDHEB_PSEUDONYM_KEY"):
             values["pseudonym_key"] = env["MEDHEB_PSEUDONYM_KEY"]

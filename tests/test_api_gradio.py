@@ -19,7 +19,8 @@ def site(tmp_path_factory):
     from medheb_app.services import create_services
     from medheb_app.ui.server import build_server
 
-    settings = build_data(tmp_path_factory.mktemp("api-gradio"))
+    # the operator published the real index (MEDHEB_PUBLIC_INDICES), so the page may search it
+    settings = build_data(tmp_path_factory.mktemp("api-gradio"), public_indices=("ward-cxr",))
     services = create_services(settings, ensure_demo=lambda s, p: None)
     services.bootstrap.wait(10)
     app = build_server(services)

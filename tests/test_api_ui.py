@@ -12,7 +12,8 @@ from tests.api_site import build_data
 def services(tmp_path_factory):
     from medheb_app.services import create_services
 
-    settings = build_data(tmp_path_factory.mktemp("api-ui"))
+    # the operator published the real index (MEDHEB_PUBLIC_INDICES), so the page may search it
+    settings = build_data(tmp_path_factory.mktemp("api-ui"), public_indices=("ward-cxr",))
     services = create_services(settings, ensure_demo=lambda s, p: None)
     services.bootstrap.wait(10)
     yield services
@@ -54,6 +55,22 @@ def test_page_searches_are_audited_on_real_indices_only(services):
     assert [(e.who, e.channel, e.action, e.index, e.query, e.count) for e in logged] == [
         ("anonymous:192.0.2.7", "ui", "search", "ward-cxr", "lungs", 4)
     ]
+
+
+def test_the_page_refuses_a_real_index_the_operator_did_not_publish(services):
+    from dataclasses import replace
+
+    from medheb_app.api.audit import events
+    from medheb_app.services.search import SearchError, SearchService
+    from medheb_app.ui.search_tab import index_choices
+
+    unpublished = SearchService(replace(services.settings, public_indices=()))
+    before = len(events(services.store))
+    with pytest.raises(SearchError, match=r"not offered here; pick one of: demo-cxr\.$"):
+        unpublished.public("lungs", None, "random", "ward-cxr", 4, "auto")
+    assert list(unpublished.offered()) == ["demo-cxr"]
+    assert "ward-cxr" in index_choices(services)  # published in this fixture
+    assert len(events(services.store)) == before
 
 
 def test_admin_study_actions_on_the_page_are_audited(services, tmp_path):

@@ -1,8 +1,11 @@
 """GET routes: the catalog (indices, models), study records and images, benchmark runs.
 
-What `index list/info` and the explorer show, minus every server path. A run's per-query
-rankings are refused while a reader study drawn from it is open (services.runs.is_blinded, the
-check the explorer makes), unless the caller has admin scope, as on the page.
+What `index list/info` and the explorer show, minus every server path. Anonymous callers (and
+tokens on routes their scope does not cover) see the public indices only (serving.offered:
+synthetic ones and those the operator published), as the page's pickers do; a study record
+of any other index needs read scope, and runs need a read token. A run's per-query rankings
+are refused while a reader study drawn from it is open (services.runs.is_blinded, the check
+the explorer makes), unless the caller has admin scope, as on the page.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from medheb_app.study.payloads import montage, to_uint8
 
 router = APIRouter(tags=["catalog and runs"])
 Catalog = Annotated[Principal, Depends(access("search", anonymous=True))]
-Reader = Annotated[Principal, Depends(access("read", anonymous=True))]
+Reader = Annotated[Principal, Depends(access("read", anonymous=True))]  # anonymous: public only
+RunReader = Annotated[Principal, Depends(access("read", anonymous=False))]
 MAX_IMAGE_SIDE = 4096
 RECORD_FIELDS = (
     "form",
@@ -72,11 +76,18 @@ def _public_task(task: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _index_summary(services: Services, name: str) -> dict[str, Any]:
+def _reach(services: Services, caller: Principal) -> dict[str, list[str]]:
+    """The (index -> models) `caller` may search: the offered pairs for anonymous rights,
+    every built index for a token."""
+    settings = services.settings
+    return adapter.offered(settings) if caller.anonymous else adapter.built_pairs(settings)
+
+
+def _index_summary(services: Services, caller: Principal, name: str) -> dict[str, Any]:
     found = adapter.builds(services.settings, name)
     if not found:
         raise ApiProblem("not-found", f"There is no index named {name!r}.")
-    offer = adapter.offered(services.settings).get(name, [])
+    offer = _reach(services, caller).get(name, [])
     specs = _specs_by_fingerprint(services)
     first = found[0]
     vocabulary = first.get("vocabulary") or None
@@ -117,9 +128,9 @@ def _specs_by_fingerprint(services: Services) -> dict[str, list[str]]:
 def indices(request: Request, caller: Catalog) -> list[dict[str, Any]]:
     services = services_of(request)
     names = sorted({entry["name"] for entry in adapter.builds(services.settings)})
-    if caller.anonymous:  # what the page's picker lists
+    if caller.anonymous:  # what the page's picker lists: public indices only
         names = [name for name in names if name in adapter.offered(services.settings)]
-    return [_index_summary(services, name) for name in names]
+    return [_index_summary(services, caller, name) for name in names]
 
 
 @router.get("/indices/{name}", response_model=IndexDetail, summary="One index", responses=ERRORS)
@@ -127,7 +138,7 @@ def index_detail(name: str, request: Request, caller: Catalog) -> dict[str, Any]
     services = services_of(request)
     if caller.anonymous and name not in adapter.offered(services.settings):
         raise ApiProblem("not-found", f"There is no index named {name!r} offered here.")
-    summary = _index_summary(services, name)
+    summary = _index_summary(services, caller, name)
     params, failed = {}, {}
     for entry in adapter.builds(services.settings, name):
         folder = Path(entry["path"])
@@ -145,13 +156,13 @@ def index_detail(name: str, request: Request, caller: Catalog) -> dict[str, Any]
 @router.get("/models", response_model=list[ModelEntry], summary="Models")
 def models(request: Request, caller: Catalog) -> list[dict[str, Any]]:
     """Listed models (never a checkpoint path) with the indices built for each; anonymous
-    callers see only the models offered for some index."""
+    callers see only the models offered for some index, and of its indices the public ones."""
     services = services_of(request)
     built: dict[str, set[str]] = {}
     for entry in adapter.builds(services.settings):
         built.setdefault(str(entry["fingerprint"]), set()).add(str(entry["name"]))
-    offer = adapter.offered(services.settings)
-    offered_specs = {spec for specs in offer.values() for spec in specs}
+    reach = _reach(services, caller)
+    offered_specs = {spec for specs in reach.values() for spec in specs}
     rows = []
     for entry in services.list_models():
         spec = str(entry["spec"])
@@ -168,7 +179,11 @@ def models(request: Request, caller: Catalog) -> list[dict[str, Any]]:
                 "dims": card.get("dims"),
                 "modalities": [str(m) for m in card.get("modalities", [])],
                 "license": str(card.get("license", "")),
-                "indices": sorted(built.get(str(card.get("fingerprint", "")), set())),
+                "indices": sorted(
+                    name
+                    for name in built.get(str(card.get("fingerprint", "")), set())
+                    if name in reach or not caller.anonymous
+                ),
             }
         )
     return rows
@@ -178,8 +193,12 @@ def models(request: Request, caller: Catalog) -> list[dict[str, Any]]:
 
 
 def _row(services: Services, caller: Principal, index: str, study_id: str) -> dict[str, Any]:
-    """The index row of one study; anonymous callers reach offered indices only."""
+    """The index row of one study: a read token reaches every built index; anonymous callers
+    the public ones only (what the page shows them), and a search token is told it needs read
+    scope for any other."""
     if caller.anonymous and index not in adapter.offered(services.settings):
+        if adapter.builds(services.settings, index):  # exists: a token may be told so
+            caller.refuse_narrow_token("read", "Reading the studies of an index that is not public")
         raise ApiProblem("not-found", f"There is no index named {index!r} offered here.")
     try:
         loaded = adapter.find_build(services.settings, index)
@@ -322,7 +341,7 @@ def leaderboard_rows(summary: Any) -> list[dict[str, Any]]:
 @router.get("/runs", response_model=list[RunRow], summary="Benchmark runs, newest first")
 def runs(
     request: Request,
-    caller: Reader,
+    caller: RunReader,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> list[dict[str, Any]]:
     services = services_of(request)
@@ -334,7 +353,7 @@ def runs(
 
 
 @router.get("/runs/{run_id}", response_model=RunDetail, summary="A run's summary", responses=ERRORS)
-def run_detail(run_id: DbId, request: Request, caller: Reader) -> dict[str, Any]:
+def run_detail(run_id: DbId, request: Request, caller: RunReader) -> dict[str, Any]:
     from dataclasses import asdict
 
     services = services_of(request)
@@ -369,7 +388,7 @@ def run_queries(
     run_id: DbId,
     task: str,
     request: Request,
-    caller: Reader,
+    caller: RunReader,
     models: Annotated[list[str] | None, Query(max_length=8)] = None,
     failures_only: bool = False,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,

@@ -109,6 +109,21 @@ def _audit_search(
         )
 
 
+def _choose(
+    services: Services, caller: Principal, index: str | None, model: str | None
+) -> tuple[str, str]:
+    """The (index, model) a search of `caller` runs on, refused (SearchError) unless its
+    rights reach it: an anonymous caller the offered pairs, a token every built index through
+    listed models, an admin token anything the CLI can; 503 while the demo is prepared."""
+    settings = services.settings
+    index = index or settings.default_index
+    _check_ready(services, index)
+    model = model or adapter.default_model(settings, index)
+    if not caller.admin:
+        adapter.check_offered(model, index, settings, anonymous=caller.anonymous)
+    return index, model
+
+
 def searched(
     services: Services,
     caller: Principal,
@@ -125,15 +140,10 @@ def searched(
     include_training: bool = False,
 ) -> dict[str, Any]:
     """Run one search for `caller` (its scope decides what it may pick), shape and audit it."""
-    settings = services.settings
-    index = index or settings.default_index
-    _check_ready(services, index)
-    model = model or adapter.default_model(settings, index)
     try:
-        if not caller.admin:  # a token reaches every built index, through listed models only
-            adapter.check_offered(model, index, settings)
+        index, model = _choose(services, caller, index, model)
         payload = adapter.run_search(
-            settings,
+            services.settings,
             text=text,
             study=study,
             model=model,
@@ -161,12 +171,8 @@ def text_answer(
     else ranked, shaped and kept; audited either way."""
     started = time.perf_counter()
     settings = services.settings
-    index = body.index or settings.default_index
-    _check_ready(services, index)
-    model = body.model or adapter.default_model(settings, index)
     try:
-        if not caller.admin:  # a token reaches every built index, through listed models only
-            adapter.check_offered(model, index, settings)
+        index, model = _choose(services, caller, body.index, body.model)
         prepared = adapter.prepare_text(
             settings,
             text=body.text,
@@ -181,7 +187,7 @@ def text_answer(
             rerank=body.rerank,
             include_training=body.include_training,
         )
-        rights = caller.scope or "anonymous"
+        rights = "anonymous" if caller.anonymous else str(caller.scope)
         kept = answers.get(prepared, rights)
         if kept is not None:
             lookup = round((time.perf_counter() - started) * 1000, 2)

@@ -41,10 +41,15 @@ class Principal:
 
     client: str
     token: TokenInfo | None = None
+    # False when the token's scope does not cover the route it called, so the request is
+    # answered with an anonymous visitor's rights; it is still counted and audited as the token
+    granted: bool = True
 
     @property
     def anonymous(self) -> bool:
-        return self.token is None
+        """Answered with an anonymous visitor's rights (public indices only): no token, or a
+        token whose scope does not cover this route."""
+        return self.token is None or not self.granted
 
     @property
     def scope(self) -> str | None:
@@ -52,11 +57,21 @@ class Principal:
 
     @property
     def who(self) -> str:
-        """How the audit log names the caller."""
+        """How the audit log names the caller: by its token whenever it sent one."""
         return f"token:{self.token.id}" if self.token else f"anonymous:{self.client}"
 
     def allows(self, needed: str) -> bool:
         return self.token is not None and grants(self.token.scope, needed)
+
+    def refuse_narrow_token(self, needed: str, what: str) -> None:
+        """403 for a token whose scope is too narrow for `what` (on a route open to anonymous
+        callers, where such a token otherwise gets anonymous rights); nothing for others."""
+        if self.token is not None and not self.allows(needed):
+            raise ApiProblem(
+                "forbidden",
+                f"{what} needs a token with the '{needed}' scope; this token's scope is "
+                f"'{self.token.scope}'.",
+            )
 
     @property
     def admin(self) -> bool:
@@ -131,7 +146,8 @@ def _limit(request: Request, caller: Principal, bucket: str) -> None:
 def access(needed: str, anonymous: bool, bucket: str = "reads") -> Callable[[Request], Principal]:
     """A route dependency: the caller, refused unless a token of scope `needed` (or, when
     `anonymous`, no token at all) was sent, and counted against its limit. On a route open to
-    anonymous callers, a token without the scope is answered as an anonymous caller."""
+    anonymous callers, a token without the scope is answered with anonymous rights (public
+    indices only), but counted against its own limit and audited as itself."""
 
     async def dependency(request: Request) -> Principal:
         if "authorization" in request.headers:  # a token is looked up in the store
@@ -150,8 +166,8 @@ def access(needed: str, anonymous: bool, bucket: str = "reads") -> Callable[[Req
                     "forbidden",
                     f"This token's scope '{caller.scope}' does not include '{needed}'.",
                 )
-            # a token never gets less than no token: answered as an anonymous caller
-            caller = Principal(caller.client)
+            # a token never gets less than no token: answered with anonymous rights
+            caller = Principal(caller.client, caller.token, granted=False)
         _limit(request, caller, bucket)
         return caller
 

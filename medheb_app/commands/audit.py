@@ -43,6 +43,9 @@ def run_export(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
     payload = {"since": args.since, "events": [row.to_dict() for row in rows]}
     text = to_csv(rows)
     if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
+        out = Path(args.out)  # query texts and client addresses: readable by its owner only
+        out.touch(mode=0o600, exist_ok=True)
+        out.chmod(0o600)
+        out.write_text(text, encoding="utf-8")
         return f"Wrote {len(rows)} event(s) to {args.out}.", {**payload, "out": args.out}
     return text.rstrip("\n"), payload

@@ -250,8 +250,9 @@ def write_index(
             in_order = in_order and row.get("id") == index.ids[number]
     if in_order:  # rows in index order: a large index can read them per hit (MetadataRows)
         np.save(staging / OFFSETS_FILE, offsets)
-    for file_name, text in (extra_files or {}).items():
-        (staging / file_name).write_text(text, encoding="utf-8")
+    for file_name, text in (extra_files or {}).items():  # failed.jsonl can name a patient's
+        (staging / file_name).write_text(text, encoding="utf-8")  # folder: owner only
+        (staging / file_name).chmod(0o600)
     (staging / CATALOG_FILE).write_text(json.dumps(info, indent=2))
     _swap_into_place(staging, final)
     return final

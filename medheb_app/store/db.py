@@ -8,9 +8,10 @@ a database written by an older version keeps its rows when the app starts on a n
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,10 +36,29 @@ class Base(DeclarativeBase):
     """Declarative base shared by every table."""
 
 
+def owner_only_sqlite(path: Path) -> None:
+    """Create the database file readable by the server's user only (0600), or narrow an
+    existing one and its WAL / shared-memory files: it holds the audit log's query texts and
+    the source references that lead from a pseudonym to a patient's file (SQLite gives the
+    journal files the database's permissions)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for member in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            if member.exists() and member.stat().st_mode & 0o077:
+                member.chmod(0o600)
+        except PermissionError:  # another user's file: SQLite itself will say if it cannot open
+            continue
+
+
 def make_engine(url: str) -> Engine:
-    """An engine for `url`; SQLite gets WAL and a busy timeout so concurrent writers wait."""
+    """An engine for `url`; SQLite gets WAL, a busy timeout so concurrent writers wait, and a
+    file only the server's user can read (owner_only_sqlite)."""
     if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        database = url.removeprefix("sqlite:///").split("?", 1)[0]
+        if database and database != ":memory:":
+            owner_only_sqlite(Path(database))
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
