@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from medheb_app.index.build import build_from_source
-from medheb_app.index.catalog import load_index
+from medheb_app.index import build as build_module
+from medheb_app.index.build import build_from_source, local_engine
+from medheb_app.index.catalog import load_index, query_vocabulary
 from medheb_app.index.ray_engine import default_actors
 from medheb_app.models.registry import load_embedder
+from medheb_app.ranking.index_logic import index_probe
 from tests.test_index_command import png_folder
 
 QUERIES = (
@@ -50,3 +53,31 @@ def test_ray_engine_matches_the_local_engine(settings, tmp_path, ray_cluster) ->
         source, "dual-lite", "lab", other, engine="ray", shard_size=8, replace=True
     )
     assert again.reused == 24 and again.embedded == 0  # the driver's cache is the truth
+
+
+def test_a_ray_build_loads_the_model_for_an_unfitted_probe(settings, tmp_path, monkeypatch) -> None:
+    """The Ray driver holds only the card; when the logic step must read a finding's name
+    (too few positives to fit its probe) it loads the model instead of failing the build."""
+    root = png_folder(tmp_path / "pngs", n=24, corrupt=0)
+    frame = pd.read_csv(root / "labels.csv")
+    frame["Scar"] = [1] + [0] * (len(frame) - 1)  # one positive: no probe for Scar
+    frame.to_csv(root / "labels.csv", index=False)
+    loaded_here = []
+
+    def actors_in_process(shards, spec, settings, batch_size, *_args):  # Ray's contract
+        embedder = load_embedder(spec, settings)
+        loaded_here.append(spec)
+        return local_engine(shards, embedder, settings, batch_size)
+
+    monkeypatch.setattr(build_module, "ray_engine", actors_in_process)
+    settings = replace(settings, pseudonym_key="one lab's key")
+    report = build_from_source(f"folder:{root}", "dual-lite", "lab", settings, engine="ray")
+    assert loaded_here == ["dual-lite"] and report.engine == "ray" and report.n_items == 24
+    assert report.logic and not report.logic_note
+    fingerprint = load_embedder("dual-lite", settings).card.fingerprint
+    index = load_index("lab", fingerprint, settings)
+    embedder = load_embedder("dual-lite", settings)
+    vocabulary = query_vocabulary(index)
+    probe = index_probe(index, embedder, settings, index.index.vectors(), vocabulary, fit=False)
+    fitted = dict(zip(probe.findings, probe.fitted, strict=True))
+    assert fitted == {"Nodule": True, "Scar": False}  # the case that needs the text tower
