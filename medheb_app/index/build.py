@@ -81,7 +81,7 @@ from medheb_app.index.sources import (
 )
 from medheb_app.models import registry
 from medheb_app.models.base import CardOnly, Embedder, input_side
-from medheb_app.models.device import resolve_device
+from medheb_app.models.device import check_device_text, resolve_device
 from medheb_app.ranking.index_logic import prepare_index_logic
 from medheb_app.settings import Settings
 
@@ -183,7 +183,10 @@ def build_from_source(
 
     _check_build(name, engine, batch_size, shard_size)
     spec = parse_source(source) if isinstance(source, str) else source
-    resolved_device = resolve_device(device or settings.device)
+    # a Ray build's actors run where the cluster has GPUs, not where the driver does: the
+    # engine resolves the device from the cluster, and the driver never imports torch to ask
+    wanted = device or settings.device
+    resolved_device = check_device_text(wanted) if engine == "ray" else resolve_device(wanted)
     notes: list[str] = []
     with build_lock(settings, name, _noting(notes, progress)):
         # with Ray the actors hold the model; the driver needs only its card
@@ -345,9 +348,14 @@ def _build_locked(
     say(0.05, f"{len(studies)} items in {len(shards)} shards; {len(committed)} shards committed")
     resolved_device = device or settings.device
     if engine == "ray":
+
+        def on_device(chosen: str) -> None:
+            nonlocal resolved_device
+            resolved_device = chosen
+
         results = ray_engine(
             pending, str(model_spec), settings, batch_size, resolved_device, ray_address, stop,
-            ray_actors,
+            ray_actors, on_device,
         )  # fmt: skip
     else:
         results = local_engine(pending, embedder, settings, batch_size, stop)
@@ -406,8 +414,8 @@ class _LoadOnUse:
     """A Ray build's card-only model that loads its weights the first time it encodes.
 
     The logic-aware step reads an unfitted probe's finding name with the text tower. By then
-    the build's Ray cluster is stopped, so the weights loaded here never sit beside the
-    actors' copies, and an index whose probes all fit never loads them at all."""
+    the build's Ray cluster is stopped, so the weights loaded here (on the CPU: a few names)
+    never sit beside the actors' copies, and an index whose probes all fit never loads them."""
 
     def __init__(self, card_only: CardOnly, spec: str, settings: Settings, device: str) -> None:
         self.card = card_only.card
@@ -426,7 +434,7 @@ def _weights_on_use(
 ) -> Embedder:
     """`embedder` itself, or for a card-only driver (Ray) one that loads the model if asked."""
     if isinstance(embedder, CardOnly):
-        return _LoadOnUse(embedder, model_spec, settings, device)
+        return _LoadOnUse(embedder, model_spec, settings, "cpu")
     return embedder
 
 
