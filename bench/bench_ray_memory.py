@@ -7,10 +7,11 @@ Writes `--n` PNG films (512x512, 8-bit) once, then runs `python -m medheb_app in
 sampling every 100 ms the sum of the resident memory (RSS) of the build's process tree: the
 driver and, for Ray, every process of the cluster it starts (gcs_server, raylet, agents,
 workers, actors are all its descendants; processes of other users' Ray clusters on a shared
-machine are not counted). RSS counts a shared page once per process that
-maps it (Ray's object store in /dev/shm, shared libraries), so the sum is an upper bound on what
-the build holds. Prints a markdown block (peak MB, process count at the peak, wall s, load) and
-the Ray / local ratio for BENCHMARKS.md; the target is <= 1.5x (issue 23 item 8).
+machine are not counted). RSS counts a shared page once per process that maps it (Ray's object
+store in /dev/shm, shared libraries), so the sum is an upper bound on what the build holds.
+Prints a markdown block (peak MB, process count at the peak, wall s, load), each process's RSS
+at the peak, and the Ray / local ratio for BENCHMARKS.md; the target is <= 1.5x (issue 23
+item 8).
 """
 
 from __future__ import annotations
@@ -58,18 +59,21 @@ def is_ray(process: psutil.Process) -> bool:
     return any(name in text for name in RAY_NAMES)
 
 
-def sample(root: psutil.Process) -> tuple[int, int]:
-    """(bytes, processes): RSS summed over `root` and all its live descendants."""
+def sample(root: psutil.Process) -> tuple[int, list[tuple[str, int]]]:
+    """(bytes, [(process, bytes)]): RSS summed over `root` and all its live descendants."""
     members = [root]
     with contextlib.suppress(psutil.NoSuchProcess):
         members += root.children(recursive=True)
-    total = 0
+    total, each = 0, []
     for process in members:
         try:
-            total += process.memory_info().rss
+            rss = process.memory_info().rss
+            name = " ".join(process.cmdline()[:1]).rsplit("/", 1)[-1] or process.name()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-    return total, len(members)
+        total += rss
+        each.append((name[:40], rss))
+    return total, each
 
 
 def measure(command: list[str], env: dict[str, str], interval_s: float = 0.1) -> dict:
@@ -79,11 +83,11 @@ def measure(command: list[str], env: dict[str, str], interval_s: float = 0.1) ->
     child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)  # fmt: skip
     root = psutil.Process(child.pid)
-    peak, peak_count = 0, 0
+    peak, at_peak = 0, []
     while child.poll() is None:
-        total, count = sample(root)
+        total, each = sample(root)
         if total > peak:
-            peak, peak_count = total, count
+            peak, at_peak = total, each
         time.sleep(interval_s)
     err = child.stderr.read() if child.stderr else ""
     if child.returncode != 0:
@@ -97,7 +101,8 @@ def measure(command: list[str], env: dict[str, str], interval_s: float = 0.1) ->
                     leftovers += 1
     return {
         "peak_mb": peak / 2**20,
-        "processes": peak_count,
+        "processes": len(at_peak),
+        "at_peak": sorted(at_peak, key=lambda pair: -pair[1]),
         "wall_s": time.perf_counter() - started,
         "load": (load, os.getloadavg()[0]),
         "leftover_ray_processes": leftovers,
@@ -138,6 +143,9 @@ def main() -> None:
         before, after = row["load"]
         print(f"| {engine} | {row['peak_mb']:.0f} | {row['processes']} | {row['wall_s']:.1f} | "
               f"{before:.1f} -> {after:.1f} |")  # fmt: skip
+    for engine, row in rows.items():
+        parts = ", ".join(f"{name} {rss / 2**20:.0f}" for name, rss in row["at_peak"])
+        print(f"\n{engine} at its peak (process MB): {parts}")
     ratio = rows["ray"]["peak_mb"] / rows["local"]["peak_mb"]
     print(f"\nRay / local peak memory: {ratio:.2f}x (target <= 1.5x); Ray processes left after "
           f"the build: {rows['ray']['leftover_ray_processes']}")  # fmt: skip

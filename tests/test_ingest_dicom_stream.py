@@ -132,3 +132,35 @@ def test_the_cli_prints_the_first_header_line_after_reading_source(capsys) -> No
         "[  0%] reading source dicom:",
         "[  0%] DICOM headers read: 500 of 2,000 files (900/s)",
     ]
+
+
+def test_the_image_forward_chunk_does_not_change_a_dual_lite_build(keyed, tmp_path, monkeypatch):
+    """dual-lite runs its image tower 8 films at a time on a CPU (less memory than 32, and
+    faster); a streamed build's vectors are those of one 32-film pass, or of one film a pass,
+    to within 1e-6."""
+    from medheb_app.models import dual_lite
+
+    root = tmp_path / "pacs"
+    archive(root, 20, side=300)  # larger than the model's 224: each film is resized too
+    passes: list[int] = []
+    preprocess = dual_lite.preprocess_images
+
+    def counted(images, side):
+        passes.append(len(images))
+        return preprocess(images, side)
+
+    monkeypatch.setattr(dual_lite, "preprocess_images", counted)
+    report = build_from_source(f"dicom:{root}", "dual-lite", "pacs", keyed, batch_size=20)
+    assert report.n_items == 20 and passes == [8, 8, 4]
+    embedder = load_embedder("dual-lite", keyed)
+    built = load_index("pacs", embedder.card.fingerprint, keyed)
+    studies = {s.id: s for s in load_source(f"dicom:{root}", keyed).studies}
+    films = [studies[item] for item in built.index.ids]
+    for study in films:  # fitted to the model's input as the build fits them
+        study.input_side = embedder.input_side
+    for chunk, expected_passes in ((32, [20]), (1, [1] * 20)):
+        monkeypatch.setattr(dual_lite, "CPU_IMAGE_CHUNK", chunk)
+        passes.clear()
+        vectors = embedder.encode(films)
+        assert passes == expected_passes
+        assert np.abs(vectors - built.index.vectors()).max() <= 1e-6

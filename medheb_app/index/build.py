@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from medheb_app.evidence.study import Study
+from medheb_app.evidence.study import EmbedItem, Study
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.catalog import (
     CATALOG_FILE,
@@ -80,8 +80,8 @@ from medheb_app.index.sources import (
     parse_source,
 )
 from medheb_app.models import registry
-from medheb_app.models.base import Embedder, input_side
-from medheb_app.models.device import resolve_device
+from medheb_app.models.base import CardOnly, Embedder, input_side
+from medheb_app.models.device import check_device_text, resolve_device
 from medheb_app.ranking.index_logic import prepare_index_logic
 from medheb_app.settings import Settings
 
@@ -183,7 +183,10 @@ def build_from_source(
 
     _check_build(name, engine, batch_size, shard_size)
     spec = parse_source(source) if isinstance(source, str) else source
-    resolved_device = resolve_device(device or settings.device)
+    # a Ray build's actors run where the cluster has GPUs, not where the driver does: the
+    # engine resolves the device from the cluster, and the driver never imports torch to ask
+    wanted = device or settings.device
+    resolved_device = check_device_text(wanted) if engine == "ray" else resolve_device(wanted)
     notes: list[str] = []
     with build_lock(settings, name, _noting(notes, progress)):
         # with Ray the actors hold the model; the driver needs only its card
@@ -345,9 +348,14 @@ def _build_locked(
     say(0.05, f"{len(studies)} items in {len(shards)} shards; {len(committed)} shards committed")
     resolved_device = device or settings.device
     if engine == "ray":
+
+        def on_device(chosen: str) -> None:
+            nonlocal resolved_device
+            resolved_device = chosen
+
         results = ray_engine(
             pending, str(model_spec), settings, batch_size, resolved_device, ray_address, stop,
-            ray_actors,
+            ray_actors, on_device,
         )  # fmt: skip
     else:
         results = local_engine(pending, embedder, settings, batch_size, stop)
@@ -367,7 +375,10 @@ def _build_locked(
         say(0.92, f"note: {note}")
     shutil.rmtree(directory, ignore_errors=True)
     say(0.95, f"preparing logic-aware ranking of {name}")
-    logic_note = prepare_index_logic(written, embedder, settings, query_vocabulary(written))
+    logic_note = prepare_index_logic(
+        written, _weights_on_use(embedder, model_spec, settings, resolved_device), settings,
+        query_vocabulary(written),
+    )  # fmt: skip
     report = BuildReport(
         name=name,
         n_items=written.index.count,
@@ -397,6 +408,34 @@ def _build_locked(
         f"{describe_failures(failures)}), {report.kind}",
     )
     return report
+
+
+class _LoadOnUse:
+    """A Ray build's card-only model that loads its weights the first time it encodes.
+
+    The logic-aware step reads an unfitted probe's finding name with the text tower. By then
+    the build's Ray cluster is stopped, so the weights loaded here (on the CPU: a few names)
+    never sit beside the actors' copies, and an index whose probes all fit never loads them."""
+
+    def __init__(self, card_only: CardOnly, spec: str, settings: Settings, device: str) -> None:
+        self.card = card_only.card
+        self.input_side = card_only.input_side
+        self._load = lambda: registry.load_embedder(spec, settings, device=device)
+        self._model: Embedder | None = None
+
+    def encode(self, items: Sequence[EmbedItem], instruction: str | None = None) -> np.ndarray:
+        if self._model is None:
+            self._model = self._load()
+        return self._model.encode(items, instruction)
+
+
+def _weights_on_use(
+    embedder: Embedder, model_spec: str, settings: Settings, device: str
+) -> Embedder:
+    """`embedder` itself, or for a card-only driver (Ray) one that loads the model if asked."""
+    if isinstance(embedder, CardOnly):
+        return _LoadOnUse(embedder, model_spec, settings, "cpu")
+    return embedder
 
 
 def _fit_to_model(studies: Sequence[Study], embedder: Embedder) -> None:

@@ -33,7 +33,7 @@ import os
 import pickle
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ from medheb_app.cancellation import Cancelled
 from medheb_app.index.cache import EmbeddingCache
 from medheb_app.index.shards import Shard, ShardResult, decode, failure_reason, shard_result
 from medheb_app.models import registry
+from medheb_app.models.device import DeviceError
 from medheb_app.settings import Settings
 
 CPUS_PER_ACTOR = 1  # and as many torch threads: an actor never oversubscribes its share
@@ -158,6 +159,17 @@ def own_cluster_actors(resources: dict[str, float]) -> tuple[int, float]:
     return (gpus, 1.0) if gpus else (1, 0.0)
 
 
+def cluster_device(wanted: str, resources: dict[str, float]) -> str:
+    """The device the actors embed on: "auto" is CUDA when the cluster has a GPU, else CPU;
+    "cuda" / "cuda:N" needs one (each actor gets a whole GPU, so N only asks for CUDA)."""
+    gpus = int(resources.get("GPU", 0))
+    if wanted == "auto":
+        return "cuda" if gpus else "cpu"
+    if wanted.startswith("cuda") and not gpus:
+        raise DeviceError(f"Device {wanted!r} was asked for but the Ray cluster has no GPU.")
+    return wanted
+
+
 def ray_engine(
     shards: Sequence[Shard],
     model_spec: str,
@@ -167,12 +179,19 @@ def ray_engine(
     address: str | None = None,
     stop: threading.Event | None = None,
     actors: int | None = None,
+    on_device: Callable[[str], None] | None = None,
 ) -> Iterator[ShardResult]:
-    """Embed the shards' cache misses on a Ray cluster; yield each shard's result in order."""
+    """Embed the shards' cache misses on a Ray cluster; yield each shard's result in order.
+
+    `device` ("auto", "cpu", "cuda[:N]") is resolved against the cluster's resources and
+    told to `on_device` once connected."""
     import ray
 
     started_here = connect(address)
     try:
+        device = cluster_device(device, ray.cluster_resources())
+        if on_device is not None:
+            on_device(device)
         yield from _run(
             shards, model_spec, settings, batch_size, device, stop, actors, started_here
         )

@@ -46,6 +46,15 @@ def resolve_device(text: str | None) -> str:
     return wanted
 
 
+def check_device_text(text: str | None) -> str:
+    """'auto' | 'cpu' | 'cuda' | 'cuda:N' checked for form only, without torch: for a Ray
+    build, whose cluster (index/ray_engine.py), not this process, says which GPUs exist."""
+    wanted = (text or "auto").strip().lower()
+    if wanted not in ("auto", "cpu") and _CUDA.match(wanted) is None:
+        raise DeviceError(f"Unknown device {text!r}; use {DEVICE_CHOICES}.")
+    return wanted
+
+
 def inference_dtype(device: str) -> Any:
     """float32 on CPU; bfloat16 on a CUDA GPU that supports it, else float16."""
     import torch
