@@ -46,7 +46,7 @@ def thumbnail_uri(path: str | Path, side: int = THUMB_SIDE) -> str | None:
     through the shared evidence renderer's pixel helpers; None, logged, when unreadable."""
     try:
         pixels = evidence_view._read(path)
-        image = evidence_view.montage(pixels) if evidence_view._is_volume(pixels) else pixels
+        image = evidence_view.volume_montage(pixels) if evidence_view._is_volume(pixels) else pixels
         return evidence_view.png_data_uri(image, max_side=side)
     except (evidence_view.Unrenderable, OSError, ValueError) as error:
         log.warning("thumbnail of %s failed: %s", path, error)

@@ -34,7 +34,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from medheb_app.evidence.readers import read_any
-from medheb_app.study.payloads import Unrenderable, to_uint8
+from medheb_app.evidence.render import Unrenderable, montage, to_rgb8
 
 log = logging.getLogger(__name__)
 MAX_SIDE = 1024  # full resolution shown on zoom, capped so one item stays a few hundred KB
@@ -95,39 +95,11 @@ document.addEventListener('keydown', (event) => {
 # ---------------------------------------------------------------- pixels
 
 
-def to_rgb8(pixels: np.ndarray) -> np.ndarray:
-    """(H, W) or (H, W, 3) floats in [0, 1] (or uint8) -> (H, W, 3) uint8: the study's
-    conversion (study.payloads.to_uint8), grey repeated into three channels for drawing."""
-    array = np.asarray(pixels)
-    if array.ndim == 3 and array.shape[-1] == 1:
-        array = array[..., 0]
-    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
-        raise Unrenderable(f"an array of shape {array.shape} is not an image")
-    array = to_uint8(array)
-    if array.ndim == 2:
-        array = np.repeat(array[..., None], 3, axis=-1)
-    return np.ascontiguousarray(array[..., :3])
-
-
-def montage(volume: np.ndarray, n: int = MONTAGE_SLICES) -> np.ndarray:
-    """Up to `n` evenly spaced slices of a (D, H, W) volume in a square grid; the middle slice
-    is framed so a reader finds it at once."""
+def volume_montage(volume: np.ndarray) -> np.ndarray:
+    """What the page shows of a (D, H, W) volume (or (D, H, W, C), first channel): up to
+    MONTAGE_SLICES evenly spaced slices in a grid, the middle one framed."""
     volume = np.asarray(volume)
-    depth = volume.shape[0]
-    picks = sorted({int(np.rint(i)) for i in np.linspace(0, depth - 1, min(n, depth))})
-    middle = min(picks, key=lambda i: abs(i - depth // 2))
-    cols = int(np.ceil(np.sqrt(len(picks))))
-    rows = int(np.ceil(len(picks) / cols))
-    height, width = volume.shape[1:3]
-    grid = np.zeros((rows * height, cols * width, 3), dtype=np.uint8)
-    for k, index in enumerate(picks):
-        tile = to_rgb8(volume[index])
-        if index == middle:
-            tile = tile.copy()
-            tile[:2], tile[-2:], tile[:, :2], tile[:, -2:] = 255, 255, 255, 255
-        r, c = divmod(k, cols)
-        grid[r * height : (r + 1) * height, c * width : (c + 1) * width] = tile
-    return grid
+    return montage(volume if volume.ndim == 3 else volume[..., 0], MONTAGE_SLICES, mark_middle=True)
 
 
 def draw_box(image: np.ndarray, box: Sequence[float]) -> np.ndarray:
@@ -200,14 +172,16 @@ def _visual(payload: dict[str, Any], alt: str) -> str:
         if volume.ndim != 3:
             raise Unrenderable("its volume is not three-dimensional")
         caption = f"{min(MONTAGE_SLICES, volume.shape[0])} of {volume.shape[0]} slices"
-        return figure_html(montage(volume), alt, synthetic, caption + "; framed: middle slice")
+        return figure_html(
+            volume_montage(volume), alt, synthetic, caption + "; framed: middle slice"
+        )
     path = payload.get("image") or payload.get("path")
     if path is None:
         return ""
     pixels = _read(path)
     caption = ""
     if _is_volume(pixels):
-        pixels = montage(pixels if pixels.ndim == 3 else pixels[..., 0])
+        pixels = volume_montage(pixels)
         caption = "slices of a volume; framed: middle slice"
     box = _box(payload)
     if box is not None:
