@@ -80,3 +80,25 @@ def test_montage_refuses_what_is_not_a_volume() -> None:
         montage(np.zeros((4, 4)))
     with pytest.raises(Unrenderable):
         montage(np.zeros((0, 4, 4)))
+
+
+def test_the_page_and_the_drilldown_draw_labels_with_one_chip_markup() -> None:
+    from medheb_app.ui import drilldown_view
+
+    payload = {"text": "Small left effusion.", "labels": ["Pleural effusion", "<b>x</b>"]}
+    chips = '<div class="ev-labels"><span>Pleural effusion</span><span>&lt;b&gt;x&lt;/b&gt;</span>'
+    assert chips in evidence_view.render_payload(payload)
+    assert chips in drilldown_view.evidence_html(payload, "hit")
+    assert evidence_view.labels_html([]) == ""
+
+
+def test_the_page_and_the_drilldown_draw_one_volume_slider(tmp_path) -> None:
+    from medheb_app.ui import drilldown_view
+
+    path = tmp_path / "ct.npy"
+    np.save(path, _volume(12, 8))
+    page = drilldown_view.volume_slider_html(path, "CT", synthetic=True)
+    assert page is not None and page.count('class="ev-zoomable ev-frame"') == 8
+    assert 'aria-label="slice of CT"' in page and '<div class="ev-mark">SYNTHETIC</div>' in page
+    assert page.count('style="display:none"') == 7 and 'max="7" value="4"' in page
+    assert 'ev-slice">slice 7 of 12</div>' in page  # the middle of slices 1, 3, 4, 6, 7, 9...

@@ -155,11 +155,46 @@ def _box(payload: dict[str, Any]) -> Sequence[float] | None:
 
 def figure_html(image: np.ndarray, alt: str, synthetic: bool, caption: str = "") -> str:
     """One zoomable image with its SYNTHETIC mark and caption underneath, outside the pixels."""
+    return figure_uri_html(png_data_uri(image), alt, synthetic, caption)
+
+
+def figure_uri_html(uri: str, alt: str, synthetic: bool, caption: str = "") -> str:
+    """`figure_html` for an image already encoded as a data: URI (a drill-down thumbnail)."""
     mark = '<div class="ev-mark">SYNTHETIC</div>' if synthetic else ""
     note = f'<div class="ev-caption">{html.escape(caption)}</div>' if caption else ""
     return (
         f'<figure class="ev-figure"><img class="ev-zoomable" alt="{html.escape(alt)}" '
-        f'src="{png_data_uri(image)}" title="Click to zoom">{mark}{note}</figure>'
+        f'src="{uri}" title="Click to zoom">{mark}{note}</figure>'
+    )
+
+
+def labels_html(labels: Sequence[Any] | None) -> str:
+    """An item's labels as grey chips (the .ev-labels CSS); nothing when it has none."""
+    if not labels:
+        return ""
+    chips = "".join(f"<span>{html.escape(str(label))}</span>" for label in labels)
+    return f'<div class="ev-labels">{chips}</div>'
+
+
+def slider_html(
+    uris: Sequence[str], positions: Sequence[int], depth: int, alt: str, synthetic: bool
+) -> str:
+    """A volume as its middle sampled slice with a slice slider over all of them (SCRIPT swaps
+    the visible frame); `uris` are the frames' data: URIs, `positions` their 0-based slices."""
+    middle = len(uris) // 2
+    hidden = ' style="display:none"'
+    images = "".join(
+        f'<img class="ev-zoomable ev-frame" alt="{html.escape(alt)} slice {pos + 1}" '
+        f'src="{uri}"{"" if k == middle else hidden}>'
+        for k, (pos, uri) in enumerate(zip(positions, uris, strict=True))
+    )
+    labels = ",".join(f"slice {pos + 1} of {depth}" for pos in positions)
+    mark = '<div class="ev-mark">SYNTHETIC</div>' if synthetic else ""
+    return (
+        f'<figure class="ev-figure">{images}{mark}'
+        f'<div class="ev-caption ev-slice">slice {positions[middle] + 1} of {depth}</div>'
+        f'</figure><input type="range" class="ev-slider" min="0" max="{len(uris) - 1}" '
+        f'value="{middle}" data-labels="{labels}" aria-label="slice of {html.escape(alt)}">'
     )
 
 
@@ -198,10 +233,7 @@ def _textual(payload: dict[str, Any]) -> str:
     text = next((payload[k] for k in TEXT_KEYS if payload.get(k)), None)
     if text:
         parts.append(f'<div class="ev-text">{html.escape(str(text))}</div>')
-    labels = payload.get("labels")
-    if labels:
-        chips = "".join(f"<span>{html.escape(str(label))}</span>" for label in labels)
-        parts.append(f'<div class="ev-labels">{chips}</div>')
+    parts.append(labels_html(payload.get("labels")))
     return "".join(parts)
 
 
@@ -224,27 +256,15 @@ def volume_html(payload: dict[str, Any], alt: str) -> str:
     if frames.ndim != 3 or len(frames) < 2:
         raise Unrenderable("its volume has fewer than two frames")
     depth = int(payload.get("depth") or len(frames))
-    positions = np.linspace(0, depth - 1, len(frames)).round().astype(int)
-    middle = len(frames) // 2
-    hidden = ' style="display:none"'
-    images = "".join(
-        f'<img class="ev-zoomable ev-frame" alt="{html.escape(alt)} slice {pos + 1}" '
-        f'src="{png_data_uri(frame)}"{"" if k == middle else hidden}>'
-        for k, (pos, frame) in enumerate(zip(positions, frames, strict=True))
-    )
-    labels = ",".join(f"slice {pos + 1} of {depth}" for pos in positions)
-    mark = '<div class="ev-mark">SYNTHETIC</div>' if payload.get("synthetic") else ""
-    slider = (
-        f'<input type="range" class="ev-slider" min="0" max="{len(frames) - 1}" '
-        f'value="{middle}" data-labels="{labels}" aria-label="slice">'
-    )
+    positions = np.linspace(0, depth - 1, len(frames)).round().astype(int).tolist()
+    uris = [png_data_uri(frame) for frame in frames]
     montage_img = ""
     if payload.get("montage"):
         montage_img = figure_html(_png(payload["montage"]), f"{alt} montage", False, "all slices")
+    synthetic = bool(payload.get("synthetic"))
     return (
-        f'<div class="ev-volume"><figure class="ev-figure">{images}{mark}'
-        f'<div class="ev-caption ev-slice">slice {positions[middle] + 1} of {depth}</div>'
-        f"</figure>{slider}{montage_img}</div>"
+        f'<div class="ev-volume">{slider_html(uris, positions, depth, alt, synthetic)}'
+        f"{montage_img}</div>"
     )
 
 
