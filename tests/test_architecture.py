@@ -246,7 +246,7 @@ UI_MAY_IMPORT = {
     },
     "medheb_app.ui.evidence_view": {
         "medheb_app.evidence.readers": "reads the image file a payload names, to draw it",
-        "medheb_app.study.payloads": "the payload schema and pixel conversion it draws",
+        "medheb_app.evidence.render": "the one pixel conversion and montage it draws with",
     },
     "medheb_app.ui.query_reading": {
         "medheb_app.query.parser": "parses the query text to show how it was read",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 
+from medheb_app.cancellation import Cancelled
 from medheb_app.train.loop import run_steps
 
 
@@ -26,7 +28,7 @@ def test_epoch_loss_is_item_weighted_and_progress_counts_steps() -> None:
     result = run_steps(
         [[1, 3], [2]], loss_of, optimiser, scheduler, 3, lambda s, t, v: seen.append((s, t))
     )
-    assert result.step == 3 and not result.cancelled
+    assert result.step == 3
     assert result.epoch_losses == [(1 * 1 + 3 * 3) / 4, 2.0]
     assert seen == [(1, 3), (2, 3), (3, 3)]
 
@@ -41,5 +43,5 @@ def test_cap_and_cancel_stop_between_steps() -> None:
         stop.set()  # asked to stop during the first step: the second never starts
         return weight * n, n
 
-    cut = run_steps([[1, 1, 1]], loss_of, optimiser, scheduler, 3, stop=stop)
-    assert cut.step == 1 and cut.cancelled and cut.epoch_losses == []
+    with pytest.raises(Cancelled, match="stopped after step 1 of 3; no checkpoint saved"):
+        run_steps([[1, 1, 1]], loss_of, optimiser, scheduler, 3, stop=stop)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from medheb_app.cancellation import Cancelled
 from medheb_app.cli import main
 from medheb_app.evidence.phantoms import generate_chest_corpus
 from medheb_app.evidence.study import Study
@@ -36,7 +37,7 @@ def test_tiny_run_learns_and_registers(studies: list[Study], settings: Settings)
     steps: list[tuple[int, int, float]] = []
     folder = settings.trained_models_dir / "tiny-report"
     result = train_report(_config(), folder, studies=studies, progress=lambda *a: steps.append(a))
-    assert result.card is not None and not result.cancelled
+    assert result.card is not None
     assert result.epoch_losses[-1] < result.epoch_losses[0]
     assert [s[0] for s in steps] == list(range(1, result.steps + 1))
     assert steps[-1][1] == result.steps
@@ -69,8 +70,8 @@ def test_stop_flag_cancels_without_saving(studies: list[Study], tmp_path: Path) 
         if step == 2:
             stop.set()
 
-    result = train_report(_config(), tmp_path / "x", studies=studies, progress=progress, stop=stop)
-    assert result.cancelled and result.card is None and result.steps == 2
+    with pytest.raises(Cancelled, match="stopped after step 2 of"):
+        train_report(_config(), tmp_path / "x", studies=studies, progress=progress, stop=stop)
     assert not (tmp_path / "x").exists()
 
 

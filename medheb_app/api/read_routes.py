@@ -37,11 +37,11 @@ from medheb_app.eval import drilldown, reports
 from medheb_app.eval.leaderboard import cxr_leaderboard, leaderboard, task_frame
 from medheb_app.eval.metrics import bootstrap_ci
 from medheb_app.evidence.readers import read_any
+from medheb_app.evidence.render import montage, to_uint8
 from medheb_app.index.build import FAILED_FILE
 from medheb_app.index.catalog import CATALOG_FILE
 from medheb_app.services import Services
 from medheb_app.store.runs import run_listing
-from medheb_app.study.payloads import montage, to_uint8
 
 router = APIRouter(tags=["catalog and runs"])
 Catalog = Annotated[Principal, Depends(access("search", anonymous=True))]
@@ -249,7 +249,7 @@ def _png(pixels: np.ndarray, max_size: int | None) -> bytes:
 
     pixels = np.asarray(pixels)
     if pixels.ndim == 3 and pixels.shape[-1] not in (3, 4):  # a volume: its slices as a grid
-        pixels = montage(pixels[:: max(1, pixels.shape[0] // 16)][:16])
+        pixels = montage(pixels[:: max(1, pixels.shape[0] // 16)][:16], gutter=2)
     image = Image.fromarray(to_uint8(pixels))
     if max_size:
         image.thumbnail((max_size, max_size))

@@ -48,8 +48,6 @@ def _handler(recipe: Recipe) -> Callable[[argparse.Namespace, Settings], Any]:
             result = recipe.run(config, out, settings, _print_progress(), None)
         except (FileNotFoundError, ValueError) as error:
             raise UserError(str(error)) from error
-        if result.card is None:
-            raise UserError(f"Training was cancelled after {result.steps} steps; nothing saved.")
         return _summary(result, recipe.spec(result.card.to_dict()))
 
     return handle

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from medheb_app.cancellation import Cancelled
 from medheb_app.eval.estimate import TrainingEstimate, training_estimate
 from medheb_app.eval.runner import run_suite
 from medheb_app.index.build import build_from_source
@@ -106,9 +105,7 @@ def train_job(settings: Settings) -> JobFn:
         config = config_from_sources(recipe.config_class(), overrides=overrides)
         log(f"training {recipe.name} -> {out} with {overrides}")
         watch = _training_progress(progress, log)
-        result = recipe.run(config, out, settings, watch, stop)
-        if stop.is_set() or result.card is None:
-            raise Cancelled(f"stopped after step {result.steps}; no checkpoint saved")
+        result = recipe.run(config, out, settings, watch, stop)  # Cancelled when stopped
 
         spec = spec_of_folder(out, settings)  # the name the resolver registers it under
         if spec is None:  # its tag is taken by a committed checkpoint: load it by path

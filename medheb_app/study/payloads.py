@@ -30,7 +30,6 @@ withholds any item with such a payload.
 from __future__ import annotations
 
 import hashlib
-import math
 import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -40,6 +39,7 @@ import numpy as np
 import PIL.Image
 
 from medheb_app.evidence.readers import read_any
+from medheb_app.evidence.render import Unrenderable, montage, to_uint8
 from medheb_app.evidence.study import EmbedItem, Evidence, EvidenceError, Study
 from medheb_app.tasks.base import Task
 
@@ -89,12 +89,6 @@ class MixedPayload(TypedDict):
     media: ImagePayload | VolumePayload | RegionPayload
 
 
-class Unrenderable(ValueError):
-    """A payload, query or candidate that cannot be shown to a person (missing file, unknown
-    form, not an image); the message says why. The study's renderer and the page's
-    (ui/evidence_view.py) raise this one type."""
-
-
 class MediaWriter:
     """Writes pixels as salted, unguessable files in one folder."""
 
@@ -134,7 +128,7 @@ class MediaWriter:
         return {
             "form": "volume",
             "image": self.png(volume[len(volume) // 2], f"{key}:mid"),
-            "montage": self.png(montage(frames), f"{key}:montage"),
+            "montage": self.png(montage(frames, gutter=2), f"{key}:montage"),
             "frames": str(frames_path),
             "n_frames": len(frames),
             "depth": len(volume),
@@ -159,16 +153,6 @@ class MediaWriter:
         }
 
 
-def to_uint8(pixels: np.ndarray) -> np.ndarray:
-    """Float pixels in [0, 1] (NaN as 0) as uint8; uint8 input is kept."""
-    pixels = np.asarray(pixels)
-    if pixels.dtype == np.uint8:
-        return pixels
-    return np.rint(np.clip(np.nan_to_num(pixels.astype(np.float32)), 0.0, 1.0) * 255).astype(
-        np.uint8
-    )
-
-
 def _image_array(pixels: np.ndarray) -> np.ndarray:
     pixels = np.asarray(pixels)
     if pixels.ndim == 3 and pixels.shape[2] == 1:
@@ -176,20 +160,6 @@ def _image_array(pixels: np.ndarray) -> np.ndarray:
     if pixels.ndim not in (2, 3) or pixels.size == 0:
         raise Unrenderable(f"not a 2D image (shape {pixels.shape})")
     return pixels
-
-
-def montage(frames: np.ndarray) -> np.ndarray:
-    """(n, H, W) slices as one grid image, row by row, with a 2-pixel black gutter."""
-    n, height, width = frames.shape[:3]
-    cols = math.ceil(math.sqrt(n))
-    rows = math.ceil(n / cols)
-    grid = np.zeros((rows * (height + 2) - 2, cols * (width + 2) - 2), dtype=frames.dtype)
-    for index, frame in enumerate(frames):
-        r, c = divmod(index, cols)
-        grid[
-            r * (height + 2) : r * (height + 2) + height, c * (width + 2) : c * (width + 2) + width
-        ] = frame
-    return grid
 
 
 def locate(crop: np.ndarray, image: np.ndarray) -> tuple[int, int, int, int] | None:

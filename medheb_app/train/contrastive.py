@@ -124,15 +124,14 @@ PairSampler = Callable[[int, np.random.Generator], Pairs]
 
 @dataclass
 class TrainResult:
-    """What a run produced; `card` is None when the run was cancelled before saving."""
+    """What a finished run saved (a cancelled run raises Cancelled and saves nothing)."""
 
     folder: Path
-    card: ModelCard | None
+    card: ModelCard
     steps: int
     epoch_losses: list[float]
     val_loss: float | None
     seconds: float
-    cancelled: bool = False
 
     @property
     def final_loss(self) -> float | None:
@@ -398,21 +397,21 @@ def train_contrastive(
         return _loss(embedder.heads, features, pairs, rows, loss_fn), len(rows)
 
     embedder.heads.train()
-    looped = run_steps(epochs(), loss_of, optimiser, schedule, total, progress, stop)
-    step, epoch_losses, cancelled = looped.step, looped.epoch_losses, looped.cancelled
-    embedder.heads.eval()
-    embedder.to_device("cpu")  # checkpoints and validation are written from the CPU
+    try:
+        looped = run_steps(epochs(), loss_of, optimiser, schedule, total, progress, stop)
+    finally:  # a cancelled run, too, gives its GPU memory back
+        embedder.heads.eval()
+        embedder.to_device("cpu")  # checkpoints and validation are written from the CPU
+    step, epoch_losses = looped.step, looped.epoch_losses
 
     val_loss = None
-    if not cancelled and val_pairs is not None and val_images is not None:
+    if val_pairs is not None and val_images is not None:
         val_loss = evaluate_loss(
             embedder, val_images, val_pairs, loss_fn, config.batch_size, cache_dir
         )
 
     folder = Path(out)
     seconds = time.perf_counter() - started
-    if cancelled:
-        return TrainResult(folder, None, step, epoch_losses, None, seconds, cancelled=True)
     info = dict(run_info or {})
     info.setdefault("tag", folder.name)
     if init_info is not None:

@@ -2,7 +2,8 @@
 
 A trainer hands in its epochs as iterables of batches and a `loss_of(batch)` that returns the
 batch's loss and its number of items; the loop does zero_grad / backward / step / schedule,
-stops between steps when `stop` is set or `total` steps are done, reports
+stops after `total` steps, raises `Cancelled` (medheb_app/cancellation.py, the one
+cancellation type; nothing is saved) between steps when `stop` is set, reports
 progress(step, total, loss) and keeps each finished epoch's item-weighted mean loss.
 
 Work before the first step (drawing a corpus, caching frozen-tower features) is reported as
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from medheb_app.cancellation import Cancelled
+from medheb_app.cancellation import raise_if_stopped
 
 Progress = Callable[[int, int, float], None]
 # stages whose work is kept on disk for a rerun on the same data (train/contrastive.py's
@@ -102,17 +103,16 @@ def report_stage(progress: Progress | None, text: str) -> None:
 
 def check_stop(stop: threading.Event | None, doing: str) -> None:
     """Raise Cancelled (whose text says what is kept: nothing) when `stop` is set."""
-    if stop is not None and stop.is_set():
-        raise Cancelled(f"stopped while {doing}; no checkpoint saved")
+    raise_if_stopped(stop, f"stopped while {doing}; no checkpoint saved")
 
 
 @dataclass
 class LoopResult:
-    """What the loop did: steps taken, each finished epoch's mean loss, whether it was cut."""
+    """What the loop did: steps taken and each finished epoch's mean loss (a cut loop raises
+    Cancelled instead of returning)."""
 
     step: int = 0
     epoch_losses: list[float] = field(default_factory=list)
-    cancelled: bool = False
 
 
 def run_steps(
@@ -124,16 +124,17 @@ def run_steps(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
 ) -> LoopResult:
-    """Train over `epochs` (each an iterable of batches) for at most `total` steps."""
+    """Train over `epochs` (each an iterable of batches) for at most `total` steps; Cancelled
+    ("stopped after step 2 of 40; no checkpoint saved") as soon as `stop` is set."""
     result = LoopResult()
     for batches in epochs:
         running, count = 0.0, 0
         for batch in batches:
             if result.step >= total:
                 break
-            if stop is not None and stop.is_set():
-                result.cancelled = True
-                break
+            raise_if_stopped(
+                stop, f"stopped after step {result.step} of {total}; no checkpoint saved"
+            )
             loss, n_items = loss_of(batch)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
@@ -145,8 +146,6 @@ def run_steps(
             count += n_items
             if progress is not None:
                 progress(result.step, total, value)
-        if result.cancelled:
-            break
         result.epoch_losses.append(running / max(count, 1))
         if result.step >= total:
             break

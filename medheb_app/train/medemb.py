@@ -326,14 +326,14 @@ def train_medemb(
         return loss, len(rows)
 
     model.backbone.train()  # only the backbone: the frozen image tower keeps eval-mode BN
-    looped = run_steps(epochs, loss_of, optimiser, scheduler, total, progress, stop)
-    step, epoch_losses, cancelled = looped.step, looped.epoch_losses, looped.cancelled
+    try:
+        looped = run_steps(epochs, loss_of, optimiser, scheduler, total, progress, stop)
+    finally:
+        model.backbone.eval()
+    step, epoch_losses = looped.step, looped.epoch_losses
     padded, seen = tally["padded"], tally["seen"]
-    model.backbone.eval()
     seconds = time.perf_counter() - started
     folder = Path(out)
-    if cancelled:
-        return TrainResult(folder, None, step, epoch_losses, None, seconds, cancelled=True)
 
     info = {
         "tag": folder.name,

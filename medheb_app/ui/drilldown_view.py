@@ -46,7 +46,7 @@ def thumbnail_uri(path: str | Path, side: int = THUMB_SIDE) -> str | None:
     through the shared evidence renderer's pixel helpers; None, logged, when unreadable."""
     try:
         pixels = evidence_view._read(path)
-        image = evidence_view.montage(pixels) if evidence_view._is_volume(pixels) else pixels
+        image = evidence_view.volume_montage(pixels) if evidence_view._is_volume(pixels) else pixels
         return evidence_view.png_data_uri(image, max_side=side)
     except (evidence_view.Unrenderable, OSError, ValueError) as error:
         log.warning("thumbnail of %s failed: %s", path, error)
@@ -69,23 +69,9 @@ def volume_slider_html(path: str | Path, alt: str, synthetic: bool) -> str | Non
         return None
     depth = len(volume)
     positions = np.unique(np.linspace(0, depth - 1, min(SLIDER_FRAMES, depth)).round().astype(int))
-    middle = len(positions) // 2
-    hidden = ' style="display:none"'
-    images = "".join(
-        f'<img class="ev-zoomable ev-frame" alt="{html.escape(alt)} slice {pos + 1}" '
-        f'src="{evidence_view.png_data_uri(volume[pos], max_side=THUMB_SIDE)}"'
-        f"{'' if k == middle else hidden}>"
-        for k, pos in enumerate(positions.tolist())
-    )
-    labels = ",".join(f"slice {pos + 1} of {depth}" for pos in positions.tolist())
-    mark = '<div class="ev-mark">SYNTHETIC</div>' if synthetic else ""
-    return (
-        f'<div class="ev-volume"><figure class="ev-figure">{images}{mark}'
-        f'<div class="ev-caption ev-slice">slice {positions[middle] + 1} of {depth}</div>'
-        f'</figure><input type="range" class="ev-slider" min="0" max="{len(positions) - 1}" '
-        f'value="{middle}" data-labels="{labels}" aria-label="slice of {html.escape(alt)}">'
-        "</div>"
-    )
+    uris = [evidence_view.png_data_uri(volume[pos], max_side=THUMB_SIDE) for pos in positions]
+    slider = evidence_view.slider_html(uris, positions.tolist(), depth, alt, synthetic)
+    return f'<div class="ev-volume">{slider}</div>'
 
 
 def evidence_html(payload: dict[str, Any], alt: str) -> str:
@@ -110,10 +96,7 @@ def evidence_html(payload: dict[str, Any], alt: str) -> str:
         text = str(text)
         short = text if len(text) <= 160 else text[:159] + "…"
         parts.append(f"<div>{html.escape(short)}</div>")
-    labels = payload.get("labels")
-    if labels:
-        chips = "".join(f"<span>{html.escape(str(label))}</span>" for label in labels)
-        parts.append(f'<div class="ev-labels">{chips}</div>')
+    parts.append(evidence_view.labels_html(payload.get("labels")))
     return "".join(parts)
 
 
@@ -122,11 +105,7 @@ def _figure(uri: str, alt: str, synthetic: bool) -> str:
     a caption under the image, never drawn over the pixels."""
     if not uri.startswith("data:image/png;base64,"):
         return "<div><i>image unavailable</i></div>"
-    mark = '<div class="ev-mark">SYNTHETIC</div>' if synthetic else ""
-    return (
-        f'<figure class="ev-figure"><img class="ev-zoomable" alt="{html.escape(alt)}" '
-        f'src="{uri}" title="Click to zoom">{mark}</figure>'
-    )
+    return evidence_view.figure_uri_html(uri, alt, synthetic)
 
 
 def hit_html(hit: HitView, constraints: tuple[list[str], list[str]]) -> str:

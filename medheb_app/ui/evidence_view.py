@@ -34,7 +34,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from medheb_app.evidence.readers import read_any
-from medheb_app.study.payloads import Unrenderable, to_uint8
+from medheb_app.evidence.render import Unrenderable, montage, to_rgb8
 
 log = logging.getLogger(__name__)
 MAX_SIDE = 1024  # full resolution shown on zoom, capped so one item stays a few hundred KB
@@ -95,39 +95,11 @@ document.addEventListener('keydown', (event) => {
 # ---------------------------------------------------------------- pixels
 
 
-def to_rgb8(pixels: np.ndarray) -> np.ndarray:
-    """(H, W) or (H, W, 3) floats in [0, 1] (or uint8) -> (H, W, 3) uint8: the study's
-    conversion (study.payloads.to_uint8), grey repeated into three channels for drawing."""
-    array = np.asarray(pixels)
-    if array.ndim == 3 and array.shape[-1] == 1:
-        array = array[..., 0]
-    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
-        raise Unrenderable(f"an array of shape {array.shape} is not an image")
-    array = to_uint8(array)
-    if array.ndim == 2:
-        array = np.repeat(array[..., None], 3, axis=-1)
-    return np.ascontiguousarray(array[..., :3])
-
-
-def montage(volume: np.ndarray, n: int = MONTAGE_SLICES) -> np.ndarray:
-    """Up to `n` evenly spaced slices of a (D, H, W) volume in a square grid; the middle slice
-    is framed so a reader finds it at once."""
+def volume_montage(volume: np.ndarray) -> np.ndarray:
+    """What the page shows of a (D, H, W) volume (or (D, H, W, C), first channel): up to
+    MONTAGE_SLICES evenly spaced slices in a grid, the middle one framed."""
     volume = np.asarray(volume)
-    depth = volume.shape[0]
-    picks = sorted({int(np.rint(i)) for i in np.linspace(0, depth - 1, min(n, depth))})
-    middle = min(picks, key=lambda i: abs(i - depth // 2))
-    cols = int(np.ceil(np.sqrt(len(picks))))
-    rows = int(np.ceil(len(picks) / cols))
-    height, width = volume.shape[1:3]
-    grid = np.zeros((rows * height, cols * width, 3), dtype=np.uint8)
-    for k, index in enumerate(picks):
-        tile = to_rgb8(volume[index])
-        if index == middle:
-            tile = tile.copy()
-            tile[:2], tile[-2:], tile[:, :2], tile[:, -2:] = 255, 255, 255, 255
-        r, c = divmod(k, cols)
-        grid[r * height : (r + 1) * height, c * width : (c + 1) * width] = tile
-    return grid
+    return montage(volume if volume.ndim == 3 else volume[..., 0], MONTAGE_SLICES, mark_middle=True)
 
 
 def draw_box(image: np.ndarray, box: Sequence[float]) -> np.ndarray:
@@ -183,11 +155,46 @@ def _box(payload: dict[str, Any]) -> Sequence[float] | None:
 
 def figure_html(image: np.ndarray, alt: str, synthetic: bool, caption: str = "") -> str:
     """One zoomable image with its SYNTHETIC mark and caption underneath, outside the pixels."""
+    return figure_uri_html(png_data_uri(image), alt, synthetic, caption)
+
+
+def figure_uri_html(uri: str, alt: str, synthetic: bool, caption: str = "") -> str:
+    """`figure_html` for an image already encoded as a data: URI (a drill-down thumbnail)."""
     mark = '<div class="ev-mark">SYNTHETIC</div>' if synthetic else ""
     note = f'<div class="ev-caption">{html.escape(caption)}</div>' if caption else ""
     return (
         f'<figure class="ev-figure"><img class="ev-zoomable" alt="{html.escape(alt)}" '
-        f'src="{png_data_uri(image)}" title="Click to zoom">{mark}{note}</figure>'
+        f'src="{uri}" title="Click to zoom">{mark}{note}</figure>'
+    )
+
+
+def labels_html(labels: Sequence[Any] | None) -> str:
+    """An item's labels as grey chips (the .ev-labels CSS); nothing when it has none."""
+    if not labels:
+        return ""
+    chips = "".join(f"<span>{html.escape(str(label))}</span>" for label in labels)
+    return f'<div class="ev-labels">{chips}</div>'
+
+
+def slider_html(
+    uris: Sequence[str], positions: Sequence[int], depth: int, alt: str, synthetic: bool
+) -> str:
+    """A volume as its middle sampled slice with a slice slider over all of them (SCRIPT swaps
+    the visible frame); `uris` are the frames' data: URIs, `positions` their 0-based slices."""
+    middle = len(uris) // 2
+    hidden = ' style="display:none"'
+    images = "".join(
+        f'<img class="ev-zoomable ev-frame" alt="{html.escape(alt)} slice {pos + 1}" '
+        f'src="{uri}"{"" if k == middle else hidden}>'
+        for k, (pos, uri) in enumerate(zip(positions, uris, strict=True))
+    )
+    labels = ",".join(f"slice {pos + 1} of {depth}" for pos in positions)
+    mark = '<div class="ev-mark">SYNTHETIC</div>' if synthetic else ""
+    return (
+        f'<figure class="ev-figure">{images}{mark}'
+        f'<div class="ev-caption ev-slice">slice {positions[middle] + 1} of {depth}</div>'
+        f'</figure><input type="range" class="ev-slider" min="0" max="{len(uris) - 1}" '
+        f'value="{middle}" data-labels="{labels}" aria-label="slice of {html.escape(alt)}">'
     )
 
 
@@ -200,14 +207,16 @@ def _visual(payload: dict[str, Any], alt: str) -> str:
         if volume.ndim != 3:
             raise Unrenderable("its volume is not three-dimensional")
         caption = f"{min(MONTAGE_SLICES, volume.shape[0])} of {volume.shape[0]} slices"
-        return figure_html(montage(volume), alt, synthetic, caption + "; framed: middle slice")
+        return figure_html(
+            volume_montage(volume), alt, synthetic, caption + "; framed: middle slice"
+        )
     path = payload.get("image") or payload.get("path")
     if path is None:
         return ""
     pixels = _read(path)
     caption = ""
     if _is_volume(pixels):
-        pixels = montage(pixels if pixels.ndim == 3 else pixels[..., 0])
+        pixels = volume_montage(pixels)
         caption = "slices of a volume; framed: middle slice"
     box = _box(payload)
     if box is not None:
@@ -224,10 +233,7 @@ def _textual(payload: dict[str, Any]) -> str:
     text = next((payload[k] for k in TEXT_KEYS if payload.get(k)), None)
     if text:
         parts.append(f'<div class="ev-text">{html.escape(str(text))}</div>')
-    labels = payload.get("labels")
-    if labels:
-        chips = "".join(f"<span>{html.escape(str(label))}</span>" for label in labels)
-        parts.append(f'<div class="ev-labels">{chips}</div>')
+    parts.append(labels_html(payload.get("labels")))
     return "".join(parts)
 
 
@@ -250,27 +256,15 @@ def volume_html(payload: dict[str, Any], alt: str) -> str:
     if frames.ndim != 3 or len(frames) < 2:
         raise Unrenderable("its volume has fewer than two frames")
     depth = int(payload.get("depth") or len(frames))
-    positions = np.linspace(0, depth - 1, len(frames)).round().astype(int)
-    middle = len(frames) // 2
-    hidden = ' style="display:none"'
-    images = "".join(
-        f'<img class="ev-zoomable ev-frame" alt="{html.escape(alt)} slice {pos + 1}" '
-        f'src="{png_data_uri(frame)}"{"" if k == middle else hidden}>'
-        for k, (pos, frame) in enumerate(zip(positions, frames, strict=True))
-    )
-    labels = ",".join(f"slice {pos + 1} of {depth}" for pos in positions)
-    mark = '<div class="ev-mark">SYNTHETIC</div>' if payload.get("synthetic") else ""
-    slider = (
-        f'<input type="range" class="ev-slider" min="0" max="{len(frames) - 1}" '
-        f'value="{middle}" data-labels="{labels}" aria-label="slice">'
-    )
+    positions = np.linspace(0, depth - 1, len(frames)).round().astype(int).tolist()
+    uris = [png_data_uri(frame) for frame in frames]
     montage_img = ""
     if payload.get("montage"):
         montage_img = figure_html(_png(payload["montage"]), f"{alt} montage", False, "all slices")
+    synthetic = bool(payload.get("synthetic"))
     return (
-        f'<div class="ev-volume"><figure class="ev-figure">{images}{mark}'
-        f'<div class="ev-caption ev-slice">slice {positions[middle] + 1} of {depth}</div>'
-        f"</figure>{slider}{montage_img}</div>"
+        f'<div class="ev-volume">{slider_html(uris, positions, depth, alt, synthetic)}'
+        f"{montage_img}</div>"
     )
 
 
