@@ -159,6 +159,33 @@ def test_a_lone_query_is_encoded_alone_and_batch_one_turns_batching_off():
     assert Settings.from_env(query_batch=1).query_batch == 1
 
 
+def test_two_slots_encode_two_lone_queries_at_once():
+    from medheb_app.models.query_cache import QueryBatcher
+
+    gate, inside = threading.Event(), threading.Semaphore(0)
+
+    def encode(texts):
+        inside.release()
+        gate.wait(10)
+        return RandomEmbedder(dims=16).encode(texts)
+
+    batcher = QueryBatcher(slots=2)
+    out: dict[str, np.ndarray] = {}
+    threads = [
+        threading.Thread(target=lambda t=t: out.update({t: batcher.encode(t, encode)}))
+        for t in ("a", "b")
+    ]
+    for thread in threads:
+        thread.start()
+    assert inside.acquire(timeout=10) and inside.acquire(timeout=10)  # both inside at once
+    assert batcher._busy == 2 and not batcher._queue
+    gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert batcher._busy == 0 and (batcher.batches, batcher.texts) == (2, 2)
+    np.testing.assert_array_equal(out["b"], RandomEmbedder(dims=16).encode(["b"]))
+
+
 class FailingEmbedder(GatedEmbedder):
     """Its second forward (the queued batch) fails; later ones work."""
 

@@ -36,6 +36,7 @@ from medheb_app.models.device import intra_op_threads
 
 DEFAULT_CAPACITY = 4096  # 4,096 x 384 float32 = 6 MB for MiniLM-sized vectors
 DEFAULT_BATCH = 16  # most query texts one forward pass encodes (MEDHEB_QUERY_BATCH; 1: none)
+BATCH_SLOTS = 1  # forward passes one model runs at once under QueryBatcher
 
 
 @dataclass(frozen=True)
@@ -110,14 +111,16 @@ class QueryBatcher:
     No thread of its own and no timer: a request that finds the model idle encodes its text
     at once; one that finds it busy queues. When an encode finishes, its thread hands the
     queued texts (up to `limit`, distinct texts once) to the first queued request's thread,
-    which encodes them as one batch, and returns its own vector. So at most one encode per
-    model runs at a time, and the other core is left to the requests answered from caches.
+    which encodes them as one batch, and returns its own vector. So at most `slots` encodes per
+    model run at a time (1: the other core is left to the requests answered from caches; 2
+    measured no better on 2 cores, BENCHMARKS.md).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, slots: int = BATCH_SLOTS) -> None:
+        self.slots = max(1, slots)
         self._lock = threading.Lock()
         self._queue: list[_Waiter] = []
-        self._busy = False
+        self._busy = 0  # forward passes running
         self.batches = 0  # forward passes run, and texts they encoded (for tests and benches)
         self.texts = 0
 
@@ -130,8 +133,8 @@ class QueryBatcher:
         waiter = _Waiter(text)
         with self._lock:
             self._queue.append(waiter)
-            if not self._busy:
-                self._busy = True
+            if self._busy < self.slots:
+                self._busy += 1
                 waiter.batch = self._take(limit)
         if waiter.batch is None:
             waiter.done.wait()  # set with a vector or an error, or with a batch to encode
@@ -181,7 +184,7 @@ class QueryBatcher:
                     successor = self._queue[0]
                     successor.batch = self._take(limit)
                 else:
-                    self._busy = False
+                    self._busy -= 1
             if successor is not None:
                 successor.done.set()
             for waiter in batch:
