@@ -267,10 +267,10 @@ def vocabulary_warnings(
 
 
 def _encode_text(
-    text: str, embedder: Embedder, spec: str, threads: int = 0, cache: int = 0
+    text: str, embedder: Embedder, spec: str, threads: int = 0, cache: int = 0, batch: int = 1
 ) -> np.ndarray:
     _check_modality(embedder, "text", spec)
-    return encode_query_text(embedder, text, spec, cache, threads)  # models/query_cache.py
+    return encode_query_text(embedder, text, spec, cache, threads, batch)  # models/query_cache.py
 
 
 PROJECTION_MODALITIES = {"CR", "DX", "XR", "RG"}
@@ -534,7 +534,10 @@ def rank(
     if request.text is not None:  # validate checked it is not empty
         parsed = parse_query(request.text, query_vocabulary(loaded))
         refuse_unanswerable(parsed, loaded.name, labelled, request.ranking)  # before encoding
-        vector = _encode_text(request.text, embedder, request.model, threads, settings.query_cache)
+        vector = _encode_text(
+            request.text, embedder, request.model, threads, settings.query_cache,
+            settings.query_batch,
+        )  # fmt: skip
     else:
         try:
             vector = _encode_study(request.study, embedder, request.model, threads)  # type: ignore[arg-type]

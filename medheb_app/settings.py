@@ -98,6 +98,9 @@ class Settings:
     # MEDHEB_QUERY_CACHE: query texts whose embedding each loaded model keeps (LRU; 0: none);
     # medheb_app.models.query_cache
     query_cache: int = 4096
+    # MEDHEB_QUERY_BATCH: most query texts that concurrent cache misses share one forward pass
+    # with (1: each encoded alone); medheb_app.models.query_cache.QueryBatcher
+    query_batch: int = 16
     # MEDHEB_ANSWER_CACHE: API text-search answers kept (LRU; 0: none); medheb_app/api/answers.py
     answer_cache: int = 2048
     api_token_rate: int = 600  # MEDHEB_API_TOKEN_RATE: requests a minute per API token
@@ -189,6 +192,7 @@ class Settings:
             "queue_per_client": int(env.get("QUEUE_PER_CLIENT", 8)),
             "query_threads": int(env.get("MEDHEB_QUERY_THREADS", 1)),
             "query_cache": int(env.get("MEDHEB_QUERY_CACHE", 4096)),
+            "query_batch": int(env.get("MEDHEB_QUERY_BATCH", 16)),
             "answer_cache": int(env.get("MEDHEB_ANSWER_CACHE", 2048)),
             "trusted_proxy_hops": parse_proxy_hops(env.get("TRUST_PROXY_HEADERS", "")),
             "public_origins": tuple(
