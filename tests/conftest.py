@@ -62,6 +62,21 @@ def shared_phantom_corpora(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     patch.undo()
 
 
+def link_shared_corpora(shared: Path, settings: Settings, *keys: object) -> None:
+    """Make the session's saved corpora for `keys` (generated first when absent) appear in
+    settings.demo_dir as links, for code in other processes (Ray workers, app.py) that the
+    corpora_root patch does not reach: they find the corpus saved, not generate it again. The
+    readers only read a corpus; a link is removed, not followed, when a DATA_DIR is deleted."""
+    from medheb_app.evidence.phantoms import saved
+
+    settings.demo_dir.mkdir(parents=True, exist_ok=True)
+    for key in keys:
+        directory, _ = saved.ensure_saved(shared, key)  # type: ignore[arg-type]
+        link = saved.corpus_path(settings.demo_dir, key)  # type: ignore[arg-type]
+        if not link.exists():
+            link.symlink_to(directory, target_is_directory=True)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests for `--dist loadgroup`: a module's tests run on one worker (so a
