@@ -89,10 +89,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items
         if "ray_cluster" in getattr(item, "fixturenames", ())
     }
+    group_of: dict[int, str] = {}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("ray" if module in on_ray else module))
+        mark = item.get_closest_marker("xdist_group")
+        group_of[id(item)] = mark.kwargs.get("name") or mark.args[0]
+    if config.getoption("numprocesses", None):
+        longest_groups_first(items, group_of)
+
+
+def longest_groups_first(items: list[pytest.Item], group_of: dict[int, str]) -> None:
+    """Put the Ray group first, then browser groups, then groups with a slow test, the rest
+    after, each group's tests together and in their order (pyproject's --no-loadscope-reorder
+    keeps it): xdist's own order, most tests first, sent the Ray group and the browser modules
+    (few tests, minutes of work) last, where one worker ran them while the other sat idle."""
+
+    def rank(item: pytest.Item) -> int:
+        if group_of[id(item)] == "ray":
+            return 0
+        if item.get_closest_marker("browser"):
+            return 1
+        return 2 if item.get_closest_marker("slow") else 3
+
+    weight: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        group = group_of[id(item)]
+        weight[group] = min(weight.get(group, 3), rank(item))
+        first.setdefault(group, index)
+    order = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda it: (weight[group_of[id(it)]], first[group_of[id(it)]], order[id(it)]))
 
 
 @pytest.fixture(autouse=True)
