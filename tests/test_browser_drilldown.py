@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from tests.browser_harness import desktop_page, require_browser, serve_app
+from tests.browser_harness import chromium, desktop_page, require_browser, serve_app
 from tests.test_browser_app import _open, _shot, _tab
 from tests.test_browser_search import _page_box
 
@@ -44,9 +44,15 @@ def app(tmp_path_factory) -> Iterator[dict]:
         yield {"url": url}
 
 
+@pytest.fixture(scope="module")
+def browser(app):
+    with chromium() as browser:
+        yield browser
+
+
 @pytest.fixture
-def page(app):
-    with desktop_page() as page:
+def page(browser):
+    with desktop_page(browser) as page:
         yield page
 
 
