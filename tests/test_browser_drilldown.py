@@ -65,6 +65,9 @@ def _open_task(page, url: str, task: str) -> None:
     if not page.locator("#explorer-run input").input_value().startswith("Run 1:"):
         page.locator("#explorer-run input").click()
         page.get_by_role("option").filter(has_text="Run 1:").first.click()
+    # the run's load chain ends by picking its first task's first query: a task picked before
+    # that could be overwritten by it, as a user's could
+    page.wait_for_function("() => document.querySelector('#explorer-query input')?.value")
     page.locator("#explorer-task input").click()
     page.locator("#explorer-task input").fill(task)  # the list can open past the viewport
     page.get_by_role("option").filter(has_text=task).first.wait_for()
