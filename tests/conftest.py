@@ -77,13 +77,34 @@ def link_shared_corpora(shared: Path, settings: Settings, *keys: object) -> None
             link.symlink_to(directory, target_is_directory=True)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into node ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)  # before every plain hook: xdist's turns the marks into node ids
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
     """Group the tests for `--dist loadgroup`: a module's tests run on one worker (so a
     module-scoped app, site or trained model is built once, as without xdist), and every module
-    with a test on the session's Ray cluster runs on one worker (one cluster, not one a worker)."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
+    with a test on the session's Ray cluster runs on one worker (one cluster, not one a worker).
+
+    xdist 3.8 names a test's group by setting `item._nodeid`, which pytest 9 no longer reads
+    (its node ids live in `_id`): every test was its own unit, so both workers built the same
+    module fixtures, Ray clusters and session runs. The group suffix is set here instead."""
+    if config.pluginmanager.hasplugin("xdist"):
+        group_tests(config, items)
+    result = yield
+    if config.getvalue("loadgroup"):  # set in a worker under --dist loadgroup
+        from _pytest.nodeid import coerce_node_id
+
+        for item in items:
+            mark = item.get_closest_marker("xdist_group")
+            if mark is not None and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+                item._id = coerce_node_id(
+                    f"{item.nodeid}@{mark.kwargs.get('name') or mark.args[0]}"
+                )
+    return result
+
+
+def group_tests(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its xdist group; under workers, the longest groups first."""
     on_ray = {
         item.nodeid.split("::", 1)[0]
         for item in items
