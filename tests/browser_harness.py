@@ -117,14 +117,23 @@ def serve_app(
 
 
 @contextmanager
-def desktop_page(width: int = 1400, height: int = 1000) -> Iterator[object]:
-    """A page of a fresh headless chromium at a desktop viewport, 60 s default timeout; the
-    browser is closed on exit (for module fixtures of tests that need one page each)."""
+def chromium() -> Iterator[object]:
+    """A headless chromium for a module's tests (launching one costs seconds; a test's page
+    gets a fresh context of it from desktop_page, so no cookies or storage carry over)."""
     from playwright.sync_api import sync_playwright  # deferred: only browser tests need it
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_context(viewport={"width": width, "height": height}).new_page()
-        page.set_default_timeout(60_000)
-        yield page
+        yield browser
         browser.close()
+
+
+@contextmanager
+def desktop_page(browser, width: int = 1400, height: int = 1000) -> Iterator[object]:
+    """A page in a fresh context of `browser` at a desktop viewport, 60 s default timeout;
+    the context is closed on exit."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    yield page
+    context.close()

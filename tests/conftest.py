@@ -62,22 +62,86 @@ def shared_phantom_corpora(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     patch.undo()
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into node ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def link_shared_corpora(shared: Path, settings: Settings, *keys: object) -> None:
+    """Make the session's saved corpora for `keys` (generated first when absent) appear in
+    settings.demo_dir as links, for code in other processes (Ray workers, app.py) that the
+    corpora_root patch does not reach: they find the corpus saved, not generate it again. The
+    readers only read a corpus; a link is removed, not followed, when a DATA_DIR is deleted."""
+    from medheb_app.evidence.phantoms import saved
+
+    settings.demo_dir.mkdir(parents=True, exist_ok=True)
+    for key in keys:
+        directory, _ = saved.ensure_saved(shared, key)  # type: ignore[arg-type]
+        link = saved.corpus_path(settings.demo_dir, key)  # type: ignore[arg-type]
+        if not link.exists():
+            link.symlink_to(directory, target_is_directory=True)
+
+
+@pytest.hookimpl(wrapper=True)  # before every plain hook: xdist's turns the marks into node ids
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
     """Group the tests for `--dist loadgroup`: a module's tests run on one worker (so a
     module-scoped app, site or trained model is built once, as without xdist), and every module
-    with a test on the session's Ray cluster runs on one worker (one cluster, not one a worker)."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
+    with a test on the session's Ray cluster runs on one worker (one cluster, not one a worker).
+
+    xdist 3.8 names a test's group by setting `item._nodeid`, which pytest 9 no longer reads
+    (its node ids live in `_id`): every test was its own unit, so both workers built the same
+    module fixtures, Ray clusters and session runs. The group suffix is set here instead."""
+    if config.pluginmanager.hasplugin("xdist"):
+        group_tests(config, items)
+    result = yield
+    if config.getvalue("loadgroup"):  # set in a worker under --dist loadgroup
+        from _pytest.nodeid import coerce_node_id
+
+        for item in items:
+            mark = item.get_closest_marker("xdist_group")
+            if mark is not None and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+                item._id = coerce_node_id(
+                    f"{item.nodeid}@{mark.kwargs.get('name') or mark.args[0]}"
+                )
+    return result
+
+
+def group_tests(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its xdist group; under workers, the longest groups first."""
     on_ray = {
         item.nodeid.split("::", 1)[0]
         for item in items
         if "ray_cluster" in getattr(item, "fixturenames", ())
     }
+    group_of: dict[int, str] = {}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("ray" if module in on_ray else module))
+        mark = item.get_closest_marker("xdist_group")
+        group_of[id(item)] = mark.kwargs.get("name") or mark.args[0]
+    if config.getoption("numprocesses", None):
+        longest_groups_first(items, group_of)
+
+
+def longest_groups_first(items: list[pytest.Item], group_of: dict[int, str]) -> None:
+    """Put the Ray group first, then browser groups, then groups with a slow test, the rest
+    after, each group's tests together and in their order (pyproject's --no-loadscope-reorder
+    keeps it): xdist's own order, most tests first, sent the Ray group and the browser modules
+    (few tests, minutes of work) last, where one worker ran them while the other sat idle."""
+
+    def rank(item: pytest.Item) -> int:
+        if group_of[id(item)] == "ray":
+            return 0
+        if item.get_closest_marker("browser"):
+            return 1
+        return 2 if item.get_closest_marker("slow") else 3
+
+    weight: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        group = group_of[id(item)]
+        weight[group] = min(weight.get(group, 3), rank(item))
+        first.setdefault(group, index)
+    order = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda it: (weight[group_of[id(it)]], first[group_of[id(it)]], order[id(it)]))
 
 
 @pytest.fixture(autouse=True)

@@ -23,6 +23,7 @@ from medheb_app.models import registry
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 from medheb_app.store.runs import list_runs, results_of
+from tests.conftest import link_shared_corpora
 
 TASKS = ("phantom-cxr-t2i", "phantom-cxr-i2label")
 MODELS = ("oracle", "random", "dual-lite")
@@ -73,8 +74,19 @@ def stored_rows(settings: Settings, run_id: int) -> tuple[Any, list[tuple]]:
 
 @pytest.mark.slow
 def test_ray_engine_writes_the_local_engines_files_and_store_rows(
-    settings: Settings, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, ray_cluster
+    settings: Settings,
+    tmp_path: Path,
+    capsys,
+    monkeypatch: pytest.MonkeyPatch,
+    ray_cluster,
+    shared_phantom_corpora: Path,
 ) -> None:
+    from medheb_app.evidence.phantoms.saved import CorpusKey
+    from medheb_app.tasks import medheb
+
+    # the Ray workers read the chest corpus from DATA_DIR: the session's copy, not a new one
+    chest = CorpusKey("cxr", medheb.CHEST_N, medheb.CHEST_SEED)
+    link_shared_corpora(shared_phantom_corpora, settings, chest)
     base = ["bench", "run", "--suite", "medheb-lite", "--json"]
     for task in TASKS:
         base += ["--task", task]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from tests.browser_harness import desktop_page, require_browser, serve_app
+from tests.browser_harness import chromium, desktop_page, require_browser, serve_app
 from tests.test_browser_app import _open, _shot, _tab
 from tests.test_browser_search import _page_box
 
@@ -44,9 +44,15 @@ def app(tmp_path_factory) -> Iterator[dict]:
         yield {"url": url}
 
 
+@pytest.fixture(scope="module")
+def browser(app):
+    with chromium() as browser:
+        yield browser
+
+
 @pytest.fixture
-def page(app):
-    with desktop_page() as page:
+def page(browser):
+    with desktop_page(browser) as page:
         yield page
 
 
@@ -59,6 +65,9 @@ def _open_task(page, url: str, task: str) -> None:
     if not page.locator("#explorer-run input").input_value().startswith("Run 1:"):
         page.locator("#explorer-run input").click()
         page.get_by_role("option").filter(has_text="Run 1:").first.click()
+    # the run's load chain ends by picking its first task's first query: a task picked before
+    # that could be overwritten by it, as a user's could
+    page.wait_for_function("() => document.querySelector('#explorer-query input')?.value")
     page.locator("#explorer-task input").click()
     page.locator("#explorer-task input").fill(task)  # the list can open past the viewport
     page.get_by_role("option").filter(has_text=task).first.wait_for()

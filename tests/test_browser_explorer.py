@@ -13,6 +13,7 @@ import pytest
 
 from tests.browser_harness import (
     SCREENSHOTS,
+    chromium,
     desktop_page,
     require_browser,
     serve_app,
@@ -41,9 +42,15 @@ def app(tmp_path_factory) -> Iterator[dict]:
         yield {"url": url}
 
 
+@pytest.fixture(scope="module")
+def browser(app):
+    with chromium() as browser:
+        yield browser
+
+
 @pytest.fixture
-def page(app):
-    with desktop_page() as page:
+def page(browser):
+    with desktop_page(browser) as page:
         yield page
 
 

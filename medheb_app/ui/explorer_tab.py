@@ -330,13 +330,22 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
         return not admin and services.runs.is_blinded(getattr(summary, "out_dir", None))
 
     def _queries(summary, name, chosen, failures_only, request: gr.Request):
+        """The task's queries and the first one's drill-down in one call: a separate redraw on
+        query.change could pair a stale query with the new task (an empty pane) or, when the
+        two tasks' first query ids are equal, not run at all."""
         if summary is None:
-            return gr.update(choices=[], value=None)
+            return gr.update(choices=[], value=None), ""
         if _blinded(summary, request):  # per-model hit / miss marks would unblind the study
             ids = query_ids(summary, name)
-            return gr.update(choices=ids, value=ids[0] if ids else None)
+            first = ids[0] if ids else None
+            return gr.update(choices=ids, value=first), _ranked(
+                summary, name, first, chosen, request
+            )
         choices = query_choices(summary, name, list(chosen or []), bool(failures_only))
-        return gr.update(choices=choices, value=choices[0][1] if choices else None)
+        first = choices[0][1] if choices else None
+        return gr.update(choices=choices, value=first), _ranked(
+            summary, name, first, chosen, request
+        )
 
     def _ranked(summary, name, qid, chosen, request: gr.Request):
         if summary is None:
@@ -372,21 +381,18 @@ def build_explorer_tab(services: Services, auth: Any = None) -> dict[str, Any]:
     query_inputs = [summary_state, task, compare_models, failures]
     loaded = run.change(_load, [run], load_outputs, api_visibility="private")
     loaded.then(_views, view_inputs, view_outputs, api_visibility="private").then(
-        _queries, query_inputs, [query], api_visibility="private"
+        _queries, query_inputs, [query, ranked], api_visibility="private"
     )
     loaded.then(_skipped, [summary_state], [skipped, shared_data], api_visibility="private")
     for control in (families, forms, splits, models, model_x, model_y):
         # .input (user edits only): a run load sets all of them and redraws once, via .then
         control.input(_views, view_inputs, view_outputs, api_visibility="private")
     for control in (task, compare_models, failures):
-        control.input(_queries, query_inputs, [query], api_visibility="private")
-    for control in (query, compare_models):
-        control.change(
-            _ranked,
-            [summary_state, task, query, compare_models],
-            [ranked],
-            api_visibility="private",
-        )
+        control.input(_queries, query_inputs, [query, ranked], api_visibility="private")
+    # a query the user picks (a task's first query is drawn by _queries itself)
+    query.input(
+        _ranked, [summary_state, task, query, compare_models], [ranked], api_visibility="private"
+    )
 
     def _refresh_runs(current=None):
         choices = run_choices(services)
