@@ -91,7 +91,7 @@ def pytest_collection_modifyitems(
     if config.pluginmanager.hasplugin("xdist"):
         group_tests(config, items)
     result = yield
-    if config.getvalue("loadgroup"):  # set in a worker under --dist loadgroup
+    if getattr(config.option, "loadgroup", False):  # set in a worker under --dist loadgroup
         from _pytest.nodeid import coerce_node_id
 
         for item in items:

@@ -611,3 +611,27 @@ def test_a_zipped_dicom_series_is_searched_and_its_phi_not_echoed(site):
     assert reply.status_code == 200, reply.text
     assert "ROE" not in reply.text and len(reply.json()["results"]) == 2
     assert list(site.tmp.iterdir()) == []
+
+
+def test_an_anonymous_client_has_one_search_budget_across_rest_and_the_page(site):
+    """30 searches a minute per client, whichever door: the REST route, the page's Gradio
+    /search (the adversarial pass at 2e21a9a got 30 more through it after REST said 429)."""
+    address = "10.9.9.9"
+    with site.client(address=address) as client:
+        statuses = [
+            client.post("/search", json={"text": QUERY, "k": 1}).status_code for _ in range(30)
+        ]
+        assert statuses == [200] * 30
+        assert_problem(client.post("/search", json={"text": QUERY, "k": 1}), 429, "rate-limited")
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    page = Client(site.base, verbose=False, headers={"x-forwarded-for": address})
+    try:
+        with pytest.raises(AppError) as refused:
+            page.predict(query=QUERY, k=1, api_name="/search")
+    finally:
+        page.close()
+    assert "Too many searches" in str(refused.value)
+    with site.client(address="10.9.9.10") as other:  # another client is not held back
+        assert other.post("/search", json={"text": QUERY, "k": 1}).status_code == 200

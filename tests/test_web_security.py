@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
+import httpx
 import pytest
 from fastapi import FastAPI
 
@@ -414,3 +415,39 @@ def test_a_page_elsewhere_cannot_sign_an_admin_out(site):
     own = admin.http.get("/auth/signout", headers={"Sec-Fetch-Site": "same-origin"})
     assert own.status_code == 200 and "You are signed out" in own.text
     assert "admins only" in _text(admin.call(show, [None, 0]))
+
+
+def test_a_rebinding_domain_cannot_drive_a_loopback_server(site):
+    """A page on evil.example, re-pointed by DNS at 127.0.0.1, is same-origin with itself:
+    only its Host names it (the adversarial pass at 2e21a9a searched through it)."""
+    port = site["base"].rsplit(":", 1)[1]
+    evil = {"host": f"evil.example:{port}", "origin": f"http://evil.example:{port}"}
+    with httpx.Client(base_url=site["base"], timeout=30) as http:
+        for method, path, body in (
+            ("get", "/", None),
+            ("get", "/config", None),
+            ("get", "/api/v1/indices", None),
+            ("post", "/api/v1/search", {"text": "pleural effusion", "k": 1}),
+            ("post", "/gradio_api/queue/join", {"data": [], "fn_index": 0}),
+        ):
+            reply = http.request(method, path, json=body, headers=evil)
+            assert reply.status_code == 400, (path, reply.text)
+            assert reply.text == "This server does not answer for that host name."
+        for name in ("localhost", "LOCALHOST", "127.0.0.1", "[::1]"):
+            assert http.get("/api/v1/indices", headers={"host": f"{name}:{port}"}).status_code in (
+                200,
+                503,
+            ), name
+
+
+def test_which_host_names_a_server_answers_for():
+    from medheb_app.access.origin import allowed_host_names, host_name
+
+    assert host_name("LocalHost:7860") == "localhost" and host_name("[::1]:80") == "::1"
+    assert host_name("example.org") == "example.org"
+    loopback = allowed_host_names("127.0.0.1", (), 0)
+    assert loopback == {"127.0.0.1", "localhost", "::1"}
+    named = allowed_host_names("127.0.0.1", ("https://owner-app.hf.space",), 0)
+    assert named is not None and "owner-app.hf.space" in named
+    assert allowed_host_names("0.0.0.0", (), 0) is None  # a container: the Host is not known
+    assert allowed_host_names("127.0.0.1", (), 1) is None  # behind a proxy that sets it

@@ -20,6 +20,10 @@ carries no victim's cookie, so there is nothing to forge, and it passes to the h
 check rights as always. Reading answers across origins is closed by CORS (medheb_app.ui.server
 installs Starlette's CORS middleware with no allowed origin, which also switches Gradio's own
 off: that one lets any localhost origin read a localhost app's answers with credentials).
+
+A server bound to a loopback address also checks every request's `Host` (TrustedHostMiddleware):
+a page on a rebinding domain (one that resolves to 127.0.0.1) is same-origin with itself in
+the browser, so only the Host name tells its requests apart.
 """
 
 from __future__ import annotations
@@ -128,3 +132,55 @@ class SameOriginMiddleware:
         )
         response = PlainTextResponse(REFUSED, status_code=403)
         await response(scope, receive, send)
+
+
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+UNKNOWN_HOST = "This server does not answer for that host name."
+
+
+def host_name(netloc: str) -> str:
+    """The name part of a Host header: 'LOCALHOST:7860' -> 'localhost', '[::1]:80' -> '::1'."""
+    text = netloc.strip().lower()
+    if text.startswith("["):
+        return text[1 : text.find("]")] if "]" in text else text
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+
+
+def allowed_host_names(
+    bind_host: str, public_origins: tuple[str, ...], proxy_hops: int
+) -> frozenset[str] | None:
+    """The Host names a server answers for, or None for any. A server bound to a loopback
+    address answers only loopback names and the PUBLIC_ORIGIN hosts, so a web page on a
+    rebinding domain (evil.example resolving to 127.0.0.1) cannot drive it from the user's
+    browser; behind trusted proxies (TRUST_PROXY_HEADERS) or on every interface, the Host a
+    proxy or a LAN sends is not known in advance, so any is answered."""
+    if proxy_hops or host_name(bind_host) not in LOOPBACK_NAMES:
+        return None
+    named = {host_name(parsed[1]) for o in public_origins if (parsed := parse_origin(o))}
+    return LOOPBACK_NAMES | named
+
+
+class TrustedHostMiddleware:
+    """Pure ASGI middleware answering 400 to an HTTP or websocket request whose Host is not
+    one of `names` (allowed_host_names), before any route sees it."""
+
+    def __init__(self, app: Any, names: frozenset[str]) -> None:
+        self.app = app
+        self.names = names
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope.get("type") not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        from starlette.datastructures import Headers
+        from starlette.responses import PlainTextResponse
+
+        host = Headers(scope=scope).get("host", "")
+        if host_name(host) in self.names:
+            await self.app(scope, receive, send)
+            return
+        log.warning("refused %s for host %.80s", str(scope.get("path", ""))[:120], host)
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await PlainTextResponse(UNKNOWN_HOST, status_code=400)(scope, receive, send)

@@ -3,9 +3,12 @@ Gradio pages, with its own OpenAPI document (/api/v1/openapi.json) and docs (/ap
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from fastapi import FastAPI
 
 from medheb_app import __version__
+from medheb_app.access.limits import RateLimiter
 from medheb_app.api.admin_routes import router as admin_router
 from medheb_app.api.answers import AnswerCache
 from medheb_app.api.problems import install_handlers
@@ -27,8 +30,17 @@ web page gets: the offered indices and models, at the page's per-client limits. 
 `application/problem+json` (RFC 9457) with a stable `type`."""
 
 
-def build_api(services: Services) -> FastAPI:
-    """The API app for `services` (mount it at API_PREFIX)."""
+class PageBudget(Protocol):
+    """The page's per-client limiters (ui.search_upload.TabLimits)."""
+
+    searches: RateLimiter
+    uploads: RateLimiter
+
+
+def build_api(services: Services, page: PageBudget | None = None) -> FastAPI:
+    """The API app for `services` (mount it at API_PREFIX). `page`: the web page's per-client
+    search and upload limiters, shared so that an anonymous client has one budget whichever
+    door it uses (REST, the page, its Gradio /search), as the README states."""
     api = FastAPI(
         title="Clinical retrieval workbench API",
         version=__version__,
@@ -38,7 +50,10 @@ def build_api(services: Services) -> FastAPI:
         redoc_url=None,
     )
     api.state.services = services
-    api.state.limits = ApiLimits(token_rate=services.settings.api_token_rate)
+    limits = ApiLimits(token_rate=services.settings.api_token_rate)
+    if page is not None:
+        limits.searches, limits.uploads = page.searches, page.uploads
+    api.state.limits = limits
     api.state.answers = AnswerCache(services.settings.answer_cache)
     install_handlers(api)
     api.include_router(search_router)
@@ -116,7 +131,7 @@ def _problem_responses(schema: dict) -> None:
         components.pop(unused, None)
 
 
-def mount_api(app: FastAPI, services: Services) -> FastAPI:
+def mount_api(app: FastAPI, services: Services, page: PageBudget | None = None) -> FastAPI:
     """Mount /api/v1 on the server app (before the Gradio page at "/", which catches all)."""
-    app.mount(API_PREFIX, build_api(services))
+    app.mount(API_PREFIX, build_api(services, page))
     return app

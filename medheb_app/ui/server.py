@@ -31,7 +31,12 @@ from medheb_app.access.auth import (
     load_secret,
 )
 from medheb_app.access.limits import RateLimiter, client_key
-from medheb_app.access.origin import OriginPolicy, SameOriginMiddleware
+from medheb_app.access.origin import (
+    OriginPolicy,
+    SameOriginMiddleware,
+    TrustedHostMiddleware,
+    allowed_host_names,
+)
 from medheb_app.access.queue_guard import QueueCallGuard, fair_queue, quiet_gradio_tracebacks
 from medheb_app.access.sessions import StoreSessions
 from medheb_app.access.uploads import NoUploadedFilesServed, UploadIntake
@@ -41,6 +46,7 @@ from medheb_app.ui import components as ui
 from medheb_app.ui import evidence_view
 from medheb_app.ui.analysis_tab import add_export_routes
 from medheb_app.ui.rater_app import RATER_HEAD, build_rater_app
+from medheb_app.ui.search_upload import TabLimits
 from medheb_app.ui.shell import build_app
 
 log = logging.getLogger(__name__)
@@ -375,7 +381,8 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     app.state.guards = guards
     add_auth_routes(app, services, guards)
     intake = add_upload_routes(app, services)
-    mount_api(app, services)  # /api/v1, before the page at "/" that catches every path
+    budget = TabLimits()  # one anonymous budget per client, whichever door it searches through
+    mount_api(app, services, budget)  # /api/v1, before the page at "/" that catches every path
     add_export_routes(app, services, guards.auth)  # study CSVs: admin cookie checked per request
     common = {
         "footer_links": [],
@@ -388,7 +395,7 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     }
     rater = bounded_queue(build_rater_app(services, guards.auth), services)
     app = gr.mount_gradio_app(app, rater, path=RATER_PATH, css=ui.CSS, head=RATER_HEAD, **common)
-    main = bounded_queue(build_app(services, guards.auth), services)
+    main = bounded_queue(build_app(services, guards.auth, budget), services)
     # the evidence renderer's style and script are on "/" too, for any tab that uses it
     app = gr.mount_gradio_app(
         app,
@@ -401,6 +408,10 @@ def build_server(services: Services, guards: Guards | None = None) -> FastAPI:
     app.state.blocks = {"main": main, "rate": rater}
     # malformed queue calls and unknown fn_index: 400 and one log line, before Gradio
     app.add_middleware(QueueCallGuard, pages={"": main, RATER_PATH: rater})
+    # outermost: nothing answers a loopback server's rebinding domain (access/origin.py)
+    names = allowed_host_names(settings.host, settings.public_origins, settings.trusted_proxy_hops)
+    if names is not None:
+        app.add_middleware(TrustedHostMiddleware, names=names)
     quiet_gradio_tracebacks()
     app.state.uploads = intake
     return app

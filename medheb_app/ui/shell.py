@@ -70,7 +70,9 @@ def _safely(refresh: Callable[[], Any], n_outputs: int = 1) -> tuple[Any, ...]:
 CACHE_SWEEP = (600, 1800)  # (how often, how old) in seconds
 
 
-def build_app(services: Services, auth: Authenticator | None = None) -> gr.Blocks:
+def build_app(
+    services: Services, auth: Authenticator | None = None, limits: TabLimits | None = None
+) -> gr.Blocks:
     """Compose the workbench tabs into one Blocks app (served at "/" by the server).
 
     Without `auth` nobody is admin: analysis, exports, blinded drill-downs and the admin panel
@@ -81,7 +83,9 @@ def build_app(services: Services, auth: Authenticator | None = None) -> gr.Block
         gr.Markdown(f"## {TITLE}\n{DESCRIPTION}", elem_id="app-description")
         with gr.Tabs():
             with gr.Tab("Search", id="search"):
-                limits = TabLimits()  # one per-visitor budget for the page and its /search
+                # one per-visitor budget for the page, its /search and the REST API (the server
+                # passes the limiters it gave the API)
+                limits = limits or TabLimits()
                 search = build_search_tab(services, limits)
                 add_search_api(services, limits)  # the public JSON endpoint (api/gradio_api.py)
             with gr.Tab("Benchmark explorer", id="explorer"):
