@@ -635,3 +635,26 @@ def test_an_anonymous_client_has_one_search_budget_across_rest_and_the_page(site
     assert "Too many searches" in str(refused.value)
     with site.client(address="10.9.9.10") as other:  # another client is not held back
         assert other.post("/search", json={"text": QUERY, "k": 1}).status_code == 200
+
+
+def test_a_body_past_the_cap_is_refused_before_it_is_read(site):
+    """One anonymous 300 MB JSON body held 450 MB of the server (adversarial pass, 2e21a9a):
+    a /api/v1 body other than an upload is capped at 64 KB, declared or streamed."""
+    pad = "a" * (70 * 1024)
+    with site.client() as client:
+        declared = client.post("/search", json={"text": "edema", "pad": pad})
+        assert "64 KB" in assert_problem(declared, 413, "too-large")["detail"]
+
+        def chunks():  # no Content-Length: counted as it streams
+            yield b'{"text": "edema", "pad": "'
+            for _ in range(80):
+                yield b"a" * 1024
+            yield b'"}'
+
+        streamed = client.post(
+            "/search", content=chunks(), headers={"content-type": "application/json"}
+        )
+        assert_problem(streamed, 413, "too-large")
+        assert client.post("/search", json={"text": QUERY, "k": 1}).status_code == 200
+    with site.client("admin") as admin:
+        assert_problem(admin.post("/jobs", json={"kind": "x", "pad": pad}), 413, "too-large")

@@ -11,6 +11,7 @@ from medheb_app import __version__
 from medheb_app.access.limits import RateLimiter
 from medheb_app.api.admin_routes import router as admin_router
 from medheb_app.api.answers import AnswerCache
+from medheb_app.api.body_cap import MAX_JSON_BYTES, BodyCap
 from medheb_app.api.problems import install_handlers
 from medheb_app.api.read_routes import router as read_router
 from medheb_app.api.schemas import Problem
@@ -56,6 +57,7 @@ def build_api(services: Services, page: PageBudget | None = None) -> FastAPI:
     api.state.limits = limits
     api.state.answers = AnswerCache(services.settings.answer_cache)
     install_handlers(api)
+    api.add_middleware(BodyCap, cap=MAX_JSON_BYTES)  # uploads: their route's own cap
     api.include_router(search_router)
     api.include_router(read_router)
     api.include_router(source_router)
