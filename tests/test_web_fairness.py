@@ -177,6 +177,15 @@ def test_no_route_answers_5xx_or_logs_a_traceback_for_malformed_requests(site, c
             reply = client.post(f"{prefix}/gradio_api/queue/join", json=body)
             if reply.status_code != 400:
                 failures.append(("join", prefix, body, reply.status_code))
+        # the second pass: an unknown component id answered 500 with a logged traceback
+        for body in (
+            {"session_hash": "x", "component_id": 1, "fn_name": "x", "data": None},
+            {"session_hash": "x", "component_id": 99999, "fn_name": "ls", "data": []},
+            {"session_hash": "x", "component_id": "1", "fn_name": 3, "data": []},
+        ):
+            reply = client.post(f"{prefix}/gradio_api/component_server", json=body)
+            if reply.status_code != 400:
+                failures.append(("component", prefix, body, reply.status_code))
     assert not failures, failures[:20]
     logged = caplog.text + "".join(capfd.readouterr())
     assert "Traceback" not in logged, logged[-3000:]

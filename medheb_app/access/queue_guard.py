@@ -1,10 +1,12 @@
 """Fair, quiet Gradio queues (issue 19 items 5 and 8).
 
-- `QueueCallGuard` (ASGI middleware) reads every `/gradio_api/queue/join` body before Gradio
-  does: a body that is not a JSON object, an `fn_index` this page does not have, or the wrong
-  number of input values get 400 and one log line, not a 25-line traceback and a reset
-  connection (Gradio raises KeyError on an unknown fn_index); an event stream of a session
-  with no events gets 404 before Gradio starts streaming (it raised mid-stream).
+- `QueueCallGuard` (ASGI middleware) reads every `/gradio_api/queue/join` and
+  `/gradio_api/component_server` body before Gradio does: a body that is not a JSON object,
+  an `fn_index` this page does not have, the wrong number of input values, or a component
+  server call naming no server function of this page get 400 and one log line, not a
+  25-line traceback and a reset connection (Gradio raises KeyError on an unknown fn_index);
+  an event stream of a session with no events gets 404 before Gradio starts streaming (it
+  raised mid-stream).
 - `quiet_gradio_tracebacks`: an event that fails inside Gradio (a value not among a
   dropdown's choices) logs one line instead of a traceback.
 - `fair_queue` wraps a Blocks' queue: each client (medheb_app.access.limits.client_key) may
@@ -54,6 +56,24 @@ def _join_problem(body: bytes, blocks: Any) -> str | None:
     return None
 
 
+def _component_call_problem(body: bytes, blocks: Any) -> str | None:
+    """Why a /gradio_api/component_server body names no server function of this page (Gradio
+    looks the component up unguarded: an unknown id answered 500 with a traceback), or None."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return "not JSON"
+    if not isinstance(parsed, dict):
+        return "not a JSON object"
+    component, name = parsed.get("component_id"), parsed.get("fn_name")
+    if not isinstance(component, int) or isinstance(component, bool) or not isinstance(name, str):
+        return "no component_id or fn_name"
+    block = blocks.blocks.get(component)
+    if block is None or not getattr(getattr(block, name, None), "_is_server_fn", False):
+        return f"no server function {name[:40]!r} on component {component}"
+    return None
+
+
 class QueueCallGuard:
     """Pure ASGI middleware: refuses malformed queue joins of the pages mounted at `pages`
     ({path prefix: Blocks}) with 400 and one log line; the rest passes untouched."""
@@ -93,7 +113,10 @@ class QueueCallGuard:
             if session not in streamed._queue.pending_messages_per_session:
                 await self._refuse(scope, send, 404, "an event stream of no session")
                 return
+        check = _join_problem
         blocks = self._page(path, "join") if method == "POST" else None
+        if blocks is None and method == "POST":
+            blocks, check = self._component_page(path), _component_call_problem
         if blocks is None:
             await self.app(scope, receive, send)
             return
@@ -110,7 +133,7 @@ class QueueCallGuard:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        problem = _join_problem(body, blocks)
+        problem = check(body, blocks)
         if problem is not None:
             await self._refuse(scope, send, 400, problem)
             return
@@ -124,6 +147,12 @@ class QueueCallGuard:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    def _component_page(self, path: str) -> Any:
+        for prefix in sorted(self.pages, key=len, reverse=True):
+            if path == f"{prefix}/gradio_api/component_server":
+                return self.pages[prefix]
+        return None
 
     def _named_direct_call(self, path: str) -> bool:
         for prefix in self.pages:
