@@ -131,5 +131,6 @@ def medheb_lite_study(
         n_items=items_per_task * len(tasks),
         describe=describe_with_tasks(tasks, root / "media"),
         **options,
+        reveal_after_vote=True,
     )
     return tasks, store, created

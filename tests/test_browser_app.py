@@ -99,6 +99,7 @@ def app(tmp_path_factory) -> Iterator[dict]:
         raters_per_item=4,
         seed=3,
         public_title="Chest reader study",
+        reveal_after_vote=True,
     ).id
     invitations = create_invitations(services.store, study_id, 4)
     _store_run(root / "bench", settings)

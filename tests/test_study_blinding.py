@@ -41,6 +41,7 @@ def test_no_rater_facing_return_value_leaks_before_the_vote(store: Store, tmp_pa
     study = create_study(
         store, INTERNAL_NAME, list(MODELS), tmp_path / "run", 4, raters_per_item=1,
         describe=Renderer(tmp_path / "media"), gold_share=0.2, public_title="Reader study",
+        reveal_after_vote=True,
     )  # fmt: skip
     assert study.n_gold == 1
     invitation = create_invitations(store, study.id, 1)[0]  # admin side: not checked

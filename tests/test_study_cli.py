@@ -58,6 +58,15 @@ def test_study_commands_end_to_end(tmp_path: Path, settings: Settings, capsys):
 
     store = Store.open(settings.database_url)
     study_id = find_study(store, "pilot").id
+    # names stay hidden unless asked: a reveal teaches raters each model's look (the
+    # adversarial pass at 2e21a9a told later sides apart by a model's hub images)
+    assert find_study(store, "pilot").reveal_after_vote is False
+    code, _, err = run_cli(
+        capsys, "study", "create", "--run", str(run), "--model", "oracle", "--model", "worst",
+        "--n", "2", "--name", "revealing", "--reveal",
+    )  # fmt: skip
+    assert code == 0, err
+    assert find_study(store, "revealing").reveal_after_vote is True
     for invitation, name, choice in zip(invitations, ("dr-a", "dr-b"), ("A", "tie"), strict=True):
         rater = sign_in_with_invitation(store, invitation["code"], name).rater_id
         while (view := next_item(store, study_id, rater)) is not None:

@@ -40,7 +40,9 @@ def _invited(store: Store, study_id: int) -> int:
 
 def test_two_raters_reach_study_complete_with_their_own_counts(store: Store, tmp_path: Path):
     run = write_run(tmp_path / "run", models=tuple(MODELS), tasks={"t-t": 20}, payloads=True)
-    study_id = create_study(store, "pair", MODELS, run, 20, raters_per_item=1).id
+    study_id = create_study(
+        store, "pair", MODELS, run, 20, raters_per_item=1, reveal_after_vote=True
+    ).id
     raters = [_invited(store, study_id), _invited(store, study_id)]
     active = list(raters)
     turn = 0
@@ -68,7 +70,14 @@ def test_two_raters_reach_study_complete_with_their_own_counts(store: Store, tmp
 def test_claims_held_by_others_are_counted_with_their_expiry(store: Store, tmp_path: Path):
     run = write_run(tmp_path / "run", models=tuple(MODELS), tasks={"t-t": 2}, payloads=True)
     study_id = create_study(
-        store, "held", MODELS, run, 2, raters_per_item=1, claim_timeout_s=300
+        store,
+        "held",
+        MODELS,
+        run,
+        2,
+        raters_per_item=1,
+        claim_timeout_s=300,
+        reveal_after_vote=True,
     ).id
     first, second = _invited(store, study_id), _invited(store, study_id)
     view = next_item(store, study_id, first)
@@ -87,7 +96,9 @@ def test_ten_throwaway_sign_ins_leave_items_for_a_real_rater(store: Store, tmp_p
     """Issue 19 item 5: sign-ins per address per hour are capped, and the claims of raters who
     never vote neither fill items up nor outlive a short first-vote timeout."""
     run = write_run(tmp_path / "run", models=tuple(MODELS), tasks={"t-t": 5}, payloads=True)
-    study_id = create_study(store, "open", MODELS, run, 5, open_enrolment=True).id
+    study_id = create_study(
+        store, "open", MODELS, run, 5, open_enrolment=True, reveal_after_vote=True
+    ).id
     throwaways, refused = [], 0
     for n in range(10):  # from one address
         try:
@@ -130,7 +141,9 @@ def test_the_cap_counts_only_the_last_hour(store: Store, tmp_path: Path, per_hou
     from medheb_app.store.study_tables import Rater
 
     run = write_run(tmp_path / "run", models=tuple(MODELS), tasks={"t-t": 2}, payloads=True)
-    study_id = create_study(store, "hour", MODELS, run, 2, open_enrolment=True).id
+    study_id = create_study(
+        store, "hour", MODELS, run, 2, open_enrolment=True, reveal_after_vote=True
+    ).id
     first = sign_in_open(store, study_id, "a", "192.0.2.9", per_hour=per_hour)
     with pytest.raises(StudyError, match="last hour"):
         sign_in_open(store, study_id, "b", "192.0.2.9", per_hour=per_hour)

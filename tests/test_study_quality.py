@@ -47,9 +47,9 @@ def test_raters_see_the_public_title_never_the_internal_name(store: Store, run_d
     """Attack: the rater-facing study list showed the internal study name."""
     study_id = create_study(
         store, "oracle-vs-random-internal", MODELS, run_dir, 4,
-        public_title="Chest X-ray retrieval study", open_enrolment=True,
+        public_title="Chest X-ray retrieval study", open_enrolment=True, reveal_after_vote=True
     ).id  # fmt: skip
-    legacy = create_study(store, "second internal", MODELS, run_dir, 4).id
+    legacy = create_study(store, "second internal", MODELS, run_dir, 4, reveal_after_vote=True).id
     public = list_open_studies(store)
     assert [(s.id, s.title, s.open_enrolment) for s in public] == [
         (study_id, "Chest X-ray retrieval study", True),
@@ -64,9 +64,25 @@ def test_raters_see_the_public_title_never_the_internal_name(store: Store, run_d
     assert [s.id for s in list_open_studies(store)] == [study_id]
     assert admin[legacy]["closed"] is False and list_studies(store)[1]["closed"] is True
     with pytest.raises(StudyError, match="must not name the models"):
-        create_study(store, "x1", MODELS, run_dir, 2, public_title="Oracle versus chance")
+        create_study(
+            store,
+            "x1",
+            MODELS,
+            run_dir,
+            2,
+            public_title="Oracle versus chance",
+            reveal_after_vote=True,
+        )
     with pytest.raises(StudyError, match="internal study name"):
-        create_study(store, "secret pilot", MODELS, run_dir, 2, public_title="Secret Pilot 2")
+        create_study(
+            store,
+            "secret pilot",
+            MODELS,
+            run_dir,
+            2,
+            public_title="Secret Pilot 2",
+            reveal_after_vote=True,
+        )
 
 
 def reference_side(store: Store, token: str) -> str | None:
@@ -81,7 +97,15 @@ def reference_side(store: Store, token: str) -> str | None:
 
 def test_gold_items_look_like_any_item_and_measure_raters(store: Store, run_dir: Path):
     created = create_study(
-        store, "qc", MODELS, run_dir, 6, raters_per_item=2, gold_share=0.25, seed=4
+        store,
+        "qc",
+        MODELS,
+        run_dir,
+        6,
+        raters_per_item=2,
+        gold_share=0.25,
+        seed=4,
+        reveal_after_vote=True,
     )
     assert (created.n_items, created.n_gold) == (6, 2)  # 2 of 8 items = 25%
     with store.session() as session:
@@ -135,7 +159,7 @@ def test_gold_items_look_like_any_item_and_measure_raters(store: Store, run_dir:
     everyone = summarise(votes, n_boot=0)
     assert everyone["n_votes"] == 12 and everyone["excluded_raters"] == []
     with pytest.raises(StudyError, match="gold_share"):
-        create_study(store, "too much", MODELS, run_dir, 4, gold_share=0.9)
+        create_study(store, "too much", MODELS, run_dir, 4, gold_share=0.9, reveal_after_vote=True)
 
 
 def test_rater_quality_on_a_hand_made_table():

@@ -93,7 +93,17 @@ def test_gold_items_fall_at_random_positions_and_reveal_like_any_item(tmp_path: 
     item names two of the study's models, never 'reference' or 'random'."""
     store = Store.open(f"sqlite:///{tmp_path / 'gold.db'}")
     run = write_run(tmp_path / "run", models=tuple(MODELS), tasks={"t-t": 30}, payloads=True)
-    created = create_study(store, "qc", MODELS, run, 8, raters_per_item=10, seed=0, gold_share=0.2)
+    created = create_study(
+        store,
+        "qc",
+        MODELS,
+        run,
+        8,
+        raters_per_item=10,
+        seed=0,
+        gold_share=0.2,
+        reveal_after_vote=True,
+    )
     assert created.n_gold == 2
     patterns = set()
     voted: list[tuple[int, str]] = []
@@ -127,7 +137,9 @@ def test_a_reveal_never_reaches_a_rater_who_has_yet_to_vote_on_the_item(tmp_path
     all its votes, and no vote on a named item can be undone (that would re-open it)."""
     store = Store.open(f"sqlite:///{tmp_path / 'carry.db'}")
     run = write_run(tmp_path / "run", models=tuple(MODELS), tasks={"t-t": 10}, payloads=True)
-    study_id = create_study(store, "carry", MODELS, run, 4, raters_per_item=2, seed=0).id
+    study_id = create_study(
+        store, "carry", MODELS, run, 4, raters_per_item=2, seed=0, reveal_after_vote=True
+    ).id
     first, second = _rater(store, study_id), _rater(store, study_id)
     view = next_item(store, study_id, first)
     receipt = record_vote(store, view.token, first, "A")

@@ -92,14 +92,18 @@ def test_demo_way_and_copied_run_studies_blind_every_copy_of_the_run(site):
 
     # (1) the demo's way: outputs loaded first, so the study stores no path to match on
     outputs = load_run(site["paths"]["first"], MODELS)
-    demo = create_study(store, "demo-way", MODELS, outputs, n_items=4, seed=0).id
+    demo = create_study(
+        store, "demo-way", MODELS, outputs, n_items=4, seed=0, reveal_after_vote=True
+    ).id
     for run_id in site["runs"].values():
         assert not _lists_shown(site, anonymous, run_id), run_id
         assert _lists_shown(site, admin, run_id), run_id
     close_study(store, demo)
 
     # (2) a study drawn from the copy in another folder blinds the original run as well
-    copied = create_study(store, "from-copy", MODELS, site["paths"]["copy"], n_items=4).id
+    copied = create_study(
+        store, "from-copy", MODELS, site["paths"]["copy"], n_items=4, reveal_after_vote=True
+    ).id
     for run_id in site["runs"].values():
         assert not _lists_shown(site, anonymous, run_id), run_id
     close_study(store, copied)
@@ -117,7 +121,7 @@ def test_a_rerun_whose_ties_broke_differently_is_still_blinded(tmp_path):
 
     store = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
     run = write_run(tmp_path / "run", models=("oracle", "random"), payloads=True)
-    create_study(store, "open-one", ["oracle", "random"], run, 6)
+    create_study(store, "open-one", ["oracle", "random"], run, 6, reveal_after_vote=True)
     rerun = tmp_path / "rerun"
     shutil.copytree(run, rerun)
     for path in rerun.glob("*/*.json"):

@@ -32,6 +32,7 @@ def site(tmp_path_factory):
         n_items=3,
         seed=3,
         public_title="Chest reader study",
+        reveal_after_vote=True,
     ).id
     open_study = create_study(
         services.store,
@@ -202,7 +203,9 @@ def test_a_closed_study_tells_its_raters_it_closed(tmp_path):
     settings = Settings.from_env(data_dir=tmp_path / "data", admin_password="pw-closed-1")
     services = create_services(settings, start_bootstrap=False)
     write_run(tmp_path / "run")
-    study = create_study(services.store, "to-close", list(MODELS), tmp_path / "run", 2).id
+    study = create_study(
+        services.store, "to-close", list(MODELS), tmp_path / "run", 2, reveal_after_vote=True
+    ).id
     invitation = create_invitations(services.store, study, 1)[0]
     app = build_server(services)
     with serve(app) as base:
@@ -272,7 +275,9 @@ def test_two_raters_end_on_study_complete_with_their_count_and_no_next(tmp_path)
     settings = Settings.from_env(data_dir=tmp_path / "data", admin_password="pw-end-1")
     services = create_services(settings, start_bootstrap=False)
     write_run(tmp_path / "run")
-    study = create_study(services.store, "ending", list(MODELS), tmp_path / "run", 4).id
+    study = create_study(
+        services.store, "ending", list(MODELS), tmp_path / "run", 4, reveal_after_vote=True
+    ).id
     app = build_server(services)
     with serve(app) as base:
         blocks = app.state.blocks["rate"]

@@ -301,7 +301,9 @@ class StudyCreate(Strict):
     open_enrolment: bool = False
     gold_share: float = Field(0.0, ge=0.0, le=0.5)
     seed: int = Field(0, ge=0, le=MAX_ID)
-    reveal_after_vote: bool = True
+    # off unless asked: a reveal teaches a rater each model's look (e.g. its hub images), so
+    # later items' sides become guessable (the adversarial pass at 2e21a9a)
+    reveal_after_vote: bool = False
 
 
 class StudyCreated(BaseModel):

@@ -68,8 +68,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="cap on each rater's votes (default 0: no cap), so no rater dominates the result",
     )
     create.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    create.add_argument(
-        "--no-reveal", action="store_true", help="never show model names after a vote"
+    reveal = create.add_mutually_exclusive_group()
+    reveal.add_argument(
+        "--reveal",
+        action="store_true",
+        help="show model names after each vote (off by default: a reveal teaches a rater "
+        "each model's look, so later items' sides become guessable)",
+    )
+    reveal.add_argument(
+        "--no-reveal", action="store_true", help="never show model names (the default)"
     )
     create.add_argument(
         "--payloads",
@@ -212,7 +219,7 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         args.run,
         n_items=args.n,
         raters_per_item=args.raters,
-        reveal_after_vote=not args.no_reveal,
+        reveal_after_vote=bool(args.reveal),
         seed=args.seed,
         describe=describe,
         public_title=args.public_title,

@@ -6,7 +6,7 @@ meant for the person who caused it):
 
 Admin (never expose to raters; the UI checks admin rights before calling):
 - create_study(store, name, models, run_dir_or_outputs, n_items, raters_per_item=1,
-      reveal_after_vote=True, seed=0, describe=None, *, public_title="", open_enrolment=False,
+      reveal_after_vote=False, seed=0, describe=None, *, public_title="", open_enrolment=False,
       gold_share=0.0, claim_timeout_s=600) -> StudyCreated(id, n_items, n_gold, withheld)
   `describe`: payloads.describe_with_tasks(tasks, media_dir) (a Renderer); withheld lists
   {"task", "query_id", "reason"} of queries that could not be rendered (never shown).

@@ -279,7 +279,7 @@ def create_study(
     queries: RunOutputs | str | Path,
     n_items: int,
     raters_per_item: int = 1,
-    reveal_after_vote: bool = True,
+    reveal_after_vote: bool = False,
     seed: int = 0,
     describe: Renderer | None = None,
     *,

@@ -175,7 +175,10 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
         )
         n_items = gr.Number(label="Queries", value=30, precision=0, minimum=1)
         raters = gr.Number(label="Raters per item", value=1, precision=0, minimum=1)
-        reveal = gr.Checkbox(label="Reveal model names after each vote", value=True)
+        reveal = gr.Checkbox(
+            label="Reveal model names after each vote (teaches raters each model's look)",
+            value=False,
+        )
         seed = gr.Number(label="Seed", value=0, precision=0)
         create = gr.Button("Create study")
         study_note = gr.HTML()
