@@ -157,6 +157,8 @@ def test_two_replicas_share_sign_ins_across_restarts_and_sign_out(world):
         assert "Vote recorded" not in voted and "signed" in voted, voted[-400:]
         again = str(kept.call(world["show"], [], prefix="/rate"))
         assert "Query" not in again and "You signed out" in again, again[-400:]
+        assert "/auth/rater" in again and "sign in with its code</a>" in again  # a link
+        assert "&lt;a href" not in again, again[-400:]  # not its escaped text
         assert len(votes_frame(world["services"].store, world["study_id"])) == votes_before
 
         # the server tells "signed out" apart from a cookie it never issued

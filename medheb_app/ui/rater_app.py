@@ -264,7 +264,8 @@ def signed_out_html(services: Services, auth: Authenticator, request: Any) -> st
     if reason:
         return ui.notice_html("warning", reason)
     if auth.rater_state(request) == "signed out":  # the server ended this cookie's session
-        return ui.notice_html("info", SIGNED_OUT_HERE)
+        # the text holds a link: its words are ours, so the box is built around it unescaped
+        return f'<div class="medheb-notice info" role="status">{SIGNED_OUT_HERE}</div>'
     return _signed_out()
 
 
