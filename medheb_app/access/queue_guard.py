@@ -31,14 +31,20 @@ MAX_JOIN_BYTES = 1 << 20  # a join carries component values and file references,
 CLIENT_BUSY = "You have several requests waiting already; wait for them to finish, then try again."
 
 
-def _join_problem(body: bytes, blocks: Any) -> str | None:
-    """Why a queue join body is not a call this page can run, or None when it is."""
+def _json_object(body: bytes) -> dict | str:
+    """The body's JSON object, or why it is none."""
     try:
         parsed = json.loads(body)
     except ValueError:
         return "not JSON"
-    if not isinstance(parsed, dict):
-        return "not a JSON object"
+    return parsed if isinstance(parsed, dict) else "not a JSON object"
+
+
+def _join_problem(body: bytes, blocks: Any) -> str | None:
+    """Why a queue join body is not a call this page can run, or None when it is."""
+    parsed = _json_object(body)
+    if isinstance(parsed, str):
+        return parsed
     index = parsed.get("fn_index")
     if not isinstance(index, int) or isinstance(index, bool):
         return "no fn_index"
@@ -59,12 +65,9 @@ def _join_problem(body: bytes, blocks: Any) -> str | None:
 def _component_call_problem(body: bytes, blocks: Any) -> str | None:
     """Why a /gradio_api/component_server body names no server function of this page (Gradio
     looks the component up unguarded: an unknown id answered 500 with a traceback), or None."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return "not JSON"
-    if not isinstance(parsed, dict):
-        return "not a JSON object"
+    parsed = _json_object(body)
+    if isinstance(parsed, str):
+        return parsed
     component, name = parsed.get("component_id"), parsed.get("fn_name")
     if not isinstance(component, int) or isinstance(component, bool) or not isinstance(name, str):
         return "no component_id or fn_name"

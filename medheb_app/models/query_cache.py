@@ -28,6 +28,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -196,17 +197,22 @@ _CACHES: weakref.WeakKeyDictionary[Embedder, QueryVectorCache] = weakref.WeakKey
 _CACHES_LOCK = threading.Lock()
 
 
-def cache_of(embedder: Embedder) -> QueryVectorCache | None:
-    """This embedder's cache (made on first use); None for an object that cannot be weakly
-    referenced or hashed (such an embedder is simply encoded every time)."""
+def _per_embedder(table: weakref.WeakKeyDictionary, embedder: Embedder, make: Any) -> Any:
+    """table[embedder], made by `make()` on first use; None for an object that cannot be weakly
+    referenced or hashed (such an embedder is simply encoded every time, one at a time)."""
     with _CACHES_LOCK:
         try:
-            cache = _CACHES.get(embedder)
-            if cache is None:
-                cache = _CACHES[embedder] = QueryVectorCache()
+            held = table.get(embedder)
+            if held is None:
+                held = table[embedder] = make()
         except TypeError:
             return None
-        return cache
+        return held
+
+
+def cache_of(embedder: Embedder) -> QueryVectorCache | None:
+    """This embedder's cache (made on first use); None where it cannot be weakly referenced."""
+    return _per_embedder(_CACHES, embedder, QueryVectorCache)
 
 
 _BATCHERS: weakref.WeakKeyDictionary[Embedder, QueryBatcher] = weakref.WeakKeyDictionary()
@@ -214,14 +220,7 @@ _BATCHERS: weakref.WeakKeyDictionary[Embedder, QueryBatcher] = weakref.WeakKeyDi
 
 def batcher_of(embedder: Embedder) -> QueryBatcher | None:
     """This embedder's batcher (made on first use); None where it cannot be weakly referenced."""
-    with _CACHES_LOCK:
-        try:
-            batcher = _BATCHERS.get(embedder)
-            if batcher is None:
-                batcher = _BATCHERS[embedder] = QueryBatcher()
-        except TypeError:
-            return None
-        return batcher
+    return _per_embedder(_BATCHERS, embedder, QueryBatcher)
 
 
 def encode_query_text(
