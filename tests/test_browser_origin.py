@@ -95,7 +95,9 @@ def site(tmp_path_factory) -> Iterator[dict]:
     from medheb_app.ui.server import build_server
 
     root: Path = tmp_path_factory.mktemp("origin")
-    settings = Settings.from_env(data_dir=root / "data", admin_password=PASSWORD)
+    # served as app.site.test: a server on every interface (HOST=0.0.0.0), which answers any
+    # Host name, so the same-site origin checks themselves are what is tested here
+    settings = Settings.from_env(data_dir=root / "data", admin_password=PASSWORD, host="0.0.0.0")
     services = create_services(settings, start_bootstrap=False)
     pairs = [(Item(f"q{i}", f"w{i} w{i + 1}"), Item(f"t{i}", f"w{i} target")) for i in range(6)]
     summary = text_bench_run("tt-origin", pairs, root / "bench", settings)

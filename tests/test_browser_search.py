@@ -30,7 +30,8 @@ def app(tmp_path_factory) -> Iterator[dict]:
     root = tmp_path_factory.mktemp("browser-search")
     data_dir = root / "data"
     env = {"MEDHEB_DEMO_SIZE": "40", "MEDHEB_DEFAULT_MODEL": "oracle",
-           "MEDHEB_DEMO_MODELS": "oracle"}  # fmt: skip
+           "MEDHEB_DEMO_MODELS": "oracle",
+           "MEDHEB_PUBLIC_INDICES": "nih-mini"}  # fmt: skip  # the operator published it
     from medheb_app.index.build import build_from_source
     from medheb_app.settings import Settings
 
