@@ -45,7 +45,7 @@ from medheb_app.ranking.index_logic import (
     logic_search,
     training_ids,
 )
-from medheb_app.serving import built_pairs, default_model, offered
+from medheb_app.serving import default_model, reach
 from medheb_app.settings import Settings
 
 MAX_K = 1000
@@ -97,7 +97,7 @@ def check_offered(model: str, index: str, settings: Settings, anonymous: bool = 
     """Refuse, in words, a (model, index) the caller may not pick: an anonymous caller the
     offered pairs only (public indices, serving.offered), a token any built index
     (serving.built_pairs). The refusal names only what this caller may pick."""
-    offer = offered(settings) if anonymous else built_pairs(settings)
+    offer = reach(settings, anonymous)
     if index not in offer:
         names = ", ".join(offer) or "none yet (the demo is being prepared)"
         message = f"Index {_shown(index)} is not offered here; pick one of: {names}."

@@ -108,56 +108,60 @@ def _listed_models(settings: Settings) -> list[tuple[str, str]]:
     return _memoised("models", _models_stamp(settings), compute)
 
 
-def built_pairs(settings: Settings) -> dict[str, list[str]]:
-    """Every built index -> the listed model specs that have it built, strongest first: what
-    an API token may search. Only registered checkpoints and built-ins appear (never a spec
-    that names a file), and only for indices that exist, so picking from it never builds,
-    generates or loads anything by path. Memoised on the index and model folders' mtimes
-    (folder_stamp), re-read at most every STAMP_FRESH_S seconds, so a request costs no stat
-    in a burst; a build by this process shows at once, one by another process within half a
-    second."""
+def _catalog(settings: Settings) -> tuple[dict[str, list[str]], frozenset[str]]:
+    """(every built index -> the listed model specs that have it built, strongest first; the
+    indices all of whose builds are synthetic), from one catalog listing. Only registered
+    checkpoints and built-ins appear (never a spec that names a file), and only for indices
+    that exist, so picking from it never builds, generates or loads anything by path.
+    Memoised on the index and model folders' mtimes (folder_stamp), re-read at most every
+    STAMP_FRESH_S seconds, so a request costs no stat in a burst; a build by this process
+    shows at once, one by another process within half a second."""
 
-    def compute() -> dict[str, list[str]]:
+    def compute() -> tuple[dict[str, list[str]], frozenset[str]]:
         built: dict[str, set[str]] = {}
-        for entry in list_indices(settings):
-            built.setdefault(str(entry["name"]), set()).add(str(entry["fingerprint"]))
-        specs = _listed_models(settings)
-        order = {spec: rank for rank, spec in enumerate(PREFERRED_MODELS)}
-        result: dict[str, list[str]] = {}
-        for name in sorted(built):
-            models = [spec for spec, fingerprint in specs if fingerprint in built[name]]
-            if models:
-                result[name] = sorted(models, key=lambda s: (order.get(s, len(order)), s))
-        return result
-
-    return dict(_memoised("built", _stamp(settings), compute))
-
-
-def public_names(settings: Settings) -> frozenset[str]:
-    """The built indices anyone may search: every synthetic one (all its builds generated),
-    plus the real ones the operator published (Settings.public_indices, "*" for all)."""
-
-    def compute() -> frozenset[str]:
         synthetic: dict[str, bool] = {}
         for entry in list_indices(settings):
             name = str(entry["name"])
+            built.setdefault(name, set()).add(str(entry["fingerprint"]))
             synthetic[name] = synthetic.get(name, True) and bool(entry.get("synthetic"))
-        published = set(settings.public_indices)
-        every = "*" in published
-        return frozenset(
-            name for name, fake in synthetic.items() if fake or every or name in published
-        )
+        specs = _listed_models(settings)
+        order = {spec: rank for rank, spec in enumerate(PREFERRED_MODELS)}
+        pairs: dict[str, list[str]] = {}
+        for name in sorted(built):
+            models = [spec for spec, fingerprint in specs if fingerprint in built[name]]
+            if models:
+                pairs[name] = sorted(models, key=lambda s: (order.get(s, len(order)), s))
+        return pairs, frozenset(name for name, fake in synthetic.items() if fake)
 
-    return _memoised(f"public:{sorted(settings.public_indices)}", _stamp(settings), compute)
+    return _memoised("catalog", _stamp(settings), compute)
+
+
+def built_pairs(settings: Settings) -> dict[str, list[str]]:
+    """Every built index -> the listed model specs that have it built, strongest first: what
+    an API token may search (_catalog)."""
+    return dict(_catalog(settings)[0])
 
 
 def offered(settings: Settings) -> dict[str, list[str]]:
     """What an anonymous request (a page visitor, a token-less API call) may search: the
-    public indices (public_names) -> the listed models built for each, strongest first. An
-    index of real studies is not offered until the operator publishes it, so a lab's archive
-    built by the CLI is searched with a token, never by whoever reaches the page."""
-    public = public_names(settings)
-    return {name: models for name, models in built_pairs(settings).items() if name in public}
+    public indices -> the listed models built for each, strongest first. Public are the
+    synthetic indices and the real ones the operator published (Settings.public_indices, "*"
+    for all): an index of real studies is not offered until then, so a lab's archive built
+    by the CLI is searched with a token, never by whoever reaches the page."""
+    pairs, synthetic = _catalog(settings)
+    published = set(settings.public_indices)
+    every = "*" in published
+    return {
+        name: models
+        for name, models in pairs.items()
+        if every or name in synthetic or name in published
+    }
+
+
+def reach(settings: Settings, anonymous: bool) -> dict[str, list[str]]:
+    """The (index -> models) a caller may search: `offered` with anonymous rights, every
+    built pair (`built_pairs`) with a token's."""
+    return offered(settings) if anonymous else built_pairs(settings)
 
 
 def _stamp(settings: Settings) -> tuple:

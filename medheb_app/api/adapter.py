@@ -14,7 +14,7 @@ from medheb_app.evidence.file_study import study_from_file
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import IndexNotFoundError, LoadedIndex, list_indices, load_index
 from medheb_app.search import Prepared, SearchError, check_offered, prepare, run, search, validate
-from medheb_app.serving import built_pairs, default_model, offered
+from medheb_app.serving import default_model, offered, reach
 from medheb_app.settings import Settings
 
 __all__ = [
@@ -22,12 +22,12 @@ __all__ = [
     "IndexNotFoundError",
     "SearchError",
     "builds",
-    "built_pairs",
     "check_offered",
     "default_model",
     "find_build",
     "offered",
     "prepare_text",
+    "reach",
     "read_upload",
     "run_prepared",
     "run_search",

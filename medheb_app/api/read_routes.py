@@ -76,18 +76,11 @@ def _public_task(task: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _reach(services: Services, caller: Principal) -> dict[str, list[str]]:
-    """The (index -> models) `caller` may search: the offered pairs for anonymous rights,
-    every built index for a token."""
-    settings = services.settings
-    return adapter.offered(settings) if caller.anonymous else adapter.built_pairs(settings)
-
-
 def _index_summary(services: Services, caller: Principal, name: str) -> dict[str, Any]:
     found = adapter.builds(services.settings, name)
     if not found:
         raise ApiProblem("not-found", f"There is no index named {name!r}.")
-    offer = _reach(services, caller).get(name, [])
+    offer = adapter.reach(services.settings, caller.anonymous).get(name, [])
     specs = _specs_by_fingerprint(services)
     first = found[0]
     vocabulary = first.get("vocabulary") or None
@@ -161,7 +154,7 @@ def models(request: Request, caller: Catalog) -> list[dict[str, Any]]:
     built: dict[str, set[str]] = {}
     for entry in adapter.builds(services.settings):
         built.setdefault(str(entry["fingerprint"]), set()).add(str(entry["name"]))
-    reach = _reach(services, caller)
+    reach = adapter.reach(services.settings, caller.anonymous)
     offered_specs = {spec for specs in reach.values() for spec in specs}
     rows = []
     for entry in services.list_models():
