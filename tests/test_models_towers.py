@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -82,3 +85,49 @@ def test_text_tower_similarity_sanity(text_tower: TextTower) -> None:
     similar = float(vectors[0] @ vectors[1])
     different = float(vectors[0] @ vectors[2])
     assert similar > different + 0.1
+
+
+QUERIES = [
+    "pneumonia",
+    "atelectasis and no pleural effusion",
+    "small left apical pneumothorax with an adjacent rib fracture and no effusion",
+    "x",
+]
+
+
+def _module_vectors(tower: TextTower, texts: list[str]) -> torch.Tensor:
+    tokens = tower.tokenize(texts)
+    with torch.no_grad():  # autograd on: the module itself runs, never the graph
+        return tower(tokens["input_ids"], tokens["attention_mask"])
+
+
+def test_text_tower_inference_graph_gives_the_module_vectors() -> None:
+    tower = TextTower()
+    with torch.inference_mode():
+        alone = torch.cat([tower.encode([text]) for text in QUERIES])
+        batch = tower.encode(QUERIES)  # padded: the mask must be in the graph
+        again = tower.encode(QUERIES)  # TorchScript's optimised runs after the first
+    assert isinstance(tower._graph[1], torch.jit.ScriptModule)
+    assert torch.equal(alone, torch.cat([_module_vectors(tower, [t]) for t in QUERIES]))
+    assert torch.equal(batch, _module_vectors(tower, QUERIES))
+    assert torch.equal(again, batch)
+    assert not any(key.startswith("_graph") for key in tower.state_dict())
+
+
+def test_text_tower_inference_graph_only_where_it_is_exact() -> None:
+    tower = TextTower()
+    cpu = torch.device("cpu")
+    assert tower._inference_graph(cpu) is None  # autograd on (training, LoRA tuning)
+    with torch.inference_mode():
+        assert tower._inference_graph(torch.device("meta")) is None  # not a CPU tensor
+        graph = tower._inference_graph(cpu)
+        assert graph is not None and tower._inference_graph(cpu) is graph  # traced once
+        tower.net.train()
+        assert tower._inference_graph(cpu) is None  # dropout on: the module runs
+        tower.net.eval()
+        tower.float()  # moved or cast: traced again, never a stale graph
+        assert tower._graph is None
+        fresh = tower._inference_graph(cpu)
+        tower.net = copy.deepcopy(tower.net)  # a LoRA merge replaces the network
+        assert tower._inference_graph(cpu) is not fresh
+    assert pickle.loads(pickle.dumps(tower))._graph is None  # Ray sends the module, not it

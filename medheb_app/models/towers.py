@@ -13,9 +13,10 @@ pooled as its sentence-transformers modules say (mean over tokens, then L2 norma
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -122,6 +123,7 @@ class TextTower(nn.Module):
         self.net = AutoModel.from_pretrained(text_model_path(), local_files_only=True)
         self.net.eval()
         self.tokenizer = text_tokenizer()
+        self.__dict__["_graph"] = None  # the traced inference forward (_inference_graph)
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         return self.tokenizer(
@@ -139,7 +141,57 @@ class TextTower(nn.Module):
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         tokens = self.tokenize(texts)
         device = next(self.parameters()).device
-        return self(tokens["input_ids"].to(device), tokens["attention_mask"].to(device))
+        ids, mask = tokens["input_ids"].to(device), tokens["attention_mask"].to(device)
+        traced = self._inference_graph(device)
+        return self(ids, mask) if traced is None else traced(ids, mask)
+
+    def _inference_graph(self, device: torch.device) -> torch.nn.Module | None:
+        """This tower's forward as a TorchScript graph, for CPU inference (None otherwise:
+        training, autograd, autocast or a GPU run the module itself).
+
+        A traced graph runs without the interpreter's lock, so a query encoded beside busy
+        web threads no longer waits for the lock at each of the forward's ~300 operations
+        (BENCHMARKS.md "HTTP API": that wait was most of a served query's encode). It is
+        traced on a padded batch of two, so the attention mask stays in the graph, shares
+        this module's parameters, and is dropped whenever the module is moved, cast or put
+        in training mode or its network is replaced (tests/test_models_towers.py checks that it
+        gives the module's vectors).
+        """
+        if (
+            device.type != "cpu"
+            or self.net.training
+            or not torch.is_inference_mode_enabled()
+            or torch.is_autocast_enabled("cpu")
+        ):
+            return None
+        if self._graph is None or self._graph[0] is not self.net:  # net swapped (LoRA)
+            tokens = self.tokenize(["a", "a padded example of two texts"])
+            from transformers.utils import logging as hf_logging
+
+            verbosity = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()  # the tracer reads config attributes that log
+            try:
+                with warnings.catch_warnings():  # the tracer's notes on shape-dependent Python
+                    warnings.simplefilter("ignore")
+                    graph = torch.jit.trace(
+                        self, (tokens["input_ids"], tokens["attention_mask"]), check_trace=False
+                    )
+            finally:
+                hf_logging.set_verbosity(verbosity)
+            # kept beside the module, not as a submodule: no state_dict entry
+            self.__dict__["_graph"] = (self.net, graph)
+        return self._graph[1]
+
+    def train(self, mode: bool = True) -> TextTower:
+        self.__dict__["_graph"] = None
+        return super().train(mode)
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> TextTower:
+        self.__dict__["_graph"] = None
+        return super()._apply(fn, *args, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_graph": None}  # a graph is traced again, not sent
 
 
 @cache
