@@ -154,3 +154,43 @@ def test_the_cap_counts_only_the_last_hour(store: Store, tmp_path: Path, per_hou
             .values(created_at=utcnow() - timedelta(minutes=61))
         )
     assert sign_in_open(store, study_id, "c", "192.0.2.9", per_hour=per_hour).rater_id
+
+
+def test_raters_enrolled_from_one_client_are_flagged_and_merged(store: Store, tmp_path: Path):
+    """Adversarial pass at 2e21a9a, V18: one browser enrols twice and votes both slots of every
+    item. The analysis cannot refuse it (two colleagues behind one hospital address look the
+    same), so it names those raters and reports the comparison with them as one rater."""
+    from medheb_app.study.analysis import summarise
+    from medheb_app.study.export import votes_frame
+
+    run = write_run(tmp_path / "run", models=tuple(MODELS), tasks={"t-t": 6}, payloads=True)
+    study_id = create_study(
+        store, "open", MODELS, run, 6, raters_per_item=2, open_enrolment=True
+    ).id
+    twins = [sign_in_open(store, study_id, f"me {n}", "198.51.100.7").rater_id for n in (1, 2)]
+    other = sign_in_open(store, study_id, "Dr Other", "192.0.2.1").rater_id
+    for _ in range(3):  # a colleague from elsewhere takes half the items' first slots
+        view = next_item(store, study_id, other)
+        record_vote(store, view.token, other, "B")
+    for rater in twins:
+        while (view := next_item(store, study_id, rater)) is not None:
+            record_vote(store, view.token, rater, "A")
+    votes = votes_frame(store, study_id)
+    clients = votes.drop_duplicates("rater").set_index("rater")["client"]
+    assert clients[twins[0]] == clients[twins[1]] != clients[other]
+    assert not votes.astype(str).apply(lambda c: c.str.contains("198.51.100")).any().any()
+
+    summary = summarise(votes, n_boot=20)
+    flags = {row["rater"]: row["flags"] for row in summary["flags"]}
+    assert f"same client as rater {twins[1]}" in flags[twins[0]]
+    assert f"same client as rater {twins[0]}" in flags[twins[1]]
+    assert "client" not in flags[other]
+    merged = summary["one_rater_per_client"]
+    assert merged["raters"] == sorted(twins) and merged["mrmc"]
+    assert summary["n_raters"] == 3  # the main figures still count every rater
+    from medheb_app.commands.study import quality_lines
+    from medheb_app.ui.analysis_tab import quality_html
+
+    lines = quality_lines(summary)
+    assert any("One rater per enrolment client (2 raters" in line for line in lines)
+    assert "as one rater per client, RRRC preference for" in quality_html(summary)

@@ -612,6 +612,15 @@ def quality_lines(summary: dict[str, Any]) -> list[str]:
                     f"{_pct(res['preference'])} [{_pct(res['preference_lo'])}-"
                     f"{_pct(res['preference_hi'])}]"
                 )
+    merged = summary.get("one_rater_per_client") or {}
+    for pair in merged.get("mrmc") or []:
+        res = pair["results"].get("RRRC")
+        if res:
+            lines.append(
+                f"  One rater per enrolment client ({len(merged['raters'])} raters share "
+                f"clients), RRRC preference for {pair['model_a']}: {_pct(res['preference'])} "
+                f"[{_pct(res['preference_lo'])}-{_pct(res['preference_hi'])}]"
+            )
     for row in summary.get("fragility") or []:
         if row.get("preferred"):
             lines.append(

@@ -32,7 +32,7 @@ from plotly.subplots import make_subplots
 from scipy import stats
 
 from medheb_app.study.mrmc import mrmc_by_pair
-from medheb_app.study.quality import fragility, rater_flags, without_raters
+from medheb_app.study.quality import fragility, rater_flags, shared_clients, without_raters
 from medheb_app.study.sizing import precision_so_far
 
 OUTCOMES = ("a", "b", "tie", "both_poor")
@@ -287,7 +287,8 @@ def summarise(
     logged, confirmed exclusions of study.quality), left out of everything. "flags": per
     rater, the sequential outlier test, speeder and straight-liner flags; "without_flagged":
     the MRMC figures without the flagged raters; "fragility": per pair, the fewest votes whose
-    removal changes the preferred model."""
+    removal changes the preferred model; "one_rater_per_client": the MRMC figures with raters
+    who enrolled from one client merged into one (per_client)."""
     quality = rater_quality(votes) if len(votes) else pd.DataFrame(columns=QUALITY_COLUMNS)
     confirmed = list(excluded or [])
     excluded = []
@@ -333,7 +334,25 @@ def summarise(
         ),
     }
     summary["fragility"] = fragility(compared) if len(compared) else []
+    summary["one_rater_per_client"] = per_client(compared, ties, margin, n_boot, seed)
     return _no_nan(summary)
+
+
+def per_client(
+    compared: pd.DataFrame, ties: str, margin: float | None, n_boot: int, seed: int
+) -> dict[str, Any]:
+    """The MRMC figures with the raters who enrolled from one client counted as one rater
+    (study.export.enrolment_client): an open-enrolment study cannot tell one person who
+    joined twice from two colleagues behind one address, so both readings are reported.
+    Empty lists when no two raters share a client."""
+    sharing = shared_clients(compared)
+    if not sharing:
+        return {"raters": [], "mrmc": []}
+    merged = compared.assign(rater=compared["client"])
+    return {
+        "raters": sorted(sharing),
+        "mrmc": mrmc_by_pair(merged, ties=ties, margin=margin, n_boot=n_boot, seed=seed),
+    }
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:

@@ -35,6 +35,7 @@ COLUMNS = [
     "item",
     "rater",
     "rater_name",
+    "client",
     "gold",
     "task",
     "family",
@@ -80,6 +81,16 @@ def outcome(choice: str, model_left: str, model_a: str) -> str:
     return "a" if (choice == "A") == left_is_a else "b"
 
 
+def enrolment_client(key: str | None, rater_id: int, seen: dict[str, str]) -> str:
+    """The rater's enrolment client as a label that names no address: raters who joined an
+    open-enrolment study from one client address share "client-N" (numbered in vote order),
+    every other rater is a client of their own ("rater-ID"). One person can enrol twice from
+    one browser, so the analysis counts such raters apart and merged (study.analysis)."""
+    if not key:
+        return f"rater-{rater_id}"
+    return seen.setdefault(key, f"client-{len(seen) + 1}")
+
+
 def votes_frame(
     store: Store, study: int | str | None = None, include_retracted: bool = False
 ) -> pd.DataFrame:
@@ -103,6 +114,7 @@ def votes_frame(
         retracted = set(session.scalars(undo_query).all())
         revealed = set(session.scalars(reveal_query).all())
         rows = []
+        clients: dict[str, str] = {}
         for vote, item, rater, study_name, claimed_at in session.execute(query).all():
             if vote.kind != "vote" or (vote.id in retracted and not include_retracted):
                 continue
@@ -115,6 +127,7 @@ def votes_frame(
                     "item": item.id,
                     "rater": rater.id,
                     "rater_name": rater.display_name or rater.name,
+                    "client": enrolment_client(rater.enrol_key, rater.id, clients),
                     "gold": bool(item.is_gold),
                     "task": item.task,
                     "family": item.family,

@@ -86,9 +86,25 @@ def sequential_outlier_test(votes: pd.DataFrame, alpha: float = OUTLIER_ALPHA) -
     return pd.DataFrame(rows, columns=["rater", "n_tested", "p_value", "outlier"])
 
 
+def shared_clients(votes: pd.DataFrame) -> dict[Any, list[Any]]:
+    """Per rater, the other raters who enrolled from the same client (votes' "client" column,
+    study.export.enrolment_client); only raters who share one appear."""
+    if "client" not in votes.columns or not len(votes):
+        return {}
+    raters = votes.groupby("client")["rater"].unique()
+    return {
+        rater: sorted(other for other in group if other != rater)
+        for group in raters
+        if len(group) > 1
+        for rater in group
+    }
+
+
 def rater_flags(votes: pd.DataFrame) -> pd.DataFrame:
-    """Per rater: outlier (sequential test), speeder, straight-liner, with the figures."""
+    """Per rater: outlier (sequential test), speeder, straight-liner and a client shared with
+    other raters (one person may have enrolled twice), with the figures."""
     outliers = sequential_outlier_test(votes).set_index("rater")
+    sharing = shared_clients(votes)
     rows = []
     for rater, own in votes.groupby("rater", sort=True):
         seconds = own["seconds"].median() if "seconds" in own.columns else float("nan")
@@ -101,6 +117,9 @@ def rater_flags(votes: pd.DataFrame) -> pd.DataFrame:
             flags.append("speeder")
         if len(own) >= MIN_VOTES_STRAIGHT and top_share >= STRAIGHT_SHARE:
             flags.append("straight-liner")
+        if rater in sharing:
+            others = ", ".join(map(str, sharing[rater]))
+            flags.append(f"enrolled from the same client as rater {others}")
         rows.append(
             {
                 "rater": rater,

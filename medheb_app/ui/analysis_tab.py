@@ -305,6 +305,17 @@ def quality_html(summary: dict[str, Any]) -> str:
                 )
     else:
         parts.append("<div>No rater is flagged (outlier test, speed, straight-lining).</div>")
+    merged = summary.get("one_rater_per_client") or {}
+    for pair in merged.get("mrmc") or []:
+        res = pair["results"].get("RRRC")
+        if res:
+            parts.append(
+                f"<div>Counting the {len(merged['raters'])} raters who enrolled from a shared "
+                f"client as one rater per client, RRRC preference for "
+                f"{html.escape(str(pair['model_a']))}: "
+                f"{_percent(res['preference'], res['preference_lo'], res['preference_hi'])}"
+                ".</div>"
+            )
     for row in summary.get("fragility") or []:
         if row.get("preferred"):
             parts.append(
