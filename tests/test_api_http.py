@@ -433,6 +433,9 @@ def test_admin_starts_polls_and_cancels_a_job(site):
         )
         assert client.delete(f"/jobs/{job_id}").json()["status"] == "done"  # finished: kept
         assert "api-built" in {entry["name"] for entry in client.get("/indices").json()}
+        etc = {"kind": "index-build", "name": "x", "source": "folder:/etc", "model": "oracle"}
+        body = assert_problem(client.post("/jobs", json=etc), 422, "invalid-request")
+        assert "source roots" in body["detail"] and "/etc" not in body["detail"]
         bad = client.post("/jobs", json={"kind": "index-build", "name": "x"})
         assert_problem(bad, 422, "invalid-request")
         assert_problem(client.post("/jobs", json={"kind": "rm -rf"}), 422, "invalid-request")

@@ -84,3 +84,35 @@ def test_create_study_from_a_stored_run(services, tmp_path):
     assert "a fraction from 0 to 0.5 (0.1 = 10%); got 20" in as_percent
     gold = admin_study.create_study(services, True, *args[:2], "Gold", *args[3:], "", False, 0.2)
     assert "(5 items + 1 gold (6 in all))" in gold
+
+
+def test_a_job_reads_only_folders_under_the_server_source_roots(settings, tmp_path):
+    """Adversarial pass at 2e21a9a: an admin token indexed `folder:/etc`. A job started from
+    the panel or the API reads only the named roots and the shipped data (symbolic links
+    followed); the CLI, run by the operator, still reads any path."""
+    archive, outside = tmp_path / "pacs", tmp_path / "home"
+    for folder in (archive / "ward", outside):
+        folder.mkdir(parents=True)
+    (archive / "ward" / "escape").symlink_to(outside, target_is_directory=True)
+    rooted = create_services(
+        replace(settings, admin_password=PASSWORD, source_roots=(("pacs", archive),)),
+        start_bootstrap=False,
+    )
+    try:
+        for source in (
+            "folder:/etc",
+            f"folder:{outside}",
+            f"dicom:{archive / 'ward' / 'escape'}",
+            f"folder:{archive}/../home",
+            f"folder:{archive / 'ward'},labels={outside / 'labels.csv'}",
+        ):
+            params = {"name": "x", "model": "random", "source": source}
+            job_id, note = admin_tab.start_job(rooted, True, "index-build", params)
+            assert job_id is None and "only under its source roots (pacs, shared" in note
+            assert str(outside) not in note and "/etc" not in note
+        assert rooted.jobs.history() == []  # nothing queued
+        params = {"name": "x", "model": "random", "source": f"folder:{archive / 'ward'}"}
+        rooted.admin_jobs.start("index-build", params)  # under the root: queued
+        assert len(rooted.jobs.history()) == 1
+    finally:
+        rooted.jobs.shutdown(wait=False)

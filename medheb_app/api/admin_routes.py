@@ -70,7 +70,10 @@ def start_job(body: JobRequest, request: Request, caller: Admin) -> dict[str, An
             get_recipe(body.recipe)
         except (KeyError, ValueError) as error:
             raise ApiProblem("invalid-request", str(error)) from None
-    job_id = services.admin_jobs.start(body.kind, params)
+    try:
+        job_id = services.admin_jobs.start(body.kind, params)
+    except ValueError as error:  # a sentence: a source outside the server's roots
+        raise ApiProblem("invalid-request", str(error)) from None
     _audit(services, caller, "job-start", "POST /api/v1/jobs", f"job {job_id} {body.kind}")
     return _job_state(services, job_id)
 

@@ -207,6 +207,25 @@ def parse_source(text: str) -> SourceSpec:
     return SourceSpec(kind, path=path, labels=labels, text=raw)
 
 
+def check_served_source(text: str, settings: Settings) -> None:
+    """Refuse (SourceError) a source the server was asked to read from outside its roots.
+
+    The CLI is the operator and reads any path; a job started over HTTP or from the admin
+    panel (a leaked admin token, a shared admin password) may read only folders under the
+    named source roots (MEDHEB_SOURCE_ROOTS) or the shipped data folder, after symbolic
+    links are followed, so it cannot index a home folder or /etc. The message names the
+    roots, not the path typed."""
+    spec = parse_source(text)
+    for path in (spec.path, spec.labels):
+        if path is not None and source_root(path, settings)[0] == "local":
+            names = ", ".join([name for name, _ in settings.source_roots] + ["shared"])
+            raise SourceError(
+                f"This server reads {spec.kind}: sources only under its source roots ({names}; "
+                "MEDHEB_SOURCE_ROOTS names them); build this one with `index build` on the "
+                "server, or add its folder as a root."
+            )
+
+
 def load_source(
     spec: SourceSpec | str, settings: Settings, progress: Progress | None = None
 ) -> LoadedSource:

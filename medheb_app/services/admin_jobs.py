@@ -14,6 +14,7 @@ from medheb_app.eval.estimate import TrainingEstimate, training_estimate
 from medheb_app.eval.runner import run_suite
 from medheb_app.index.build import build_from_source
 from medheb_app.index.catalog import check_index_name
+from medheb_app.index.sources import check_served_source
 from medheb_app.jobs import JobRunner
 from medheb_app.models.registry import spec_of_folder
 from medheb_app.serving import build_default_model, default_demo_models
@@ -190,9 +191,14 @@ class AdminJobs:
         self.jobs = jobs
 
     def start(self, kind: str, params: dict[str, Any]) -> int:
-        """Submit a job of `kind` (a key of JOB_FACTORIES) with `params`; its id."""
+        """Submit a job of `kind` (a key of JOB_FACTORIES) with `params`; its id. A source
+        outside the server's roots is refused (SourceError, a ValueError) before it is queued."""
         if kind not in JOB_FACTORIES:
             raise ValueError(f"Unknown job kind {kind!r}.")
+        if kind == "index-build":  # the server reads archives under its roots only
+            check_served_source(index_source(self.settings, params), self.settings)
+        if kind == "bench-run" and params.get("data"):
+            check_served_source(str(params["data"]), self.settings)
         return self.jobs.submit(kind, params, JOB_FACTORIES[kind](self.settings))
 
     def medheb_task_names(self) -> list[str]:

@@ -53,7 +53,10 @@ def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, A
     ]
     if missing:
         return None, ui.notice_html("error", f"Fill in: {', '.join(missing)}.")
-    job_id = services.admin_jobs.start(kind, params)
+    try:
+        job_id = services.admin_jobs.start(kind, params)
+    except ValueError as error:  # a sentence: a source outside the server's roots
+        return None, ui.notice_html("error", str(error))
     services.audit.admin("job-start", f"job {job_id} {kind}")
     return job_id, ui.notice_html("info", f"Started job {job_id} ({kind}).")
 
