@@ -166,7 +166,7 @@ class TextTower(nn.Module):
             return None
         if self._graph is None or self._graph[0] is not self.net:  # net swapped (LoRA)
             tokens = self.tokenize(["a", "a padded example of two texts"])
-            from transformers.utils import logging as hf_logging
+            from transformers.utils import logging as hf_logging  # deferred: transformers
 
             verbosity = hf_logging.get_verbosity()
             hf_logging.set_verbosity_error()  # the tracer reads config attributes that log
