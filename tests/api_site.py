@@ -110,7 +110,7 @@ def running_site(root: Path, monkeypatch_env: dict[str, str], **overrides: Any):
         spare = text_run(root / "run-spare", settings, "spare")
         create_study(services.store, "api-study", ["random", "oracle"], blinded.out_dir, n_items=4)
         tokens, ids = {}, {}
-        for scope in ("search", "read", "admin"):
+        for scope in ("search", "read", "resolve", "admin"):
             tokens[scope], info = create_token(services.store, scope, 1, f"{scope} test")
             ids[scope] = info.id
         tokens["revoked"], info = create_token(services.store, "admin", 1, "revoked")

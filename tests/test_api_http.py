@@ -263,26 +263,28 @@ def test_indices_models_and_records_show_no_server_path(site):
 
 # ---------------------------------------------------------------- scopes and tokens
 
-ROUTES = [  # method, path, body, who may: anonymous / search / read / admin
-    ("post", "/search", {"text": QUERY, "k": 2}, (200, 200, 200, 200)),
-    ("get", "/indices", None, (200, 200, 200, 200)),
-    ("get", "/models", None, (200, 200, 200, 200)),
+ROUTES = [  # method, path, body, who may: anonymous / search / read / resolve / admin
+    ("post", "/search", {"text": QUERY, "k": 2}, (200, 200, 200, 200, 200)),
+    ("get", "/indices", None, (200, 200, 200, 200, 200)),
+    ("get", "/models", None, (200, 200, 200, 200, 200)),
     # a search token reads what anonymous callers read (the adversarial pass found it got 403
     # where no token got 200); read scope adds the indices no picker offers
-    ("get", "/studies/demo-cxr/phantom-cxr-000001", None, (200, 200, 200, 200)),
-    ("get", "/runs", None, (401, 403, 200, 200)),
-    ("get", "/runs/1", None, (401, 403, 200, 200)),
-    ("get", "/jobs/999", None, (401, 403, 403, 404)),
-    ("delete", "/jobs/999", None, (401, 403, 403, 404)),
-    ("get", "/audit", None, (401, 403, 403, 200)),
-    ("get", "/reader-studies/999/analysis", None, (401, 403, 403, 404)),
-    ("post", "/reader-studies/999/invitations", {"n": 1}, (401, 403, 403, 404)),
+    ("get", "/studies/demo-cxr/phantom-cxr-000001", None, (200, 200, 200, 200, 200)),
+    ("get", "/runs", None, (401, 403, 200, 200, 200)),
+    ("get", "/runs/1", None, (401, 403, 200, 200, 200)),
+    ("get", "/jobs/999", None, (401, 403, 403, 403, 404)),
+    ("delete", "/jobs/999", None, (401, 403, 403, 403, 404)),
+    # a phantom item has no source reference: 404 once the scope reaches the route
+    ("get", "/indices/demo-cxr/items/phantom-cxr-000001/source", None, (401, 403, 403, 404, 404)),
+    ("get", "/audit", None, (401, 403, 403, 403, 200)),
+    ("get", "/reader-studies/999/analysis", None, (401, 403, 403, 403, 404)),
+    ("post", "/reader-studies/999/invitations", {"n": 1}, (401, 403, 403, 403, 404)),
 ]
 
 
 @pytest.mark.parametrize(("method", "path", "body", "expected"), ROUTES)
 def test_each_scope_is_refused_or_granted(site, method, path, body, expected):
-    for who, status in zip((None, "search", "read", "admin"), expected, strict=True):
+    for who, status in zip((None, "search", "read", "resolve", "admin"), expected, strict=True):
         with site.client(who) as client:
             reply = client.request(method, path, json=body)
         assert reply.status_code == status, (who, reply.text)

@@ -3,7 +3,7 @@
 A lab's archive sits in a patient-named folder (`DOE^JANE_MRN900042`) with identifying DICOM
 tags. After building it through the CLI and the admin job, that name is in no file of the
 index folder, no log line and no CLI output; ids are keyed pseudonyms; `index resolve` and
-the API route (read scope) give the file and UIDs back; anonymous callers get 401.
+the API route (resolve scope) give the file and UIDs back; anonymous callers get 401.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def api(settings, tmp_path):
     return SimpleNamespace(client=TestClient(app), store=store)
 
 
-def test_the_api_resolves_for_read_tokens_only(settings, tmp_path, api) -> None:
+def test_the_api_resolves_for_resolve_tokens_only(settings, tmp_path, api) -> None:
     folder = tmp_path / "pngs" / PATIENT_FOLDER
     image(folder / "sub" / "chest.png")
     assert main(["index", "build", "--source", f"folder:{folder}", "--model", "random",
@@ -135,13 +135,17 @@ def test_the_api_resolves_for_read_tokens_only(settings, tmp_path, api) -> None:
     narrow = api.client.get(route, headers={"Authorization": f"Bearer {search}"})
     assert narrow.status_code == 403
     read, _ = create_token(api.store, "read", 1, "reader")
-    granted = api.client.get(route, headers={"Authorization": f"Bearer {read}"})
+    reader = api.client.get(route, headers={"Authorization": f"Bearer {read}"})
+    assert reader.status_code == 403  # reading records is not re-identifying them
+    assert "resolve" in reader.json()["detail"]
+    resolver, _ = create_token(api.store, "resolve", 1, "records office")
+    granted = api.client.get(route, headers={"Authorization": f"Bearer {resolver}"})
     assert granted.status_code == 200
     body = granted.json()
     assert body["relative_path"] == "sub/chest.png" and body["kind"] == "file"
     assert body["root"] == "local" and str(tmp_path) not in granted.text  # no server path
     missing = api.client.get(
-        "/indices/pngs/items/folder-0/source", headers={"Authorization": f"Bearer {read}"}
+        "/indices/pngs/items/folder-0/source", headers={"Authorization": f"Bearer {resolver}"}
     )
     assert missing.status_code == 404
 

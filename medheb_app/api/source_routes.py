@@ -2,7 +2,8 @@
 
 Item ids of folder and DICOM indices are keyed pseudonyms (index/provenance.py); this route
 reads the server-side source references (store/source_refs.py) for callers holding a token of
-read scope or more, never for anonymous callers (401) or search-only tokens (403). The answer
+resolve scope or more, never for anonymous callers (401) or search and read tokens (403): a
+token that reads records is not one that re-identifies them. The answer
 names the source root and the path relative to it, never the server's absolute path, and every
 resolution is written to the audit log.
 """
@@ -21,7 +22,7 @@ from medheb_app.api.security import Principal, access, services_of
 from medheb_app.store.source_refs import find_reference
 
 router = APIRouter(tags=["catalog and runs"])
-Resolver = Annotated[Principal, Depends(access("read", anonymous=False))]
+Resolver = Annotated[Principal, Depends(access("resolve", anonymous=False))]
 
 
 class ItemSource(BaseModel):
@@ -41,7 +42,7 @@ class ItemSource(BaseModel):
 @router.get(
     "/indices/{name}/items/{item_id}/source",
     response_model=ItemSource,
-    summary="The file or DICOM UIDs of an indexed item (read scope)",
+    summary="The file or DICOM UIDs of an indexed item (resolve scope)",
     responses=ERRORS,
 )
 def item_source(name: str, item_id: str, request: Request, caller: Resolver) -> dict[str, Any]:

@@ -23,8 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--scope",
         choices=TOKEN_SCOPES,
         required=True,
-        help="search: search any built index; read: also records, images, runs; "
-        "admin: also jobs, reader studies and the audit log",
+        help="search: search any built index; read: also records, images, runs; resolve: "
+        "also the file or DICOM UIDs behind an item's pseudonym; admin: also jobs, reader "
+        "studies and the audit log",
     )
     create.add_argument("--days", type=float, default=90.0, help="lifetime in days (default 90)")
     create.add_argument("--never-expires", action="store_true", help="no expiry")

@@ -4,9 +4,10 @@ functions as medheb_app.api.tokens, bound to the store."""
 from __future__ import annotations
 
 from medheb_app.api.tokens import TokenError, TokenInfo, create_token, list_tokens, revoke_token
+from medheb_app.store.api_tables import TOKEN_SCOPES
 from medheb_app.store.db import Store
 
-__all__ = ["TokenError", "TokenInfo", "Tokens"]
+__all__ = ["TOKEN_SCOPES", "TokenError", "TokenInfo", "Tokens"]
 
 
 class Tokens:

@@ -15,7 +15,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from medheb_app.store.db import Base, utcnow
 
-TOKEN_SCOPES = ("search", "read", "admin")
+# each scope includes those before it; `resolve` (pseudonym -> file or DICOM UIDs) is apart from
+# `read` so that a worklist script that reads records cannot re-identify them
+TOKEN_SCOPES = ("search", "read", "resolve", "admin")
 
 
 class ApiToken(Base):

@@ -13,7 +13,7 @@ import pandas as pd
 
 from medheb_app.access.auth import Authenticator
 from medheb_app.services import Services
-from medheb_app.services.tokens import TokenError
+from medheb_app.services.tokens import TOKEN_SCOPES, TokenError
 from medheb_app.ui import components as ui
 
 NOT_ADMIN = "Sign in as admin to manage API tokens."
@@ -65,7 +65,7 @@ def build_token_admin(services: Services, auth: Authenticator) -> dict[str, Any]
             "`admin` also runs jobs, reader studies and the audit log. No token rates."
         )
         with gr.Row():
-            scope = gr.Dropdown(label="Scope", choices=["search", "read", "admin"], value="read")
+            scope = gr.Dropdown(label="Scope", choices=list(TOKEN_SCOPES), value="read")
             days = gr.Number(label="Days until it expires (0: never)", value=90, minimum=0)
             name = gr.Textbox(label="What it is for", max_length=200)
         issue = gr.Button("Issue token", elem_id="admin-issue-token")
