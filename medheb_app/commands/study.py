@@ -604,23 +604,18 @@ def quality_lines(summary: dict[str, Any]) -> list[str]:
     if flagged:
         lines += ["", "Flagged raters (review before excluding with `study exclude`):"]
         lines += [f"  rater {row['rater']}: {row['flags']}" for row in flagged]
-        for pair in (summary.get("without_flagged") or {}).get("mrmc") or []:
-            res = pair["results"].get("RRRC")
-            if res:
-                lines.append(
-                    f"  Without them, RRRC preference for {pair['model_a']}: "
-                    f"{_pct(res['preference'])} [{_pct(res['preference_lo'])}-"
-                    f"{_pct(res['preference_hi'])}]"
-                )
-    merged = summary.get("one_rater_per_client") or {}
-    for pair in merged.get("mrmc") or []:
-        res = pair["results"].get("RRRC")
-        if res:
-            lines.append(
-                f"  One rater per enrolment client ({len(merged['raters'])} raters share "
-                f"clients), RRRC preference for {pair['model_a']}: {_pct(res['preference'])} "
-                f"[{_pct(res['preference_lo'])}-{_pct(res['preference_hi'])}]"
-            )
+    # deferred: pandas, plotly
+    from medheb_app.study.analysis import sensitivity_results
+
+    readings = {
+        "without_flagged": "Without them",
+        "one_rater_per_client": "One rater per enrolment client ({n} raters share clients)",
+    }
+    for row in sensitivity_results(summary):
+        lines.append(
+            f"  {readings[row['reading']].format(n=row['n_raters'])}, RRRC preference for "
+            f"{row['model_a']}: {_pct(row['preference'])} [{_pct(row['lo'])}-{_pct(row['hi'])}]"
+        )
     for row in summary.get("fragility") or []:
         if row.get("preferred"):
             lines.append(

@@ -2,8 +2,9 @@
 (`services.studies`): creation from a stored run, invitations, votes, analysis, exclusions and
 exports, bound to the settings and the store; each method delegates to medheb_app.study.
 
-The small helpers a form needs (the `fraction` validator, `item_counts` text, the help lines
-and StudyError) are re-exported, so a tab needs no import past the services.
+The small helpers a form needs (the `fraction` validator, `item_counts` text, the help lines,
+`sensitivity_results` of a summary and StudyError) are re-exported, so a tab needs no import
+past the services.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from medheb_app.study import (
     list_studies,
     revoke_invitation,
 )
-from medheb_app.study.analysis import model_votes, stratum_figure, summarise
+from medheb_app.study.analysis import model_votes, sensitivity_results, stratum_figure, summarise
 from medheb_app.study.export import csv_text, votes_frame
 from medheb_app.study.identity import Invitation
 from medheb_app.study.items import (
@@ -47,6 +48,7 @@ __all__ = [
     "creation_note",
     "fraction",
     "item_counts",
+    "sensitivity_results",
 ]
 EXPORT_KINDS = ("votes", "mrmc")
 

@@ -338,6 +338,31 @@ def summarise(
     return _no_nan(summary)
 
 
+SENSITIVITY_READINGS = ("without_flagged", "one_rater_per_client")
+
+
+def sensitivity_results(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The RRRC preference of each model pair under each sensitivity reading of a summary
+    (without the flagged raters; one rater per enrolment client), for the tab and the CLI."""
+    rows = []
+    for reading in SENSITIVITY_READINGS:
+        part = summary.get(reading) or {}
+        for pair in part.get("mrmc") or []:
+            result = pair["results"].get("RRRC")
+            if result:
+                rows.append(
+                    {
+                        "reading": reading,
+                        "n_raters": len(part.get("raters") or []),
+                        "model_a": pair["model_a"],
+                        "preference": result["preference"],
+                        "lo": result["preference_lo"],
+                        "hi": result["preference_hi"],
+                    }
+                )
+    return rows
+
+
 def per_client(
     compared: pd.DataFrame, ties: str, margin: float | None, n_boot: int, seed: int
 ) -> dict[str, Any]:

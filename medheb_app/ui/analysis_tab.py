@@ -18,7 +18,13 @@ import pandas as pd
 from fastapi import Request, Response
 
 from medheb_app.services import Services
-from medheb_app.services.studies import GOLD_ACCURACY_HELP, StudyError, fraction, item_counts
+from medheb_app.services.studies import (
+    GOLD_ACCURACY_HELP,
+    StudyError,
+    fraction,
+    item_counts,
+    sensitivity_results,
+)
 from medheb_app.ui import components as ui
 
 OUTCOME_LABELS = {"a": "A preferred", "b": "B preferred", "tie": "Tie", "both_poor": "Both poor"}
@@ -294,28 +300,19 @@ def quality_html(summary: dict[str, Any]) -> str:
         parts.append(
             f"<div>Flagged for review (exclude below to leave them out):<ul>{items}</ul></div>"
         )
-        for pair in (summary.get("without_flagged") or {}).get("mrmc") or []:
-            res = pair["results"].get("RRRC")
-            if res:
-                parts.append(
-                    f"<div>Without the flagged raters, RRRC preference for "
-                    f"{html.escape(str(pair['model_a']))}: "
-                    f"{_percent(res['preference'], res['preference_lo'], res['preference_hi'])}"
-                    ".</div>"
-                )
     else:
         parts.append("<div>No rater is flagged (outlier test, speed, straight-lining).</div>")
-    merged = summary.get("one_rater_per_client") or {}
-    for pair in merged.get("mrmc") or []:
-        res = pair["results"].get("RRRC")
-        if res:
-            parts.append(
-                f"<div>Counting the {len(merged['raters'])} raters who enrolled from a shared "
-                f"client as one rater per client, RRRC preference for "
-                f"{html.escape(str(pair['model_a']))}: "
-                f"{_percent(res['preference'], res['preference_lo'], res['preference_hi'])}"
-                ".</div>"
-            )
+    readings = {
+        "without_flagged": "Without the flagged raters",
+        "one_rater_per_client": "Counting the {n} raters who enrolled from a shared client as one "
+        "rater per client",
+    }
+    for row in sensitivity_results(summary):
+        parts.append(
+            f"<div>{readings[row['reading']].format(n=row['n_raters'])}, RRRC preference for "
+            f"{html.escape(str(row['model_a']))}: "
+            f"{_percent(row['preference'], row['lo'], row['hi'])}.</div>"
+        )
     for row in summary.get("fragility") or []:
         if row.get("preferred"):
             parts.append(
