@@ -12,57 +12,30 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from medheb_app.services import create_services
-from medheb_app.settings import PROJECT_ROOT, Settings
+from medheb_app.settings import Settings
 from tests.run_fixtures import text_bench_run
-from tests.web_client import QueueClient, fn_index, free_port
+from tests.web_client import (
+    QueueClient,
+    fn_index,
+    free_port,
+    start_app_process,
+    wait_until_serving,
+)
 
 PASSWORD = "replica-admin-pass-9"
-SERVE = (
-    "import sys, uvicorn\n"
-    "from medheb_app.services import create_services\n"
-    "from medheb_app.settings import Settings\n"
-    "from medheb_app.ui.server import build_server\n"
-    "services = create_services(Settings.from_env(), start_bootstrap=False)\n"
-    "uvicorn.run(build_server(services), host='127.0.0.1', port=int(sys.argv[1]),"
-    " log_level='warning')\n"
-)
 
 
 def _start(data_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "DATA_DIR": str(data_dir), "ADMIN_PASSWORD": PASSWORD}
     env.pop("SESSION_SECRET", None)
-    process = subprocess.Popen(
-        [sys.executable, "-c", SERVE, str(port)],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=log.open("a"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    return process, f"http://127.0.0.1:{port}"
-
-
-def _wait(process: subprocess.Popen, base: str, log: Path) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the app exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/config", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(log.read_text()[-2000:])
+    return start_app_process(port, env, log.open("a")), f"http://127.0.0.1:{port}"
 
 
 def _stop(process: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
@@ -121,8 +94,8 @@ def test_two_replicas_share_sign_ins_across_restarts_and_sign_out(world):
     log = world["log"]
     (a, base_a), (b, base_b) = _start(world["data_dir"], log), _start(world["data_dir"], log)
     try:
-        _wait(a, base_a, log)
-        _wait(b, base_b, log)
+        wait_until_serving(a, base_a, 180, log)
+        wait_until_serving(b, base_b, 180, log)
         admin = QueueClient(base_a)
         assert admin.post_form("/auth/admin", {"password": PASSWORD}).status_code == 303
         admin_cookies = dict(admin.http.cookies)
@@ -137,7 +110,7 @@ def test_two_replicas_share_sign_ins_across_restarts_and_sign_out(world):
 
         _stop(a, signal.SIGKILL)  # a crash: nothing in A's memory survives
         a, base_a = _start(world["data_dir"], log)
-        _wait(a, base_a, log)
+        wait_until_serving(a, base_a, 180, log)
         assert _is_admin(base_a, admin_cookies)  # still signed in after the restart
 
         # the rater loads an item on the restarted A (its token is kept in that session)...

@@ -12,7 +12,6 @@ import io
 import os
 import signal
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,9 +22,16 @@ import pytest
 from PIL import Image
 
 from medheb_app.services import create_services
-from medheb_app.settings import PROJECT_ROOT, Settings
+from medheb_app.settings import Settings
 from medheb_app.ui.server import build_server
-from tests.web_client import QueueClient, fn_index, free_port, serve
+from tests.web_client import (
+    QueueClient,
+    fn_index,
+    free_port,
+    serve,
+    start_app_process,
+    wait_until_serving,
+)
 
 NAME = "DOE^JOHN_MRN0042_1957-03-01.png"
 
@@ -129,35 +135,15 @@ def test_identical_uploads_from_three_clients_do_not_collide(site):
         assert "DOE" not in result.split("\n", 1)[1]
 
 
-SERVE = (
-    "import sys, uvicorn\n"
-    "from medheb_app.services import create_services\n"
-    "from medheb_app.settings import Settings\n"
-    "from medheb_app.ui.server import build_server\n"
-    "services = create_services(Settings.from_env(), start_bootstrap=False)\n"
-    "uvicorn.run(build_server(services), host='127.0.0.1', port=int(sys.argv[1]),"
-    " log_level='warning')\n"
-)
-
-
 def _serve_process(data_dir: Path, port: int, env: dict) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, "-c", SERVE, str(port)],
-        cwd=PROJECT_ROOT,
-        env={**os.environ, "DATA_DIR": str(data_dir), **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/config", timeout=5).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    os.killpg(process.pid, signal.SIGKILL)
-    raise TimeoutError("the app did not start")
+    process = start_app_process(port, {**os.environ, "DATA_DIR": str(data_dir), **env})
+    try:
+        wait_until_serving(process, f"http://127.0.0.1:{port}", 120)
+    except (RuntimeError, TimeoutError):
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        raise
+    return process
 
 
 def test_uploads_left_by_a_killed_process_are_swept_at_the_next_start(tmp_path):

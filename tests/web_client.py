@@ -1,6 +1,9 @@
-"""The served app in-process, and a raw Gradio queue client that acts like an attacker.
+"""The served app in-process or in a child process, and a raw Gradio queue client that acts
+like an attacker.
 
-`serve(app)` runs a FastAPI app under uvicorn on a free port in a thread. `QueueClient`
+`serve(app)` runs a FastAPI app under uvicorn on a free port in a thread;
+`start_app_process(port, env)` runs the whole app in a process of its own (for tests that kill
+it or run two replicas), and `wait_until_serving` waits until it answers. `QueueClient`
 speaks Gradio's own protocol (gradio_client does the same): POST {prefix}/gradio_api/queue/join
 with any `fn_index` and session hash, then read the server-sent events of
 {prefix}/gradio_api/queue/data until the event completes. Cookies are per client, like browsers.
@@ -10,15 +13,32 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import httpx
 import uvicorn
+
+from medheb_app.settings import PROJECT_ROOT
+
+# The app as `python -c APP_PROCESS PORT` serves it: services from the environment's Settings,
+# no bootstrap thread, the page and the JSON API on 127.0.0.1:PORT.
+APP_PROCESS = (
+    "import sys, uvicorn\n"
+    "from medheb_app.services import create_services\n"
+    "from medheb_app.settings import Settings\n"
+    "from medheb_app.ui.server import build_server\n"
+    "services = create_services(Settings.from_env(), start_bootstrap=False)\n"
+    "uvicorn.run(build_server(services), host='127.0.0.1', port=int(sys.argv[1]),"
+    " log_level='warning')\n"
+)
 
 
 def free_port() -> int:
@@ -48,6 +68,40 @@ def serve(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=20)
+
+
+def start_app_process(
+    port: int, env: dict[str, str], output: IO[Any] | int = subprocess.DEVNULL
+) -> subprocess.Popen:
+    """The app (APP_PROCESS) on 127.0.0.1:`port` in a child process with exactly `env` as its
+    environment, in a session of its own (so os.killpg stops it and its children); its output
+    goes to `output`. Returns at once: wait_until_serving waits for it."""
+    return subprocess.Popen(
+        [sys.executable, "-c", APP_PROCESS, str(port)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_until_serving(
+    process: subprocess.Popen, base: str, seconds: float, log: Path | None = None
+) -> None:
+    """Return once GET {base}/config answers 200; RuntimeError when the process exits first,
+    TimeoutError after `seconds` (each with the tail of `log`, where the output went there)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the app exited: {log.read_text()[-2000:] if log else ''}")
+        try:
+            if httpx.get(f"{base}/config", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"the app did not start: {log.read_text()[-2000:] if log else ''}")
 
 
 def fn_index(blocks: Any, qualname_part: str) -> int:

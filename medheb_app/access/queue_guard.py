@@ -23,6 +23,7 @@ import logging
 import time
 from typing import Any
 
+from medheb_app.access.capped_body import ClientGone, read_capped, replaying
 from medheb_app.access.limits import client_key
 
 log = logging.getLogger(__name__)
@@ -123,33 +124,18 @@ class QueueCallGuard:
         if blocks is None:
             await self.app(scope, receive, send)
             return
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > MAX_JOIN_BYTES:
-                await self._refuse(scope, send, 413, "a queue call over 1 MB")
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        try:
+            body = await read_capped(receive, None, MAX_JOIN_BYTES)  # the streamed size only
+        except ClientGone:
+            return
+        if body is None:
+            await self._refuse(scope, send, 413, "a queue call over 1 MB")
+            return
         problem = check(body, blocks)
         if problem is not None:
             await self._refuse(scope, send, 400, problem)
             return
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
     def _component_page(self, path: str) -> Any:
         for prefix in sorted(self.pages, key=len, reverse=True):

@@ -17,12 +17,11 @@ audits every search, answered from here or not.
 from __future__ import annotations
 
 import json
-import threading
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from medheb_app.bounded_lru import BoundedLRU
 from medheb_app.ranking import index_logic
 from medheb_app.search import IN_SAMPLE_WARNING, PROBES_NOT_READY, Prepared
 
@@ -62,36 +61,31 @@ def with_timings(body: bytes, timings: dict[str, float]) -> bytes:
 
 
 class AnswerCache:
-    """Thread-safe LRU of key_of(...) -> Answer; a capacity below 1 keeps nothing."""
+    """Thread-safe LRU (bounded_lru.BoundedLRU) of key_of(...) -> Answer; a capacity below 1
+    keeps nothing."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._answers: OrderedDict[tuple, Answer] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
+        self._answers: BoundedLRU[tuple, Answer] = BoundedLRU(capacity)
+
+    @property
+    def hits(self) -> int:
+        return self._answers.stats().hits
+
+    @property
+    def misses(self) -> int:
+        return self._answers.stats().misses
 
     def get(self, prepared: Prepared, rights: str) -> Answer | None:
         """The answer kept for this request and caller, made from these very model and build
-        objects; None otherwise."""
+        objects; None otherwise (and one made from others is dropped)."""
         if self.capacity < 1 or prepared.request.text is None:
             return None
-        key = key_of(prepared, rights)
-        with self._lock:
-            found = self._answers.get(key)
-            current = (
-                found is not None
-                and found.model() is prepared.embedder
-                and found.build() is prepared.loaded
-            )
-            if not current:
-                if found is not None:
-                    del self._answers[key]
-                self.misses += 1
-                return None
-            self._answers.move_to_end(key)
-            self.hits += 1
-            return found
+
+        def current(found: Answer) -> bool:
+            return found.model() is prepared.embedder and found.build() is prepared.loaded
+
+        return self._answers.get(key_of(prepared, rights), current)
 
     def put(self, prepared: Prepared, rights: str, document: dict[str, Any], body: bytes) -> None:
         """Keep `body` (the answer's JSON without timings) for this request and caller."""
@@ -105,17 +99,10 @@ class AnswerCache:
             weakref.ref(prepared.embedder),
             weakref.ref(prepared.loaded),
         )
-        key = key_of(prepared, rights)
-        with self._lock:
-            self._answers[key] = answer
-            self._answers.move_to_end(key)
-            while len(self._answers) > self.capacity:
-                self._answers.popitem(last=False)
+        self._answers.put(key_of(prepared, rights), answer)
 
     def clear(self) -> None:
-        with self._lock:
-            self._answers.clear()
-            self.hits = self.misses = 0
+        self._answers.clear()
 
 
 __all__ = ["Answer", "AnswerCache", "keepable", "key_of", "with_timings"]

@@ -4,13 +4,15 @@ FastAPI reads a JSON body whole and parses it before the schema can refuse it, s
 anonymous 300 MB `POST /api/v1/search` held 450 MB of the server's memory (the adversarial
 pass at 2e21a9a). Every /api/v1 body is small (a query of at most 1,000 characters, a job's
 parameters) except an upload, which its own route streams under MAX_UPLOAD_BYTES
-(search_routes._capped_body); this middleware holds any other body to MAX_JSON_BYTES.
+(search_routes._capped_body); this middleware holds any other body to MAX_JSON_BYTES. Both
+read through access/capped_body.read_capped.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from medheb_app.access.capped_body import ClientGone, declared_length, read_capped, replaying
 from medheb_app.api.problems import problem_response
 
 MAX_JSON_BYTES = 64 * 1024
@@ -34,33 +36,14 @@ class BodyCap:
         if scope.get("type") != "http" or path.endswith(UPLOAD_PATHS):
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.cap:
+        try:
+            body = await read_capped(receive, declared_length(scope), self.cap)
+        except ClientGone:
+            return
+        if body is None:
             await self._refuse(scope, receive, send, path)
             return
-        chunks, total = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunk = message.get("body", b"")
-            total += len(chunk)
-            if total > self.cap:
-                await self._refuse(scope, receive, send, path)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                break
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
     async def _refuse(self, scope: dict, receive: Any, send: Any, path: str) -> None:
         response = problem_response("too-large", too_large_words(self.cap), path)

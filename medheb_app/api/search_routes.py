@@ -17,7 +17,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
+from medheb_app.access.capped_body import ClientGone, declared_length, read_capped
 from medheb_app.api import adapter, audit
 from medheb_app.api.answers import AnswerCache, with_timings
 from medheb_app.api.problems import ApiProblem
@@ -225,16 +227,13 @@ def search_text(
 async def _capped_body(request: Request, cap: int) -> None:
     """Read the request body into memory, refusing (413) past `cap` bytes before anything is
     parsed or written; the multipart parser then reads it from memory."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > cap:
+    try:
+        body = await read_capped(request.receive, declared_length(request.scope), cap)
+    except ClientGone:
+        raise ClientDisconnect() from None  # what Request.stream() raised here before
+    if body is None:
         raise ApiProblem("too-large", _too_large(cap))
-    chunks, total = [], 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > cap:
-            raise ApiProblem("too-large", _too_large(cap))
-        chunks.append(chunk)
-    request._body = b"".join(chunks)  # Request.stream() and .form() read this from now on
+    request._body = body  # Request.stream() and .form() read this from now on
 
 
 def _too_large(cap: int) -> str:

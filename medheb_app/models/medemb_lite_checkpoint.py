@@ -6,19 +6,17 @@ imports torch; models/medemb_lite.py loads the weights.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
 from medheb_app.evidence.pixels import K_FRAMES
 from medheb_app.models.base import ModelCard
+from medheb_app.models.checkpoint_files import read_config_beside, weights_sha256
 from medheb_app.models.tower_names import IMAGE_ARCH, TEXT_DIM, TOWERS_LICENSE
 from medheb_app.settings import Settings
 
 MEDEMB_LITE = "medemb-lite"
-CONFIG_FILE = "config.json"
 PROJECTION_FILE = "projection.safetensors"
 ADAPTER_DIR = "adapter"
 CARD_FILE = "card.json"
@@ -48,14 +46,8 @@ class MedEmbLiteConfig:
 
 def read_checkpoint_config(folder: Path | str) -> dict:
     """config.json of a medemb-lite checkpoint, with a clear error when it is not one."""
-    folder = Path(folder)
-    path = folder / CONFIG_FILE
-    if not path.is_file() or not (folder / PROJECTION_FILE).is_file():
-        raise FileNotFoundError(
-            f"{folder} is not a medemb-lite checkpoint (needs {CONFIG_FILE} and "
-            f"{PROJECTION_FILE}); train one with `python -m medheb_app train medemb`."
-        )
-    config = json.loads(path.read_text())
+    advice = "train one with `python -m medheb_app train medemb`"
+    config = read_config_beside(folder, MEDEMB_LITE, PROJECTION_FILE, advice)
     if config.get("name") != MEDEMB_LITE:
         raise FileNotFoundError(f"{folder} holds a {config.get('name')!r} checkpoint.")
     return config
@@ -63,14 +55,10 @@ def read_checkpoint_config(folder: Path | str) -> dict:
 
 def checkpoint_sha256(folder: Path) -> str:
     """One digest over the projection and the adapter files."""
-    digest = hashlib.sha256()
     paths = [folder / PROJECTION_FILE]
     if (folder / ADAPTER_DIR).is_dir():
         paths += sorted(p for p in (folder / ADAPTER_DIR).rglob("*.safetensors"))
-    for path in paths:
-        digest.update(path.relative_to(folder).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    return weights_sha256(folder, paths)
 
 
 def _card(config: MedEmbLiteConfig, weights: str, digest: str, version: str, description=""):

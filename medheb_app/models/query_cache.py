@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from medheb_app.bounded_lru import BoundedLRU, CacheStats
 from medheb_app.models.base import Embedder
 from medheb_app.models.device import intra_op_threads
 
@@ -40,57 +39,19 @@ DEFAULT_BATCH = 16  # most query texts one forward pass encodes (MEDHEB_QUERY_BA
 BATCH_SLOTS = 1  # forward passes one model runs at once under QueryBatcher
 
 
-@dataclass(frozen=True)
-class CacheStats:
-    hits: int
-    misses: int
-    size: int
-    capacity: int
-
-    @property
-    def hit_rate(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
-
-
-class QueryVectorCache:
+class QueryVectorCache(BoundedLRU[tuple[str, str, str], np.ndarray]):
     """A thread-safe LRU map of (spec, fingerprint, text) -> a read-only (1, dims) vector."""
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
-        self.capacity = capacity
-        self._vectors: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-        self._hits = 0
-        self._misses = 0
+        super().__init__(capacity)
 
-    def get(self, key: tuple[str, str, str]) -> np.ndarray | None:
-        with self._lock:
-            vector = self._vectors.get(key)
-            if vector is None:
-                self._misses += 1
-                return None
-            self._vectors.move_to_end(key)
-            self._hits += 1
-            return vector
-
-    def put(self, key: tuple[str, str, str], vector: np.ndarray, capacity: int) -> None:
+    def put(
+        self, key: tuple[str, str, str], vector: np.ndarray, capacity: int | None = None
+    ) -> None:
+        """Keep a read-only float32 copy of `vector` (the caller may go on changing its own)."""
         stored = np.array(vector, dtype=np.float32, copy=True)
         stored.flags.writeable = False
-        with self._lock:
-            self.capacity = capacity
-            self._vectors[key] = stored
-            self._vectors.move_to_end(key)
-            while len(self._vectors) > self.capacity:
-                self._vectors.popitem(last=False)
-
-    def stats(self) -> CacheStats:
-        with self._lock:
-            return CacheStats(self._hits, self._misses, len(self._vectors), self.capacity)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._vectors.clear()
-            self._hits = self._misses = 0
+        super().put(key, stored, capacity)
 
 
 class _Waiter:

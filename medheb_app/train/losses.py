@@ -84,6 +84,18 @@ def pair_kernel(labels: torch.Tensor, image_labels: torch.Tensor | None = None) 
     return label_kernel(labels) if image_labels is None else profile_kernel(image_labels, labels)
 
 
+def logits_and_kernel(
+    image_emb: torch.Tensor,
+    text_emb: torch.Tensor,
+    logit_scale: torch.Tensor | float,
+    labels: torch.Tensor,
+    image_labels: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What every label-aware loss starts from (section 4.1): the scaled logits (clip_logits)
+    and the pair kernel K (pair_kernel), each built once."""
+    return clip_logits(image_emb, text_emb, logit_scale), pair_kernel(labels, image_labels)
+
+
 def label_aware_loss(
     image_emb: torch.Tensor,
     text_emb: torch.Tensor,
@@ -98,8 +110,8 @@ def label_aware_loss(
     With no two captions agreeing, T is the identity and this equals clip_loss.
     `image_labels` switches K to profile_kernel.
     """
-    logits = clip_logits(image_emb, text_emb, logit_scale)
-    return soft_cross_entropy(logits, pair_kernel(labels, image_labels))
+    logits, kernel = logits_and_kernel(image_emb, text_emb, logit_scale, labels, image_labels)
+    return soft_cross_entropy(logits, kernel)
 
 
 def soft_cross_entropy(logits: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
@@ -122,8 +134,8 @@ def hnm_loss(
     A batch without conflicts contributes 0 (with a gradient path, so callers can always add it).
     `image_labels` switches K to profile_kernel.
     """
-    logits = clip_logits(image_emb, text_emb, logit_scale)
-    return contradiction_hinge(logits, pair_kernel(labels, image_labels))
+    logits, kernel = logits_and_kernel(image_emb, text_emb, logit_scale, labels, image_labels)
+    return contradiction_hinge(logits, kernel)
 
 
 def contradiction_hinge(logits: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
@@ -147,8 +159,7 @@ def label_aware_total(
     hnm_weight: float = HNM_WEIGHT,
 ) -> torch.Tensor:
     """L + lambda * L_HNM (eq. 7), the full label-aware objective (K and logits built once)."""
-    kernel = pair_kernel(labels, image_labels)
-    logits = clip_logits(image_emb, text_emb, logit_scale)
+    logits, kernel = logits_and_kernel(image_emb, text_emb, logit_scale, labels, image_labels)
     return soft_cross_entropy(logits, kernel) + hnm_weight * contradiction_hinge(logits, kernel)
 
 
