@@ -126,3 +126,47 @@ def index_is_synthetic(settings: Settings, name: str) -> bool:
 
     found = builds(settings, name)
     return bool(found) and all(bool(entry.get("synthetic")) for entry in found)
+
+
+def record_search(
+    store: Store,
+    settings: Settings,
+    *,
+    who: str,
+    channel: str,
+    route: str,
+    index: str,
+    query: str,
+    count: int,
+) -> None:
+    """Audit a search (page or API alike) unless its index is synthetic: the one place that
+    decides which searches reach the log."""
+    if not index_is_synthetic(settings, index):
+        record(
+            store,
+            who=who,
+            channel=channel,
+            action="search",
+            route=route,
+            index=index,
+            query=query,
+            count=count,
+        )
+
+
+def record_read(
+    store: Store, *, who: str, channel: str, route: str, index: str, row: dict[str, object]
+) -> None:
+    """Audit one study record read (its report and image shown, page or API alike) unless the
+    study is synthetic: the one place that decides which reads reach the log."""
+    if not row.get("synthetic"):
+        record(
+            store,
+            who=who,
+            channel=channel,
+            action="record",
+            route=route,
+            index=index,
+            query=str(row.get("id", "")),
+            count=1,
+        )

@@ -203,16 +203,9 @@ def _row(services: Services, caller: Principal, index: str, study_id: str) -> di
 
 
 def _audit_read(services: Services, caller: Principal, route: str, index: str, row: dict) -> None:
-    if not row.get("synthetic"):
-        audit.record(
-            services.store,
-            who=caller.who,
-            action="record",
-            route=route,
-            index=index,
-            query=str(row.get("id", "")),
-            count=1,
-        )
+    audit.record_read(
+        services.store, who=caller.who, channel="api", route=route, index=index, row=row
+    )
 
 
 @router.get(

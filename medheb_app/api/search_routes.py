@@ -99,16 +99,16 @@ def _audit_search(
     services: Services, caller: Principal, route: str, index: str, query: str, count: int
 ) -> None:
     """Audit a search on a non-synthetic index (who, route, index, query, hit count)."""
-    if not audit.index_is_synthetic(services.settings, index):
-        audit.record(
-            services.store,
-            who=caller.who,
-            action="search",
-            route=route,
-            index=index,
-            query=query,
-            count=count,
-        )
+    audit.record_search(
+        services.store,
+        services.settings,
+        who=caller.who,
+        channel="api",
+        route=route,
+        index=index,
+        query=query,
+        count=count,
+    )
 
 
 def _choose(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from medheb_app.api.audit import index_is_synthetic, record
+from medheb_app.api.audit import record, record_read, record_search
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
 
@@ -19,13 +19,11 @@ class Audit:
 
     def search(self, client: str, payload: dict[str, Any]) -> None:
         """A search from the web page, logged when its index holds real studies."""
-        if index_is_synthetic(self.settings, str(payload.get("index", ""))):
-            return
-        record(
+        record_search(
             self.store,
+            self.settings,
             who=f"anonymous:{client}",
             channel="ui",
-            action="search",
             route="search tab",
             index=str(payload.get("index", "")),
             query=str(payload.get("query", "")),
@@ -35,17 +33,13 @@ class Audit:
     def record_opened(self, client: str, hit: dict[str, Any]) -> None:
         """A hit opened on the web page (its large image and report shown), logged as a record
         read, as GET /api/v1/studies/{index}/{id} is, when the study is not synthetic."""
-        if hit.get("synthetic"):
-            return
-        record(
+        record_read(
             self.store,
             who=f"anonymous:{client}",
             channel="ui",
-            action="record",
             route="search tab hit",
             index=str(hit.get("index", "")),
-            query=str(hit.get("id", "")),
-            count=1,
+            row=hit,
         )
 
     def admin(self, action: str, what: str, route: str = "admin tab") -> None:
