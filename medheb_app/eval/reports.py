@@ -7,7 +7,7 @@ difficulty buckets of Figure 4A and the established-vs-underexplored gap of Figu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,20 +40,28 @@ def _fmt(value: float | None) -> str:
     return DASH if value is None else f"{value:.2f}"
 
 
-def table4_rows(summary: Summary) -> list[dict[str, Any]]:
-    """Per model: 'Hit@1 (MRR@5)' per family and split, as in MedHEB Table 4."""
+def family_split_rows(
+    summary: Summary, cell: Callable[[dict[str, Any] | None], str]
+) -> list[dict[str, Any]]:
+    """Per model: `cell(block)` of each family present, then of each split (a block is None
+    where the model has no task there): the layout of MedHEB Tables 4 and 8."""
     rows = []
     for name, model in summary.models.items():
         row: dict[str, Any] = {"model": name}
         for family in families_present(summary):
-            block = model.families.get(family)
-            row[family] = f"{block['hit@1']:.2f} ({block['mrr@5']:.2f})" if block else DASH
+            row[family] = cell(model.families.get(family))
         for split in SPLITS:
-            block = model.splits.get(split)
-            label = SPLIT_LABELS[split]
-            row[label] = f"{block['hit@1']:.2f} ({block['mrr@5']:.2f})" if block else DASH
+            row[SPLIT_LABELS[split]] = cell(model.splits.get(split))
         rows.append(row)
     return rows
+
+
+def table4_rows(summary: Summary) -> list[dict[str, Any]]:
+    """Per model: 'Hit@1 (MRR@5)' per family and split, as in MedHEB Table 4."""
+    return family_split_rows(
+        summary,
+        lambda block: f"{block['hit@1']:.2f} ({block['mrr@5']:.2f})" if block else DASH,
+    )
 
 
 def table7_rows(summary: Summary) -> list[dict[str, Any]]:
@@ -75,17 +83,7 @@ def table7_rows(summary: Summary) -> list[dict[str, Any]]:
 
 def table8_rows(summary: Summary) -> list[dict[str, Any]]:
     """Per model: task-macro Hit@5 per family and split (MedHEB Table 8)."""
-    rows = []
-    for name, model in summary.models.items():
-        row: dict[str, Any] = {"model": name}
-        for family in families_present(summary):
-            block = model.families.get(family)
-            row[family] = _fmt(block["hit@5"] if block else None)
-        for split in SPLITS:
-            block = model.splits.get(split)
-            row[SPLIT_LABELS[split]] = _fmt(block["hit@5"] if block else None)
-        rows.append(row)
-    return rows
+    return family_split_rows(summary, lambda block: _fmt(block["hit@5"] if block else None))
 
 
 def table5_rows(summary: Summary) -> list[dict[str, Any]]:

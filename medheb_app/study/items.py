@@ -409,20 +409,14 @@ def list_studies(store: Store) -> list[dict[str, Any]]:
     `list_open_studies`."""
     with store.session() as session:
         studies = session.scalars(select(PreferenceStudy).order_by(PreferenceStudy.id)).all()
-        n_items = dict(
-            session.execute(
-                select(StudyItem.study_id, func.count())
-                .where(StudyItem.withdrawn_at.is_(None), StudyItem.is_gold.is_(False))
-                .group_by(StudyItem.study_id)
-            ).all()
-        )
-        n_gold = dict(
-            session.execute(
-                select(StudyItem.study_id, func.count())
-                .where(StudyItem.withdrawn_at.is_(None), StudyItem.is_gold.is_(True))
-                .group_by(StudyItem.study_id)
-            ).all()
-        )
+        n_items: dict[int, int] = {}
+        n_gold: dict[int, int] = {}
+        for study_id, is_gold, count in session.execute(
+            select(StudyItem.study_id, StudyItem.is_gold, func.count())
+            .where(StudyItem.withdrawn_at.is_(None))
+            .group_by(StudyItem.study_id, StudyItem.is_gold)
+        ).all():
+            (n_gold if is_gold else n_items)[study_id] = count
         kinds = session.execute(
             select(Vote.study_id, Vote.kind, func.count())
             .where(Vote.kind.in_(["vote", "undo"]))
