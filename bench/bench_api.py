@@ -47,7 +47,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.rss import free_port  # noqa: E402
+from bench.rss import free_port, stop_process  # noqa: E402
 
 FINDINGS = (
     "atelectasis",
@@ -434,11 +434,7 @@ def main() -> None:
         )  # fmt: skip
         print(f"upload at 4 clients: {uploads}", flush=True)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_process(server)
     text = report(rows, uploads, service_ms, args, len(mix.seen))
     print(text)
     if args.write:

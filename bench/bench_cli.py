@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.rss import tree_rss  # noqa: E402
+from bench.rss import git_commit, tree_rss  # noqa: E402
 
 INDEX = "bench-cli"
 QUERY = "pleural effusion and no cardiomegaly"
@@ -115,8 +115,7 @@ def main() -> None:
         search: cli("search", "--index", INDEX, "--text", QUERY),
     }
     rows = {label: time_command(argv, env, args.repeats) for label, argv in commands.items()}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    commit = git_commit(ROOT)
     print(f"Run {dt.datetime.now(dt.UTC).isoformat(timespec='minutes')} on "
           f"{platform.machine()} ({os.cpu_count()} cores), commit {commit}; index {INDEX}: "
           f"phantom:{args.n} with {model} (probes prepared), OMP_NUM_THREADS="

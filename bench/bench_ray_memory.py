@@ -32,6 +32,10 @@ import psutil
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.rss import git_commit  # noqa: E402
+
 RAY_NAMES = ("raylet", "gcs_server", "ray::", "dashboard", "runtime_env", "log_monitor")
 
 
@@ -129,8 +133,7 @@ def main() -> None:
         if engine == "ray" and args.ray_actors:
             command += ["--ray-actors", str(args.ray_actors)]
         rows[engine] = measure(command, env)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    commit = git_commit(ROOT)
     print(f"Run {dt.datetime.now(dt.UTC).isoformat(timespec='minutes')} on "
           f"{platform.machine()} ({os.cpu_count()} cores, "
           f"{psutil.virtual_memory().total / 2**30:.0f} GiB), commit {commit}. Command: "

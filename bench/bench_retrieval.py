@@ -38,7 +38,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.rss import free_port, peak_rss_of_command, peak_rss_of_server  # noqa: E402
+from bench.rss import (  # noqa: E402
+    free_port,
+    git_commit,
+    peak_rss_of_command,
+    peak_rss_of_server,
+)
 from medheb_app.evidence.findings import CXR_RETRIEVE_10  # noqa: E402
 from medheb_app.index.faiss_index import VectorIndex  # noqa: E402
 from medheb_app.models.base import l2_normalise  # noqa: E402
@@ -75,21 +80,8 @@ def machine() -> dict[str, Any]:
         "load_average": [round(v, 2) for v in os.getloadavg()],
         "python": platform.python_version(),
         "date": dt.datetime.now().astimezone().isoformat(timespec="minutes"),
-        "commit": _git_commit(),
+        "commit": git_commit(ROOT),
     }
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def percentile_ms(samples: list[float], q: float) -> float:

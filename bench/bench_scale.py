@@ -52,6 +52,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.rss import git_commit  # noqa: E402
+
 START = "<!-- bench_scale:start -->"
 END = "<!-- bench_scale:end -->"
 ANN_START = "<!-- bench_scale_ann:start -->"
@@ -589,8 +591,7 @@ def main() -> None:
     if args.work:
         Path(args.work).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=args.work))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    commit = git_commit(ROOT)
     report: dict[str, Any] = {
         "date": dt.date.today().isoformat(),
         "commit": commit,

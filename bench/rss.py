@@ -131,12 +131,7 @@ def peak_rss_of_server(
             sampler.join()
             peak = max([peak, *samples])
     finally:
-        child.terminate()
-        try:
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        stop_process(child)
     return {
         "peak_rss_mb": peak / 2**20,
         "ready_rss_mb": ready_rss / 2**20,
@@ -144,3 +139,27 @@ def peak_rss_of_server(
         "after_ready": outcome,
         "output_tail": tail[-5:] if ready_at is None else [],
     }
+
+
+def git_commit(root: Path) -> str:
+    """The checkout's short commit for a report header; "unknown" outside a git checkout."""
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def stop_process(process: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Terminate a child, kill it if it has not exited after `timeout` s, and reap it."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
