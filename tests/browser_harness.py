@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -117,13 +117,16 @@ def serve_app(
 
 
 @contextmanager
-def chromium() -> Iterator[object]:
+def chromium(extra_args: Sequence[str] = ()) -> Iterator[object]:
     """A headless chromium for a module's tests (launching one costs seconds; a test's page
-    gets a fresh context of it from desktop_page, so no cookies or storage carry over)."""
+    gets a fresh context of it from desktop_page, so no cookies or storage carry over), with
+    CHROMIUM_ARGS and `extra_args`."""
     from playwright.sync_api import sync_playwright  # deferred: only browser tests need it
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra_args]
+        )
         yield browser
         browser.close()
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.browser_harness import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     SCREENSHOTS,
     STARTUP_S,
+    chromium,
+    desktop_page,
     require_browser,
     serve_app,
 )
@@ -117,21 +117,14 @@ def app(tmp_path_factory) -> Iterator[dict]:
 
 @pytest.fixture(scope="module")
 def browser(app):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    yield page
-    context.close()
+    with desktop_page(browser) as opened:
+        yield opened
 
 
 # Playwright cannot read the bodies of Gradio's streamed responses (the queue's server-sent

@@ -22,7 +22,7 @@ from fastapi.responses import HTMLResponse
 
 from medheb_app.services import create_services
 from medheb_app.settings import Settings
-from tests.browser_harness import CHROMIUM, CHROMIUM_ARGS, require_browser
+from tests.browser_harness import chromium, require_browser
 from tests.run_fixtures import text_bench_run
 from tests.web_client import fn_index, serve
 
@@ -121,15 +121,8 @@ def site(tmp_path_factory) -> Iterator[dict]:
 
 @pytest.fixture(scope="module")
 def browser(site):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP *.site.test 127.0.0.1"],
-        )
-        yield chromium
-        chromium.close()
+    with chromium(["--host-resolver-rules=MAP *.site.test 127.0.0.1"]) as launched:
+        yield launched
 
 
 def _issued(site) -> int:

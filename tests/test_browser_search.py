@@ -15,7 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser_harness import CHROMIUM, CHROMIUM_ARGS, STARTUP_S, require_browser, serve_app
+from tests.browser_harness import (
+    STARTUP_S,
+    chromium,
+    desktop_page,
+    require_browser,
+    serve_app,
+)
 from tests.test_browser_app import _choose, _open, _shot, _wait_for_demo
 from tests.test_cxr_cli import nih_fixture
 
@@ -44,19 +50,8 @@ def app(tmp_path_factory) -> Iterator[dict]:
 
 @pytest.fixture(scope="module")
 def browser(app):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-def _page(browser, viewport: dict):
-    context = browser.new_context(viewport=viewport)
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    return context, page
+    with chromium() as launched:
+        yield launched
 
 
 def _search(page, text: str) -> None:
@@ -98,8 +93,7 @@ def _check_cards(page, synthetic: bool) -> None:
 
 
 def test_on_a_phone_the_hits_are_right_under_the_query(app, browser):
-    context, page = _page(browser, PHONE)
-    try:
+    with desktop_page(browser, PHONE["width"], PHONE["height"]) as page:
         _open(page, app["url"])
         _search(page, QUERY)
         query = _page_box(page, page.locator("#search-query textarea"))
@@ -112,13 +106,10 @@ def test_on_a_phone_the_hits_are_right_under_the_query(app, browser):
         assert _page_box(page, line)["y"] < first["y"]  # the one line sits above the list
         _check_cards(page, synthetic=True)
         _shot(page, "search-phone")
-    finally:
-        context.close()
 
 
 def test_the_hit_pane_states_the_score_and_marks_synthetic_under_the_image(app, browser):
-    context, page = _page(browser, {"width": 1400, "height": 900})
-    try:
+    with desktop_page(browser, 1400, 900) as page:
         _open(page, app["url"])
         page.locator("#search-banner").get_by_text("SYNTHETIC DEMO DATA").wait_for()
         _search(page, QUERY)
@@ -132,13 +123,10 @@ def test_the_hit_pane_states_the_score_and_marks_synthetic_under_the_image(app, 
         mark = _page_box(page, page.locator("#search-large .ev-mark"))
         assert mark["y"] >= image["y"] + image["height"] - 0.5
         _shot(page, "search-detail-synthetic")
-    finally:
-        context.close()
 
 
 def test_a_real_index_has_no_banner_and_its_small_images_are_shown_upscaled(app, browser):
-    context, page = _page(browser, {"width": 1400, "height": 900})
-    try:
+    with desktop_page(browser, 1400, 900) as page:
         _open(page, app["url"])
         page.locator("#search-banner").get_by_text("SYNTHETIC DEMO DATA").wait_for()
         _choose(page, "search-index", "nih-mini")
@@ -154,5 +142,3 @@ def test_a_real_index_has_no_banner_and_its_small_images_are_shown_upscaled(app,
         assert image["width"] >= 16 * 16  # drawn large, not at 16 px
         assert page.locator("#search-large .ev-mark").count() == 0
         _shot(page, "search-real-index")
-    finally:
-        context.close()
