@@ -123,3 +123,20 @@ def test_the_session_secret_is_kept_private(tmp_path):
     assert load_secret(tmp_path) == first and len(first) >= 32
     assert (tmp_path / ".session-secret").stat().st_mode & 0o077 == 0
     assert load_secret(tmp_path, "configured-secret") == b"configured-secret"
+
+
+def test_an_admin_is_named_in_the_audit_by_user_or_by_sign_in_session():
+    """Design note of the adversarial pass at 2e21a9a: admin actions done with the cookie were
+    audited as plain `admin`, so two people sharing the password were one."""
+    auth = Authenticator(SECRET)
+    first, second = auth.admin_cookie(), auth.admin_cookie()
+    one = auth.admin_identity(_request({ADMIN_COOKIE: first}))
+    assert one.startswith("admin:session-") and len(one) == len("admin:session-") + 10
+    assert one == auth.admin_identity_of_cookie(first)  # the sign-in row names the same session
+    assert one != auth.admin_identity(_request({ADMIN_COOKIE: second}))
+    sid = auth.sealer.unseal(first, "admin", 3600)["sid"]
+    assert sid not in one  # a digest, never the session id a cookie could be rebuilt from
+    assert auth.admin_identity(_request()) == "admin"
+    on_space = Authenticator(SECRET, admin_users=("alice",), oauth=True)
+    assert on_space.admin_identity(_request(session=_profile("alice"))) == "admin:alice"
+    assert on_space.admin_identity(_request(session=_profile("mallory"))) == "admin"

@@ -297,6 +297,15 @@ def test_invitations_are_issued_only_to_admins(site):
     thief = QueueClient(site["base"], session_hash=admin.session_hash)
     assert NOT_ADMIN in _text(thief.call(invite, [site["study_id"], 1, "stolen"]))
 
+    from medheb_app.api.audit import events
+
+    rows = events(site["services"].store)
+    invited = [row for row in rows if row.action == "study-invite"][-1]
+    signed_in = [row for row in rows if row.action == "admin-sign-in"]
+    assert invited.who.startswith("admin:session-")  # this sign-in, not a bare "admin"
+    assert invited.who in {row.who for row in signed_in}  # traced back to its sign-in row
+    assert all(row.query.startswith("client ") for row in signed_in)
+
 
 # ---------------------------------------------------------------- issue 19: same-origin
 

@@ -162,6 +162,11 @@ def oauth_username(request: Any) -> str | None:
     return str(name) if name else None
 
 
+def session_name(sid: str) -> str:
+    """An admin session's name in the audit log: a digest of its id, never the id itself."""
+    return "admin:session-" + hashlib.sha256(sid.encode()).hexdigest()[:10]
+
+
 class Sealer:
     """Seals small JSON claims with AES-256-GCM under a key derived from the session secret:
     the cookie is opaque (nobody without the key reads the rater id in it) and tamper-proof
@@ -243,6 +248,22 @@ class Authenticator:
             return True
         claims = self._claims(request, "admin")
         return bool(claims) and self.sessions.lookup(claims["sid"], "admin").state == ACTIVE
+
+    def admin_identity(self, request: Any) -> str:
+        """Who an admin request is, for the audit log: `admin:<user>` for a Hugging Face
+        admin, `admin:session-<10 hex>` (a digest of the session id, never the id) for a
+        password sign-in, so two people sharing the password are told apart per sign-in and
+        each session's actions trace back to its audited sign-in; `admin` otherwise."""
+        user = oauth_username(request) if self.admin_users else None
+        if user in self.admin_users:
+            return f"admin:{user}"
+        claims = self._claims(request, "admin")
+        return session_name(claims["sid"]) if claims else "admin"
+
+    def admin_identity_of_cookie(self, value: str) -> str:
+        """admin_identity of a freshly minted admin cookie (the sign-in's own audit row)."""
+        claims = self.sealer.unseal(value, "admin", ADMIN_MAX_AGE_S)
+        return session_name(claims["sid"]) if claims and "sid" in claims else "admin"
 
     def sign_out(self, request: Any, reason: str = "signed out") -> None:
         """End the request's admin and rater sessions on the server (every replica)."""

@@ -42,6 +42,7 @@ class Audit:
             row=hit,
         )
 
-    def admin(self, action: str, what: str, route: str = "admin tab") -> None:
-        """An admin action taken on the web page (job start or cancel, token issue, ...)."""
-        record(self.store, who="admin", channel="ui", action=action, route=route, query=what)
+    def admin(self, action: str, what: str, route: str = "admin tab", who: str = "admin") -> None:
+        """An admin action taken on the web page (job start or cancel, token issue, ...) by
+        `who` (Authenticator.admin_identity: the Hugging Face user or the sign-in session)."""
+        record(self.store, who=who, channel="ui", action=action, route=route, query=what)

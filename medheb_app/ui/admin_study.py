@@ -43,6 +43,7 @@ def create_study(
     public_title: str = "",
     open_enrolment: bool = False,
     gold_share: float = 0.0,
+    who: str = "admin",
 ) -> str:
     """Create a blinded study from a stored benchmark run's outputs. `name` is internal (admin
     pages only); raters see `public_title`. `gold_share` (a fraction, as in the CLI) of the
@@ -68,7 +69,7 @@ def create_study(
         )
     except (ValueError, KeyError, FileNotFoundError) as error:
         return ui.notice_html("error", str(error))
-    services.audit.admin("study-create", f"study {created.id}")
+    services.audit.admin("study-create", f"study {created.id}", who=who)
     withheld = (
         f" {len(created.withheld)} queries could not be shown and were withheld."
         if created.withheld
@@ -93,7 +94,7 @@ def study_picker(services: Services) -> list[tuple[str, int]]:
 
 
 def issue_invitations(
-    services: Services, is_admin: bool, study_id: Any, n: float, label: str
+    services: Services, is_admin: bool, study_id: Any, n: float, label: str, who: str = "admin"
 ) -> str:
     """New invitations, each shown ONCE as a link and a short code (stored hashed)."""
     if not is_admin:
@@ -104,7 +105,7 @@ def issue_invitations(
         made = services.studies.invite(int(study_id), int(n or 1), label or "")
     except StudyError as error:
         return ui.notice_html("error", str(error))
-    services.audit.admin("study-invite", f"study {int(study_id)}: {len(made)} invitations")
+    services.audit.admin("study-invite", f"study {int(study_id)}: {len(made)} invitations", who=who)
     rows = "".join(
         f"<tr><td>{i.id}</td><td><code>{html.escape(i.link)}</code></td>"
         f"<td><code>{html.escape(i.code)}</code></td><td>{html.escape(i.label)}</td></tr>"
@@ -137,7 +138,7 @@ def invitation_table(services: Services, is_admin: bool, study_id: Any) -> pd.Da
     return pd.DataFrame(rows, columns=["id", "label", "used", "rater", "revoked", "created"])
 
 
-def revoke(services: Services, is_admin: bool, invitation_id: Any) -> str:
+def revoke(services: Services, is_admin: bool, invitation_id: Any, who: str = "admin") -> str:
     if not is_admin:
         return ui.notice_html("error", NOT_ADMIN)
     if not invitation_id:
@@ -146,7 +147,7 @@ def revoke(services: Services, is_admin: bool, invitation_id: Any) -> str:
         info = services.studies.revoke_invitation(int(invitation_id))
     except StudyError as error:
         return ui.notice_html("error", str(error))
-    services.audit.admin("study-revoke-invitation", f"invitation {info.id}")
+    services.audit.admin("study-revoke-invitation", f"invitation {info.id}", who=who)
     return ui.notice_html("info", f"Invitation {info.id} revoked; its rater can no longer vote.")
 
 
@@ -207,7 +208,8 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
         return gr.update(choices=names, value=names[:2])
 
     def _create(request: gr.Request, *values):
-        return create_study(services, auth.is_admin(request), *values)
+        who = auth.admin_identity(request)
+        return create_study(services, auth.is_admin(request), *values, who=who)
 
     def _studies(request: gr.Request):
         if not auth.is_admin(request):
@@ -217,7 +219,7 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
 
     def _invite(study_id, n, label, request: gr.Request):
         admin = auth.is_admin(request)
-        note = issue_invitations(services, admin, study_id, n, label)
+        note = issue_invitations(services, admin, study_id, n, label, auth.admin_identity(request))
         return note, invitation_table(services, admin, study_id)
 
     def _invitations(study_id, request: gr.Request):
@@ -225,7 +227,8 @@ def build_study_admin(services: Services, auth: Authenticator) -> dict[str, Any]
 
     def _revoke(study_id, invitation_id, request: gr.Request):
         admin = auth.is_admin(request)
-        return revoke(services, admin, invitation_id), invitation_table(services, admin, study_id)
+        note = revoke(services, admin, invitation_id, auth.admin_identity(request))
+        return note, invitation_table(services, admin, study_id)
 
     refresh_studies.click(_studies, None, [invite_study], api_visibility="private")
     invite.click(

@@ -40,7 +40,9 @@ SIGNED_IN_NOTE = (
 )
 
 
-def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, Any]):
+def start_job(
+    services: Services, is_admin: bool, kind: str, params: dict[str, Any], who: str = "admin"
+):
     """Submit a job of `kind`; returns (job id or None, message). Refused unless admin."""
     if not is_admin:
         return None, ui.notice_html("error", NOT_ADMIN)
@@ -57,7 +59,7 @@ def start_job(services: Services, is_admin: bool, kind: str, params: dict[str, A
         job_id = services.admin_jobs.start(kind, params)
     except ValueError as error:  # a sentence: a source outside the server's roots
         return None, ui.notice_html("error", str(error))
-    services.audit.admin("job-start", f"job {job_id} {kind}")
+    services.audit.admin("job-start", f"job {job_id} {kind}", who=who)
     return job_id, ui.notice_html("info", f"Started job {job_id} ({kind}).")
 
 
@@ -154,7 +156,7 @@ def estimate_view(
     return pd.DataFrame(estimate.rows()), ui.notice_html("info", note)
 
 
-def cancel_job(services: Services, is_admin: bool, job_id: float | None) -> str:
+def cancel_job(services: Services, is_admin: bool, job_id: float | None, who: str = "admin") -> str:
     if not is_admin:
         return ui.notice_html("error", NOT_ADMIN)
     if not job_id:
@@ -164,7 +166,7 @@ def cancel_job(services: Services, is_admin: bool, job_id: float | None) -> str:
     except ValueError as error:
         return ui.notice_html("error", str(error))
     if cancelled:
-        services.audit.admin("job-cancel", f"job {int(job_id)}")
+        services.audit.admin("job-cancel", f"job {int(job_id)}", who=who)
         return ui.notice_html("info", f"Asked job {int(job_id)} to stop.")
     return ui.notice_html("warning", f"Job {int(job_id)} has already finished.")
 
@@ -287,8 +289,8 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
 
     def _start(kind, make_params):
         def handler(request: gr.Request, *values):
-            admin = auth.is_admin(request)
-            new_id, note = start_job(services, admin, kind, make_params(*values))
+            admin, who = auth.is_admin(request), auth.admin_identity(request)
+            new_id, note = start_job(services, admin, kind, make_params(*values), who)
             return note, (new_id if new_id is not None else gr.update())
 
         return handler
@@ -356,7 +358,7 @@ def build_admin_tab(services: Services, auth: Authenticator) -> dict[str, Any]:
     )
 
     def _cancel(selected, request: gr.Request):
-        return cancel_job(services, auth.is_admin(request), selected)
+        return cancel_job(services, auth.is_admin(request), selected, auth.admin_identity(request))
 
     cancel.click(_cancel, [job_id], [job_note], api_visibility="private")
 

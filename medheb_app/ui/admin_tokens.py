@@ -28,7 +28,12 @@ def token_table(services: Services) -> pd.DataFrame:
 
 
 def issue_token(
-    services: Services, is_admin: bool, scope: str | None, days: float | None, name: str | None
+    services: Services,
+    is_admin: bool,
+    scope: str | None,
+    days: float | None,
+    name: str | None,
+    who: str = "admin",
 ) -> tuple[str, str]:
     """(the secret or '', a notice). The secret is shown once and never stored in clear."""
     if not is_admin:
@@ -38,21 +43,21 @@ def issue_token(
         secret, info = services.tokens.create(str(scope or ""), lifetime, name or "", "admin")
     except (TokenError, TypeError, ValueError) as error:
         return "", ui.notice_html("error", str(error))
-    services.audit.admin("token-create", f"token {info.id} {info.scope}", route="")
+    services.audit.admin("token-create", f"token {info.id} {info.scope}", route="", who=who)
     expiry = f"expires {info.expires_at} UTC" if info.expires_at else "never expires"
     return secret, ui.notice_html(
         "info", f"Token {info.id} ({info.scope}, {expiry}). Copy it now: it is not shown again."
     )
 
 
-def revoke(services: Services, is_admin: bool, token_id: float | None) -> str:
+def revoke(services: Services, is_admin: bool, token_id: float | None, who: str = "admin") -> str:
     if not is_admin:
         return ui.notice_html("error", NOT_ADMIN)
     try:
         info = services.tokens.revoke(int(token_id or 0))
     except TokenError as error:
         return ui.notice_html("error", str(error))
-    services.audit.admin("token-revoke", f"token {info.id}", route="")
+    services.audit.admin("token-revoke", f"token {info.id}", route="", who=who)
     return ui.notice_html("info", f"Revoked token {info.id}.")
 
 
@@ -62,7 +67,8 @@ def build_token_admin(services: Services, auth: Authenticator) -> dict[str, Any]
         gr.Markdown(
             "Tokens let programs call the JSON API at `/api/v1` (docs at `/api/v1/docs`): "
             "`search` searches any built index, `read` also reads records, images and runs, "
-            "`admin` also runs jobs, reader studies and the audit log. No token rates."
+            "`resolve` also turns an item's pseudonym into its file or DICOM UIDs, `admin` "
+            "also runs jobs, reader studies and the audit log. No token rates."
         )
         with gr.Row():
             scope = gr.Dropdown(label="Scope", choices=list(TOKEN_SCOPES), value="read")
@@ -80,12 +86,13 @@ def build_token_admin(services: Services, auth: Authenticator) -> dict[str, Any]
 
     def _issue(s, d, n, request: gr.Request):
         admin = auth.is_admin(request)
-        shown, message = issue_token(services, admin, s, d, n)
+        shown, message = issue_token(services, admin, s, d, n, auth.admin_identity(request))
         return shown, message, token_table(services) if admin else gr.update()
 
     def _revoke(chosen, request: gr.Request):
         admin = auth.is_admin(request)
-        return revoke(services, admin, chosen), token_table(services) if admin else gr.update()
+        note = revoke(services, admin, chosen, auth.admin_identity(request))
+        return note, token_table(services) if admin else gr.update()
 
     issue.click(_issue, [scope, days, name], [secret, note, table], api_visibility="private")
     revoke_button.click(_revoke, [token_id], [note, table], api_visibility="private")

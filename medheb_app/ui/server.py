@@ -183,7 +183,10 @@ def add_auth_routes(app: FastAPI, services: Services, guards: Guards) -> None:
             return page("Admin sign-in", admin_form("Wrong admin password."), 401)
         guards.admin_limit.reset(key)
         response = RedirectResponse("/", status_code=303)
-        auth.set_cookie(response, auth.admin_cookie_name, auth.admin_cookie(), ADMIN_MAX_AGE_S)
+        cookie = auth.admin_cookie()
+        who = auth.admin_identity_of_cookie(cookie)
+        services.audit.admin("admin-sign-in", f"client {key}", route="/auth/admin", who=who)
+        auth.set_cookie(response, auth.admin_cookie_name, cookie, ADMIN_MAX_AGE_S)
         return response
 
     @app.get("/auth/rater", include_in_schema=False)
