@@ -91,9 +91,10 @@ def describe_for_run(settings: Settings, suite: str) -> Renderer:
 
 class Runs:
     """Stored benchmark runs for the tabs, the API and the CLI (`services.runs`): bound to the
-    settings, the store and the job runner; each method is one call a caller makes."""
+    settings, the store and the job runner (None for a CLI command, which starts none: only
+    `job_skipped` reads it); each method is one call a caller makes."""
 
-    def __init__(self, settings: Settings, store: Store, jobs: JobRunner) -> None:
+    def __init__(self, settings: Settings, store: Store, jobs: JobRunner | None = None) -> None:
         self.settings = settings
         self.store = store
         self.jobs = jobs
@@ -129,8 +130,17 @@ class Runs:
             raise ValueError("Pick at least one model to estimate.")
         params = {"suite": suite, "tasks": tasks or [], "families": families or []}
         built, only = bench_suite(self.settings, params)
+        return self.estimate_suite(built, models, only, calibrate=True)
+
+    def estimate_suite(
+        self, suite: Any, models: list[str], only: list[str] | None = None, calibrate: bool = False
+    ) -> Estimate:
+        """What a run of an already chosen `suite` (its tasks `only`, None: all) with `models`
+        will cost, at each model's rate measured in the store; `calibrate` times a model never
+        measured on a few items (loads it), else a default rate is assumed (`bench run
+        --estimate`). KeyError for an unknown task name."""
         rates = rates_from_store(self.store, models)
-        return estimate_run(built, models, self.settings, rates, only, calibrate=True)
+        return estimate_run(suite, models, self.settings, rates, only, calibrate=calibrate)
 
     def shared_data_line(self) -> str:
         """Where real data is read from (MEDHEB_SHARED_DATA) and whether it is there."""
@@ -156,6 +166,8 @@ class Runs:
     def job_skipped(self, job_id: int) -> list[dict[str, str]]:
         """The skipped tasks of a finished benchmark job (admin view: paths shown); empty for
         other jobs and for a job still running (its log names each skip as it happens)."""
+        if self.jobs is None:
+            raise ValueError("No job runner: jobs are read from the running app.")
         info = self.jobs.status(int(job_id))
         skipped = (info.result or {}).get("skipped") if info.kind == "bench-run" else None
         return skipped_rows(skipped or {}, self._path_roots(), show_paths=True)
