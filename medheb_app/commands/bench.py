@@ -243,7 +243,7 @@ def run_estimate(
     calibrate: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """`bench run --estimate`: the run's cost from the embedding cache's state, run nothing."""
-    # deferred: faiss, sqlalchemy (services.runs' builders, the store): `bench list` needs neither
+    # deferred: sqlalchemy (the store, and services.runs' readers of it): `bench list` needs neither
     from medheb_app.services.runs import Runs
     from medheb_app.services.store import open_store
 

@@ -17,7 +17,6 @@ from medheb_app.eval.estimate import Estimate, estimate_run, rates_from_store
 from medheb_app.eval.results import Summary
 from medheb_app.jobs import JobRunner
 from medheb_app.models.baselines import BASELINES  # noqa: F401  (re-exported: a run's floor and ceiling specs)
-from medheb_app.services.admin_jobs import bench_suite, stamp
 from medheb_app.settings import Settings
 from medheb_app.store.colours import model_slots
 from medheb_app.store.db import Store
@@ -82,6 +81,9 @@ def describe_for_run(settings: Settings, suite: str) -> Renderer:
     medheb_app.study.payloads (salted file names, so no path names a task or an item). For a
     run of a suite this checkout cannot rebuild, the run files' own payloads are rendered;
     items that cannot be shown are withheld from the study."""
+    # deferred: faiss (admin_jobs imports the index builder; `bench run --estimate` reads runs)
+    from medheb_app.services.admin_jobs import stamp
+
     media_dir = settings.data_dir / "study-media" / stamp()
     if suite not in SUITES:
         return Renderer(media_dir)
@@ -128,6 +130,9 @@ class Runs:
         loads no model."""
         if not models:
             raise ValueError("Pick at least one model to estimate.")
+        # deferred: faiss (admin_jobs imports the index builder; `bench run --estimate` reads runs)
+        from medheb_app.services.admin_jobs import bench_suite
+
         params = {"suite": suite, "tasks": tasks or [], "families": families or []}
         built, only = bench_suite(self.settings, params)
         return self.estimate_suite(built, models, only, calibrate=True)
