@@ -352,6 +352,53 @@ def test_the_ui_checks_see_a_tab_reaching_past_the_services() -> None:
     ]
 
 
+# The domain modules a services facade wraps, and the facade a command calls instead (issue 24
+# item 4: one code path serves the tab, the API and the CLI). A command imports none of them,
+# so it cannot drift from what the tab does. The index commands call index/ directly: no
+# facade builds or lists indices the way `index build|list|info` do (SearchService.builds is
+# the search tab's one-line filter, and its module imports the model registry that `index
+# list` must not).
+FACADE_WRAPS = {
+    "medheb_app.api.tokens": "medheb_app.services.tokens",
+    "medheb_app.api.audit": "medheb_app.services.audit",
+    "medheb_app.study": "medheb_app.services.studies",
+    "medheb_app.search": "medheb_app.services.search",
+    "medheb_app.eval.estimate": "medheb_app.services.runs",
+    "medheb_app.store": "medheb_app.services.store (and the facades bound to the store)",
+}
+
+
+def command_domain_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Imports, by a module of medheb_app/commands, of a module a facade wraps."""
+    edges = _module_edges(graph)
+    return sorted(
+        f"{module} -> {target}"
+        for module in graph
+        if _within(module, "medheb_app.commands")
+        for target in _targets(edges, module)
+        if any(_within(target, wrapped) for wrapped in FACADE_WRAPS)
+    )
+
+
+def test_commands_call_the_facades_not_the_modules_they_wrap() -> None:
+    assert command_domain_edges(import_graph()) == []
+
+
+def test_the_command_check_sees_a_command_reaching_past_a_facade() -> None:
+    graph = {
+        "medheb_app.commands.token": {"medheb_app.api.tokens", "medheb_app.services.tokens"},
+        "medheb_app.commands.study": {"medheb_app.study.export", "medheb_app.services.studies"},
+        "medheb_app.api.tokens": set(),
+        "medheb_app.study.export": set(),
+        "medheb_app.services.tokens": set(),
+        "medheb_app.services.studies": set(),
+    }
+    assert command_domain_edges(graph) == [
+        "medheb_app.commands.study -> medheb_app.study.export",
+        "medheb_app.commands.token -> medheb_app.api.tokens",
+    ]
+
+
 # Modules that read the environment besides settings.py, and why. medheb_app/__init__.py only
 # sets the offline flags (the one place they are set); access/auth.py is issue 19's this round
 # (the Space's OAuth variables) and moves to Settings with it.

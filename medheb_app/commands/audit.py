@@ -1,5 +1,6 @@
 """`python -m medheb_app audit export --since DATE [--out FILE]`: the audit log (api/audit.py)
-for the hospital's records: CSV on stdout or into a file, or JSON with --json."""
+for the hospital's records: CSV on stdout or into a file, or JSON with --json. Read through
+the audit facade (services.audit) that the web page writes with."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from medheb_app.api.audit import events, to_csv
 from medheb_app.cli import UserError, add_json_flag
+from medheb_app.services.audit import Audit
+from medheb_app.services.store import open_store
 from medheb_app.settings import Settings
-from medheb_app.store.db import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,10 +39,10 @@ def parse_since(text: str | None) -> datetime | None:
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> tuple[str, Any]:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    rows = events(Store.open(settings.database_url), parse_since(args.since))
+    audit = Audit(settings, open_store(settings))
+    rows = audit.events(parse_since(args.since))
     payload = {"since": args.since, "events": [row.to_dict() for row in rows]}
-    text = to_csv(rows)
+    text = audit.to_csv(rows)
     if args.out:
         out = Path(args.out)  # query texts and client addresses: readable by its owner only
         out.touch(mode=0o600, exist_ok=True)

@@ -1,4 +1,5 @@
-"""`python -m medheb_app bench list|run|report`: the MedHEB benchmark from the command line."""
+"""`python -m medheb_app bench list|run|report`: the MedHEB benchmark from the command line.
+`bench run --estimate` asks the runs facade (services.runs) the admin tab's estimate asks."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
-from medheb_app.eval.estimate import estimate_run, rates_from_store
 from medheb_app.eval.reports import render_report
 from medheb_app.eval.results import Summary
 from medheb_app.settings import Settings
@@ -243,12 +243,14 @@ def run_estimate(
     calibrate: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """`bench run --estimate`: the run's cost from the embedding cache's state, run nothing."""
-    # deferred: sqlalchemy
-    from medheb_app.store.db import Store
+    # deferred: sqlalchemy (the store, and services.runs' readers of it): `bench list` needs neither
+    from medheb_app.services.runs import Runs
+    from medheb_app.services.store import open_store
 
-    rates = rates_from_store(Store.open(settings.database_url), models)
     try:
-        estimate = estimate_run(suite, models, settings, rates, only, calibrate=calibrate)
+        estimate = Runs(settings, open_store(settings)).estimate_suite(
+            suite, models, only, calibrate=calibrate
+        )
     except KeyError as error:  # unknown task names
         raise UserError(error.args[0] if error.args else str(error)) from error
     return estimate.render(), estimate.to_dict()

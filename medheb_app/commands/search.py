@@ -1,4 +1,5 @@
-"""`python -m medheb_app search`: rank the demo (or any built) index for a text or file query."""
+"""`python -m medheb_app search`: rank the demo (or any built) index for a text or file query,
+through the search tab's facade (services.search) with the operator's rights."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
-from medheb_app.search import RANKINGS, search
+from medheb_app.services.search import RANKINGS, SearchService
 from medheb_app.settings import Settings
 
 
@@ -75,13 +76,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     if args.k < 1:
         raise UserError(f"--k must be at least 1; got {args.k}.")
-    response = search(
+    response = SearchService(settings).operator(
         query_text=args.text,
         file=args.file,
-        model_spec=args.model,
+        model=args.model,
         index=args.index,
         k=args.k,
-        settings=settings,
         setting=args.setting,
         ranking=args.ranking,
         nprobe=args.nprobe,

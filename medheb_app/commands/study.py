@@ -1,6 +1,7 @@
 """`python -m medheb_app study ...`: create, invite raters to, list, close, export and analyse
 blinded preference studies (MedHEB section 5.6). Raters vote in the web app (/rate) with the
-invitation link or code these commands print; these commands are the admin's side."""
+invitation link or code these commands print; these commands are the admin's side, and call
+the admin tabs' facade (services.studies) on the same store."""
 
 from __future__ import annotations
 
@@ -8,19 +9,15 @@ import argparse
 from typing import Any
 
 from medheb_app.cli import UserError, add_json_flag
-from medheb_app.settings import Settings
-from medheb_app.store.db import Store
-from medheb_app.study import (
-    close_study,
-    create_invitations,
-    create_study,
-    find_study,
-    list_invitations,
-    list_studies,
-    revoke_invitation,
+from medheb_app.services.store import open_store
+from medheb_app.services.studies import (
+    PAYLOAD_KINDS,
+    Studies,
+    creation_note,
+    item_counts,
+    sensitivity_results,
 )
-from medheb_app.study.items import item_counts
-from medheb_app.study.payloads import Renderer, describe_with_tasks
+from medheb_app.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -80,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     create.add_argument(
         "--payloads",
-        choices=("auto", "tasks", "none"),
+        choices=PAYLOAD_KINDS,
         default="auto",
         help="what raters see for each id: 'tasks' rebuilds the run's suite tasks and renders "
         "their texts, images, volumes and regions (files in DATA_DIR/study-media), 'none' "
@@ -203,32 +200,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     analyse.set_defaults(handler=run_analyse)
 
 
-def _store(settings: Settings):
-    return Store.open(settings.database_url)
+def _studies(settings: Settings) -> Studies:
+    """The studies facade on the settings' store (no job runner, no demo bootstrap)."""
+    return Studies(settings, open_store(settings))
 
 
 def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     if args.n < 1:
         raise UserError(f"--n must be at least 1; got {args.n}.")
-    store = _store(settings)
-    describe = _describer(args.payloads, args.run, settings)
-    created = create_study(
-        store,
+    studies = _studies(settings)
+    created = studies.create_from_folder(
         args.name,
         args.model,
         args.run,
+        args.payloads,
         n_items=args.n,
         raters_per_item=args.raters,
         reveal_after_vote=bool(args.reveal),
         seed=args.seed,
-        describe=describe,
         public_title=args.public_title,
         open_enrolment=args.open_enrolment,
         gold_share=args.gold_share,
         claim_timeout_s=args.claim_timeout,
         max_votes_per_rater=args.max_votes_per_rater,
     )
-    study = next(s for s in list_studies(store) if s["id"] == created.id)
+    study = next(s for s in studies.list() if s["id"] == created.id)
     study["withheld"] = created.withheld
     human = (
         f"Created study '{study['name']}' (id {created.id}), shown to raters as "
@@ -240,9 +236,6 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
         human += "".join(
             f"\n  {w['task']} {w['query_id']}: {w['reason']}" for w in created.withheld[:20]
         )
-    # deferred: scipy.stats (study.sizing), which `study list` and the others do not need
-    from medheb_app.study.sizing import creation_note
-
     human += "\n" + creation_note(created.n_items, args.raters)
     if args.open_enrolment:
         human += "\nOpen enrolment: raters join on /rate with any display name."
@@ -251,52 +244,8 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
     return human, study
 
 
-CODE_SUITE = "custom"  # what eval/runner.run_suite records for tasks passed in as objects
-
-
-def _describer(kind: str, run_dir: str, settings: Settings):
-    """The payload renderer for `study create --payloads`: the run's suite tasks rebuilt
-    ('tasks'), or only the run files' own payloads ('none'); media go to a fresh folder under
-    DATA_DIR/study-media."""
-    import json
-    from datetime import UTC, datetime
-    from pathlib import Path
-
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
-    media_dir = settings.data_dir / "study-media" / stamp
-    summary_path = Path(run_dir) / "summary.json"
-    if kind == "none" or (kind == "auto" and not summary_path.is_file()):
-        return Renderer(media_dir)
-    if not summary_path.is_file():
-        raise UserError(f"{summary_path} not found; --payloads tasks needs a `bench run` folder.")
-    # deferred: pandas
-    from medheb_app.tasks.medheb import get_suite
-
-    summary = json.loads(summary_path.read_text())
-    names = [task["name"] for task in summary.get("tasks", [])]
-    if summary.get("suite") == CODE_SUITE and kind == "auto":
-        return Renderer(media_dir)  # tasks made in code (the demo's own run): nothing to rebuild
-    try:
-        suite = get_suite(summary["suite"])
-    except KeyError as error:
-        kept = (
-            "--payloads none shows the payloads kept in its run files (images, thumbnails, "
-            "texts, SYNTHETIC marks)"
-        )
-        if summary.get("suite") == CODE_SUITE:
-            raise UserError(
-                f"This run's tasks were made in code (suite {CODE_SUITE!r}), so --payloads "
-                f"tasks cannot rebuild them; --payloads auto (the default) or {kept}."
-            ) from None
-        raise UserError(
-            f"{error.args[0]}. This app cannot rebuild the run's tasks; {kept}."
-        ) from None
-    tasks, _skipped = suite.build(settings, only=names or None)
-    return describe_with_tasks(tasks, media_dir)
-
-
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    studies = list_studies(_store(settings))
+    studies = _studies(settings).list()
     lines = [
         f"{s['id']:>3}  {s['name']}  '{s['public_title']}'  "
         f"{item_counts(s['n_items'], s['n_gold'])}  votes={s['votes']}  "
@@ -312,21 +261,17 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    # deferred: pandas
-    from medheb_app.study.export import export_csv, export_mrmc
-
+    rows = _studies(settings).export_file(args.out, args.study, args.format, args.ties)
     if args.format == "mrmc":
-        rows = export_mrmc(_store(settings), args.out, args.study, args.ties)
         text = f"Wrote {rows} MRMC row(s) (reader, case, modality, score) to {args.out}."
         return text, {"out": str(args.out), "rows": rows, "format": "mrmc"}
-    rows = export_csv(_store(settings), args.out, args.study)
     return f"Wrote {rows} vote(s) to {args.out}.", {"out": str(args.out), "rows": rows}
 
 
 def run_invite(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    store = _store(settings)
-    study = find_study(store, args.study)
-    issued = create_invitations(store, study.id, args.n, args.label)
+    studies = _studies(settings)
+    study = studies.find(args.study)
+    issued = studies.invite(study.id, args.n, args.label)
     lines = [
         f"{len(issued)} invitation(s) to study {study.id} ('{study.public_title}'). Each is shown "
         "only now: give every rater one link or code, and keep them secret.",
@@ -345,9 +290,9 @@ def run_invite(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
 
 
 def run_invitations(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    store = _store(settings)
-    study = find_study(store, args.study)
-    rows = list_invitations(store, study.id)
+    studies = _studies(settings)
+    study = studies.find(args.study)
+    rows = studies.invitations(study.id)
     records = [
         {
             "id": i.id,
@@ -370,25 +315,21 @@ def run_invitations(args: argparse.Namespace, settings: Settings) -> tuple[str, 
 
 
 def run_revoke(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    info = revoke_invitation(_store(settings), args.invitation)
+    info = _studies(settings).revoke_invitation(args.invitation)
     who = f" (rater {info.rater_id}, {info.display_name})" if info.rater_id else ""
     human = f"Revoked invitation {info.id}{who}; their votes so far are kept."
     return human, {"id": info.id, "revoked": True, "rater_id": info.rater_id}
 
 
 def run_close(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    store = _store(settings)
-    study = find_study(store, args.study)
-    close_study(store, study.id, closed=not args.reopen)
+    studies = _studies(settings)
+    study = studies.find(args.study)
+    studies.close(study.id, closed=not args.reopen)
     state = "reopened" if args.reopen else "closed"
     return f"Study {study.id} {state}.", {"study": study.id, "closed": not args.reopen}
 
 
 def run_analyse(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    # deferred: pandas, plotly
-    from medheb_app.study.analysis import summarise
-    from medheb_app.study.export import votes_frame
-
     if args.boot < 0:
         raise UserError(f"--boot must be 0 or more; got {args.boot}.")
     if args.min_gold_accuracy is not None and not 0 <= args.min_gold_accuracy <= 1:
@@ -397,15 +338,11 @@ def run_analyse(args: argparse.Namespace, settings: Settings) -> tuple[str, dict
         )
     if args.margin is not None and not 0 < args.margin < 1:
         raise UserError(f"--margin must be between 0 and 1; got {args.margin}.")
-    # deferred: pandas
-    from medheb_app.study.quality import confirmed_exclusions
-
-    store = _store(settings)
-    votes = votes_frame(store, args.study)
-    excluded = confirmed_exclusions(store, find_study(store, args.study).id) if args.study else []
-    summary = summarise(
-        votes, args.boot, args.seed, args.min_gold_accuracy, ties=args.ties, margin=args.margin,
-        excluded=excluded,
+    studies = _studies(settings)
+    votes = studies.votes(args.study)
+    summary = studies.summarise(
+        args.study, votes, n_boot=args.boot, seed=args.seed,
+        min_gold_accuracy=args.min_gold_accuracy, ties=args.ties, margin=args.margin,
     )  # fmt: skip
     return format_summary(summary), summary
 
@@ -558,19 +495,12 @@ def mrmc_lines(pairs: list[dict[str, Any]]) -> list[str]:
 
 
 def run_plan(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    # deferred: scipy.stats
-    from medheb_app.study.sizing import pilot_estimates, plan
-
     preference, raters = args.preference, args.raters
     icc_query, icc_rater, source = args.icc_query, args.icc_rater, None
     pilot = None
     if args.pilot is not None:
-        # deferred: pandas, plotly
-        from medheb_app.study.analysis import model_votes
-        from medheb_app.study.export import votes_frame
-
         try:
-            pilot = pilot_estimates(model_votes(votes_frame(_store(settings), args.pilot)))
+            pilot = _studies(settings).pilot_estimates(args.pilot)
         except ValueError as error:
             raise UserError(str(error)) from None
         preference = preference if preference is not None else pilot["preference"]
@@ -581,9 +511,9 @@ def run_plan(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
     if preference is None or raters is None:
         raise UserError("Give --preference and --raters (or --pilot STUDY).")
     try:
-        sized = plan(
-            preference, raters, args.votes_per_item, icc_query, icc_rater, args.alpha,
-            args.power, icc_source=source,
+        sized = Studies.plan(
+            preference, raters, votes_per_item=args.votes_per_item, icc_query=icc_query,
+            icc_rater=icc_rater, alpha=args.alpha, power=args.power, icc_source=source,
         )  # fmt: skip
     except ValueError as error:
         raise UserError(str(error)) from None
@@ -604,9 +534,6 @@ def quality_lines(summary: dict[str, Any]) -> list[str]:
     if flagged:
         lines += ["", "Flagged raters (review before excluding with `study exclude`):"]
         lines += [f"  rater {row['rater']}: {row['flags']}" for row in flagged]
-    # deferred: pandas, plotly
-    from medheb_app.study.analysis import sensitivity_results
-
     readings = {
         "without_flagged": "Without them",
         "one_rater_per_client": "One rater per enrolment client ({n} raters share clients)",
@@ -626,14 +553,11 @@ def quality_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def run_exclude(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    # deferred: pandas
-    from medheb_app.study.quality import exclusion_log, record_exclusion
-
-    store = _store(settings)
-    study = find_study(store, args.study)
-    record_exclusion(store, study.id, args.rater, args.reason, "cli", reinstate=args.reinstate)
+    studies = _studies(settings)
+    study = studies.find(args.study)
+    studies.exclude_rater(study.id, args.rater, args.reason, "cli", args.reinstate)
     action = "reinstated" if args.reinstate else "excluded"
     return (
         f"Rater {args.rater} {action} in study {study.id} (logged; no vote is deleted).",
-        {"study": study.id, "log": exclusion_log(store, study.id)},
+        {"study": study.id, "log": studies.exclusion_log(study.id)},
     )

@@ -1,18 +1,18 @@
 """`python -m medheb_app token create|list|revoke`: API tokens for programs (medheb_app/api).
 
-A token's secret is printed once, at creation; the store keeps only its digest."""
+A token's secret is printed once, at creation; the store keeps only its digest. The commands
+call the admin tab's facades (services.tokens, services.audit) on the same store."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from medheb_app.api.audit import record
-from medheb_app.api.tokens import TokenError, create_token, list_tokens, revoke_token
 from medheb_app.cli import UserError, add_json_flag
+from medheb_app.services.audit import Audit
+from medheb_app.services.store import open_store
+from medheb_app.services.tokens import TOKEN_SCOPES, TokenError, Tokens
 from medheb_app.settings import Settings
-from medheb_app.store.api_tables import TOKEN_SCOPES
-from medheb_app.store.db import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,22 +41,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     revoke.set_defaults(handler=run_revoke)
 
 
-def _store(settings: Settings):
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    return Store.open(settings.database_url)
-
-
-def _audit(settings: Settings, action: str, what: str) -> None:
-    record(_store(settings), who="cli", channel="cli", action=action, query=what)
-
-
 def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
     days = None if args.never_expires else args.days
+    store = open_store(settings)
     try:
-        secret, info = create_token(_store(settings), args.scope, days, args.name, "cli")
+        secret, info = Tokens(store).create(args.scope, days, args.name, "cli")
     except TokenError as error:
         raise UserError(str(error)) from None
-    _audit(settings, "token-create", f"token {info.id} {info.scope}")
+    Audit(settings, store).cli("token-create", f"token {info.id} {info.scope}")
     expiry = f"expires {info.expires_at} UTC" if info.expires_at else "never expires"
     human = (
         f"Token {info.id} ({info.scope}, {expiry}):\n{secret}\n"
@@ -66,7 +58,7 @@ def run_create(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[dict[str, Any]]]:
-    tokens = [info.to_dict() for info in list_tokens(_store(settings))]
+    tokens = [info.to_dict() for info in Tokens(open_store(settings)).list()]
     if not tokens:
         return "No token has been issued.", tokens
     lines = [f"{'id':>4}  {'scope':<7} {'state':<8} {'prefix':<11} {'expires':<20} name"]
@@ -80,9 +72,10 @@ def run_list(args: argparse.Namespace, settings: Settings) -> tuple[str, list[di
 
 
 def run_revoke(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
+    store = open_store(settings)
     try:
-        info = revoke_token(_store(settings), args.id)
+        info = Tokens(store).revoke(args.id)
     except TokenError as error:
         raise UserError(str(error)) from None
-    _audit(settings, "token-revoke", f"token {info.id}")
+    Audit(settings, store).cli("token-revoke", f"token {info.id}")
     return f"Revoked token {info.id} ({info.scope}).", info.to_dict()

@@ -15,6 +15,11 @@ A facade module also re-exports the value types and errors its answers carry, so
 nothing past medheb_app.services (tests/test_architecture.py holds the list of what a ui
 module may import).
 
+The CLI commands call the same facades: a store-bound command builds its facade on
+`services.store.open_store(settings)` (the store create_services opens), with no demo
+bootstrap and no job runner, and imports none of the domain modules a facade wraps
+(tests/test_architecture.py, FACADE_WRAPS).
+
 `Services` and `create_services` live in services/context.py and are imported from there on
 first use (PEP 562), so `import medheb_app.services` and `import medheb_app.services.tokens`
 stay cheap for the fast CLI paths.

@@ -24,6 +24,7 @@ from medheb_app.services.bootstrap import DemoBootstrap, EnsureDemo
 from medheb_app.services.raters import Raters
 from medheb_app.services.runs import Runs
 from medheb_app.services.search import SearchService
+from medheb_app.services.store import open_store
 from medheb_app.services.studies import Studies
 from medheb_app.services.tokens import Tokens
 from medheb_app.settings import Settings
@@ -94,8 +95,7 @@ def create_services(
 ) -> Services:
     """Open the store, recover interrupted jobs, and start the demo bootstrap in the background.
     `settings` is required: the caller (app.py, a test) reads the environment, never this."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = Store.open(settings.database_url)
+    store = open_store(settings)
     bootstrap = DemoBootstrap(settings, ensure_demo)
     if start_bootstrap:
         bootstrap.start()

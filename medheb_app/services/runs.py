@@ -17,7 +17,6 @@ from medheb_app.eval.estimate import Estimate, estimate_run, rates_from_store
 from medheb_app.eval.results import Summary
 from medheb_app.jobs import JobRunner
 from medheb_app.models.baselines import BASELINES  # noqa: F401  (re-exported: a run's floor and ceiling specs)
-from medheb_app.services.admin_jobs import bench_suite, stamp
 from medheb_app.settings import Settings
 from medheb_app.store.colours import model_slots
 from medheb_app.store.db import Store
@@ -82,6 +81,9 @@ def describe_for_run(settings: Settings, suite: str) -> Renderer:
     medheb_app.study.payloads (salted file names, so no path names a task or an item). For a
     run of a suite this checkout cannot rebuild, the run files' own payloads are rendered;
     items that cannot be shown are withheld from the study."""
+    # deferred: faiss (admin_jobs imports the index builder; `bench run --estimate` reads runs)
+    from medheb_app.services.admin_jobs import stamp
+
     media_dir = settings.data_dir / "study-media" / stamp()
     if suite not in SUITES:
         return Renderer(media_dir)
@@ -91,9 +93,10 @@ def describe_for_run(settings: Settings, suite: str) -> Renderer:
 
 class Runs:
     """Stored benchmark runs for the tabs, the API and the CLI (`services.runs`): bound to the
-    settings, the store and the job runner; each method is one call a caller makes."""
+    settings, the store and the job runner (None for a CLI command, which starts none: only
+    `job_skipped` reads it); each method is one call a caller makes."""
 
-    def __init__(self, settings: Settings, store: Store, jobs: JobRunner) -> None:
+    def __init__(self, settings: Settings, store: Store, jobs: JobRunner | None = None) -> None:
         self.settings = settings
         self.store = store
         self.jobs = jobs
@@ -127,10 +130,22 @@ class Runs:
         loads no model."""
         if not models:
             raise ValueError("Pick at least one model to estimate.")
+        # deferred: faiss (admin_jobs imports the index builder; `bench run --estimate` reads runs)
+        from medheb_app.services.admin_jobs import bench_suite
+
         params = {"suite": suite, "tasks": tasks or [], "families": families or []}
         built, only = bench_suite(self.settings, params)
+        return self.estimate_suite(built, models, only, calibrate=True)
+
+    def estimate_suite(
+        self, suite: Any, models: list[str], only: list[str] | None = None, calibrate: bool = False
+    ) -> Estimate:
+        """What a run of an already chosen `suite` (its tasks `only`, None: all) with `models`
+        will cost, at each model's rate measured in the store; `calibrate` times a model never
+        measured on a few items (loads it), else a default rate is assumed (`bench run
+        --estimate`). KeyError for an unknown task name."""
         rates = rates_from_store(self.store, models)
-        return estimate_run(built, models, self.settings, rates, only, calibrate=True)
+        return estimate_run(suite, models, self.settings, rates, only, calibrate=calibrate)
 
     def shared_data_line(self) -> str:
         """Where real data is read from (MEDHEB_SHARED_DATA) and whether it is there."""
@@ -156,6 +171,8 @@ class Runs:
     def job_skipped(self, job_id: int) -> list[dict[str, str]]:
         """The skipped tasks of a finished benchmark job (admin view: paths shown); empty for
         other jobs and for a job still running (its log names each skip as it happens)."""
+        if self.jobs is None:
+            raise ValueError("No job runner: jobs are read from the running app.")
         info = self.jobs.status(int(job_id))
         skipped = (info.result or {}).get("skipped") if info.kind == "bench-run" else None
         return skipped_rows(skipped or {}, self._path_roots(), show_paths=True)

@@ -1,25 +1,29 @@
 """Searching built indices for the tabs and the CLI (`services.search`): what is offered, the
-defaults, and one search, bound to the settings; the search itself is medheb_app.search's.
+defaults, and one search (the web page's anonymous one, or the operator's from the `search`
+command), bound to the settings; the search itself is medheb_app.search's.
 
-The answer's value types (SearchResponse, Score) and the errors a caller turns into messages
-(SearchError, EvidenceError) are re-exported here, so a tab needs no import past the services.
+The answer's value types (SearchResponse, Score), the errors a caller turns into messages
+(SearchError, EvidenceError) and the ranking names (RANKINGS) are re-exported here, so a tab
+or a command needs no import past the services.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from medheb_app import search as search_module
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import list_indices
 from medheb_app.query.parser import MAX_QUERY_CHARS
-from medheb_app.search import MAX_PUBLIC_K, Score, SearchError, SearchResponse
+from medheb_app.search import MAX_PUBLIC_K, RANKINGS, Score, SearchError, SearchResponse
 from medheb_app.serving import default_model, offered
 from medheb_app.settings import Settings
 
 __all__ = [
     "MAX_PUBLIC_K",
     "MAX_QUERY_CHARS",
+    "RANKINGS",
     "EvidenceError",
     "Score",
     "SearchError",
@@ -60,4 +64,27 @@ class SearchService:
         return search_module.search(  # through the module: one seam for tests
             query_text=query_text, study=study, model_spec=model, index=index, k=k,
             settings=self.settings, ranking=ranking, public=True,
+        )  # fmt: skip
+
+    def operator(
+        self,
+        query_text: str | None,
+        file: str | Path | None,
+        model: str | None,
+        index: str | None,
+        k: int,
+        setting: str = "main",
+        ranking: str = "auto",
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        rerank: int | None = None,
+        include_training: bool = False,
+    ) -> SearchResponse:
+        """One search with the operator's rights (the `search` command): any built index and
+        model, a query file read from disk, the index's search parameters overridable and
+        the probes' training studies includable; refusals raise SearchError."""
+        return search_module.search(  # through the module: one seam for tests
+            query_text=query_text, file=file, model_spec=model, index=index, k=k,
+            settings=self.settings, setting=setting, ranking=ranking, nprobe=nprobe,
+            ef_search=ef_search, rerank=rerank, include_training=include_training,
         )  # fmt: skip

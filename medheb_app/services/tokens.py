@@ -1,5 +1,6 @@
 """API tokens for the admin tab and `token create|list|revoke` (`services.tokens`): the same
-functions as medheb_app.api.tokens, bound to the store."""
+functions as medheb_app.api.tokens, bound to the store. TOKEN_SCOPES (the scopes a token may
+have) is re-exported for the command's --scope choices."""
 
 from __future__ import annotations
 
