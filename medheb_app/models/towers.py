@@ -13,6 +13,7 @@ pooled as its sentence-transformers modules say (mean over tokens, then L2 norma
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Sequence
 from functools import cache
@@ -164,23 +165,27 @@ class TextTower(nn.Module):
             or torch.is_autocast_enabled("cpu")
         ):
             return None
-        if self._graph is None or self._graph[0] is not self.net:  # net swapped (LoRA)
-            tokens = self.tokenize(["a", "a padded example of two texts"])
-            from transformers.utils import logging as hf_logging  # deferred: transformers
+        with _TRACING:  # one trace at a time: a query and a build may both be first
+            if self._graph is None or self._graph[0] is not self.net:  # net swapped (LoRA)
+                # kept beside the module, not as a submodule: no state_dict entry
+                self.__dict__["_graph"] = (self.net, self._traced())
+            return self._graph[1]
 
-            verbosity = hf_logging.get_verbosity()
-            hf_logging.set_verbosity_error()  # the tracer reads config attributes that log
-            try:
-                with warnings.catch_warnings():  # the tracer's notes on shape-dependent Python
-                    warnings.simplefilter("ignore")
-                    graph = torch.jit.trace(
-                        self, (tokens["input_ids"], tokens["attention_mask"]), check_trace=False
-                    )
-            finally:
-                hf_logging.set_verbosity(verbosity)
-            # kept beside the module, not as a submodule: no state_dict entry
-            self.__dict__["_graph"] = (self.net, graph)
-        return self._graph[1]
+    def _traced(self) -> torch.nn.Module:
+        """This module traced on a padded batch of two, the tracer's notes kept quiet."""
+        from transformers.utils import logging as hf_logging  # deferred: transformers
+
+        tokens = self.tokenize(["a", "a padded example of two texts"])
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # the tracer reads config attributes that log
+        try:
+            with warnings.catch_warnings():  # the tracer's notes on shape-dependent Python
+                warnings.simplefilter("ignore")
+                return torch.jit.trace(
+                    self, (tokens["input_ids"], tokens["attention_mask"]), check_trace=False
+                )
+        finally:
+            hf_logging.set_verbosity(verbosity)
 
     def train(self, mode: bool = True) -> TextTower:
         self.__dict__["_graph"] = None
@@ -192,6 +197,9 @@ class TextTower(nn.Module):
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_graph": None}  # a graph is traced again, not sent
+
+
+_TRACING = threading.Lock()
 
 
 @cache
