@@ -14,6 +14,7 @@ import logging
 import uvicorn
 
 from medheb_app.access.auth import StartupRefused, check_oauth_setting
+from medheb_app.access.header_cap import HeadCappedProtocol
 from medheb_app.access.origin import OriginPolicy
 from medheb_app.services import create_services
 from medheb_app.settings import Settings, listen_address
@@ -41,7 +42,14 @@ def main() -> None:
     server = build_server(services)
     host, port = address()
     logging.getLogger(__name__).info("serving on http://%s:%d (raters: /rate)", host, port)
-    uvicorn.run(server, host=host, port=port, log_level="warning", proxy_headers=False)
+    uvicorn.run(
+        server,
+        host=host,
+        port=port,
+        log_level="warning",
+        proxy_headers=False,
+        http=HeadCappedProtocol,  # httptools with a 64 KB cap on a request's headers
+    )
 
 
 if __name__ == "__main__":

@@ -663,3 +663,42 @@ def test_a_body_past_the_cap_is_refused_before_it_is_read(site):
         assert client.post("/search", json={"text": QUERY, "k": 1}).status_code == 200
     with site.client("admin") as admin:
         assert_problem(admin.post("/jobs", json={"kind": "x", "pad": pad}), 413, "too-large")
+
+
+def _raw_exchange(base: str, head: bytes, pieces: int = 0, piece: bytes = b"") -> bytes:
+    """Send `head` and then `pieces` x `piece` on one socket; what the server answers."""
+    import socket
+    import urllib.parse
+
+    url = urllib.parse.urlsplit(base)
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(head)
+        try:
+            for _ in range(pieces):
+                sock.sendall(piece)
+        except OSError:  # the server closed the connection while we were still sending
+            pass
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_never_ending_header_is_refused_at_64_kb_and_the_server_keeps_serving(site):
+    """Adversarial pass at 7468bff, B1: httptools joins a header value with `bytes +=`, so one
+    connection sending 200 MB of one header stalled every request for 28.6 s. app.py serves
+    with HeadCappedProtocol: past 64 KB of request line and headers, 431 and the connection
+    closed, after at most one more read."""
+    import time
+
+    started = time.monotonic()
+    answer = _raw_exchange(
+        site.base, b"GET /api/v1/indices HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ", 4096, b"a" * 1024
+    )  # 4 MB offered; the server stops reading after 64 KB and one more read
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert b"larger than this server accepts (64 KB)" in answer
+    assert time.monotonic() - started < 20
+    cookie = "session=" + "c" * (40 * 1024)  # a large but legitimate head still passes
+    with site.client() as client:
+        assert client.get("/indices", headers={"cookie": cookie}).status_code == 200
+        assert client.post("/search", json={"text": QUERY, "k": 1}).status_code == 200

@@ -26,6 +26,7 @@ from typing import IO, Any
 import httpx
 import uvicorn
 
+from medheb_app.access.header_cap import HeadCappedProtocol
 from medheb_app.settings import PROJECT_ROOT
 
 # The app as `python -c APP_PROCESS PORT` serves it: services from the environment's Settings,
@@ -36,8 +37,9 @@ APP_PROCESS = (
     "from medheb_app.settings import Settings\n"
     "from medheb_app.ui.server import build_server\n"
     "services = create_services(Settings.from_env(), start_bootstrap=False)\n"
+    "from medheb_app.access.header_cap import HeadCappedProtocol\n"
     "uvicorn.run(build_server(services), host='127.0.0.1', port=int(sys.argv[1]),"
-    " log_level='warning')\n"
+    " log_level='warning', http=HeadCappedProtocol)\n"
 )
 
 
@@ -53,7 +55,12 @@ def serve(app: Any) -> Iterator[str]:
     open after 2 s (a client's event stream, Gradio's heartbeat) are closed, not waited for."""
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=2
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+        http=HeadCappedProtocol,  # as app.py serves it
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
