@@ -103,6 +103,9 @@ class Settings:
     query_batch: int = 16
     # MEDHEB_ANSWER_CACHE: API text-search answers kept (LRU; 0: none); medheb_app/api/answers.py
     answer_cache: int = 2048
+    # MEDHEB_STUDY_PAUSES_SEARCH: while a reader study is open, only admins search with the
+    # models it compares (services.search.SearchService.blinded); "0" keeps them searchable
+    study_pauses_search: bool = True
     api_token_rate: int = 600  # MEDHEB_API_TOKEN_RATE: requests a minute per API token
     admin_users: tuple[str, ...] = ()
     # TRUST_PROXY_HEADERS: how many proxies in front of the app append to X-Forwarded-For
@@ -194,6 +197,8 @@ class Settings:
             "query_cache": int(env.get("MEDHEB_QUERY_CACHE", 4096)),
             "query_batch": int(env.get("MEDHEB_QUERY_BATCH", 16)),
             "answer_cache": int(env.get("MEDHEB_ANSWER_CACHE", 2048)),
+            "study_pauses_search": env.get("MEDHEB_STUDY_PAUSES_SEARCH", "1").strip().lower()
+            not in {"0", "false", "no"},
             "trusted_proxy_hops": parse_proxy_hops(env.get("TRUST_PROXY_HEADERS", "")),
             "public_origins": tuple(
                 o.strip().rstrip("/") for o in env.get("PUBLIC_ORIGIN", "").split(",") if o.strip()

@@ -123,6 +123,9 @@ def _choose(
     model = model or adapter.default_model(settings, index)
     if not caller.admin:
         adapter.check_offered(model, index, settings, anonymous=caller.anonymous)
+        refused = services.search.blinded(model)
+        if refused is not None:
+            raise ApiProblem("blinded", refused)
     return index, model
 
 

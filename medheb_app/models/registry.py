@@ -161,6 +161,16 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
     )
 
 
+def identity(spec: str, settings: Settings) -> tuple:
+    """What `spec` loads, as a comparable key: two specs naming one model (`dual-lite` and
+    `dual-lite@report`) give the same key; an unknown spec is its own key. Costs a stat."""
+    try:
+        key = _resolve(spec.strip(), settings)[0]
+    except (UnknownModelError, OSError, ValueError):
+        return (spec.strip(),)
+    return key[:2]  # the weights' modification time is not who the model is
+
+
 def load_embedder(spec: str, settings: Settings, device: str | None = None) -> Embedder:
     """The embedder for `spec` on `device` (default settings.device; "auto" picks CUDA when
     present), loaded once per process and device (the same object on later calls).

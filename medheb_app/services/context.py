@@ -57,7 +57,7 @@ class Services:
     audit: Audit = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.search = SearchService(self.settings)
+        self.search = SearchService(self.settings, self.store)
         self.runs = Runs(self.settings, self.store, self.jobs)
         self.studies = Studies(self.settings, self.store)
         self.raters = Raters(self.store)

@@ -9,16 +9,21 @@ or a command needs no import past the services.
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from medheb_app import search as search_module
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import list_indices
+from medheb_app.models.registry import identity
 from medheb_app.query.parser import MAX_QUERY_CHARS
 from medheb_app.search import MAX_PUBLIC_K, RANKINGS, Score, SearchError, SearchResponse
 from medheb_app.serving import default_model, offered
 from medheb_app.settings import Settings
+from medheb_app.store.db import Store
+from medheb_app.study.items import open_study_models
 
 __all__ = [
     "MAX_PUBLIC_K",
@@ -32,11 +37,41 @@ __all__ = [
 ]
 
 
+BLINDING_CHECK_S = 2.0  # how long a read of the open studies' models is reused
+BLINDED = (
+    "{model} is being compared in an open reader study, so searching with it is paused until "
+    "the study closes (its answers would show raters which side is which); pick another model."
+)
+
+
 class SearchService:
     """The offered (index, model) pairs, the default model and a public search."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
+        self.store = store
+        self._blinded: tuple[float, frozenset[tuple]] = (-BLINDING_CHECK_S, frozenset())
+        self._lock = threading.Lock()
+
+    def blinded(self, model: str) -> str | None:
+        """Why `model` may not be searched by anyone but an admin now (a sentence), or None.
+
+        A rater could search a compared model over the same gallery and match a side's top
+        images to its list (the adversarial pass at 7468bff: 9 of 9 sides named), so while a
+        reader study is open its models are searched by admins only, on the page, its Gradio
+        /search and the REST search alike. Specs are compared by what they load
+        (registry.identity), so an alias of a compared model is refused too."""
+        if self.store is None or not self.settings.study_pauses_search:
+            return None
+        with self._lock:
+            read_at, identities = self._blinded
+            if time.monotonic() - read_at > BLINDING_CHECK_S:
+                models = open_study_models(self.store)
+                identities = frozenset(identity(name, self.settings) for name in models)
+                self._blinded = (time.monotonic(), identities)
+        if identity(model, self.settings) in identities:
+            return BLINDED.format(model=model.strip())
+        return None
 
     def offered(self) -> dict[str, list[str]]:
         """Index name -> the listed models built for it, strongest first (serving policy)."""
@@ -60,7 +95,12 @@ class SearchService:
         ranking: str | None,
     ) -> SearchResponse:
         """One anonymous search (the web page's rights: offered pairs only, k at most
-        MAX_PUBLIC_K); refusals raise SearchError with a message for the user."""
+        MAX_PUBLIC_K, no model an open reader study compares); refusals raise SearchError
+        with a message for the user."""
+        chosen = model or default_model(self.settings, index)
+        refused = self.blinded(chosen)
+        if refused is not None:
+            raise SearchError(refused, field="model")
         return search_module.search(  # through the module: one seam for tests
             query_text=query_text, study=study, model_spec=model, index=index, k=k,
             settings=self.settings, ranking=ranking, public=True,

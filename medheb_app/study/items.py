@@ -401,6 +401,16 @@ def close_study(store: Store, study: int | str, closed: bool = True) -> None:
         )
 
 
+def open_study_models(store: Store) -> set[str]:
+    """The models compared by the reader studies still open (not closed): while a study is
+    open, a search with one of them could reproduce a side's list (services.search)."""
+    with store.session() as session:
+        lists = session.scalars(
+            select(PreferenceStudy.models).where(PreferenceStudy.closed_at.is_(None))
+        ).all()
+    return {str(model) for models in lists for model in models or []}
+
+
 def list_studies(store: Store) -> list[dict[str, Any]]:
     """The ADMIN listing: every study with its internal name, models, settings and item and
     vote counts (votes in force, undone ones excluded). Items are counted as `create_study`
