@@ -82,6 +82,9 @@ def app(tmp_path_factory) -> Iterator[dict]:
         "MEDHEB_DEFAULT_MODEL": SEARCH_MODEL,
         "MEDHEB_DEMO_MODELS": SEARCH_MODEL,
         "ADMIN_PASSWORD": ADMIN_PASSWORD,
+        # the page's searches use a model the open rater study compares (an open study pauses
+        # those; tests/test_search_blinding.py pins that)
+        "MEDHEB_STUDY_PAUSES_SEARCH": "0",
     }
     from medheb_app.services import create_services
     from medheb_app.settings import Settings
