@@ -29,15 +29,26 @@ def address(environ: dict[str, str] | None = None) -> tuple[str, int]:
     return listen_address(environ)
 
 
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    try:  # before anything is built or written: a refused setting is one line, not a traceback
+def startup_settings() -> Settings:
+    """Settings from the environment, checked before anything is built or written: a refused
+    setting is one log line and exit code 2, not a traceback; an accepted but risky one (cookies
+    without Secure on an https PUBLIC_ORIGIN) is one warning line."""
+    log = logging.getLogger(__name__)
+    try:
         settings = Settings.from_env()
         check_oauth_setting(settings.admin_users)
         OriginPolicy(public_origins=settings.public_origins)  # refuses a malformed PUBLIC_ORIGIN
     except (StartupRefused, ValueError) as refused:
-        logging.getLogger(__name__).error("not starting: %s", refused)
+        log.error("not starting: %s", refused)
         raise SystemExit(2) from None
+    for line in settings.start_warnings:
+        log.warning(line)
+    return settings
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    settings = startup_settings()
     services = create_services(settings)
     server = build_server(services)
     host, port = address()

@@ -39,6 +39,29 @@ def parse_proxy_hops(value: str) -> int:
     )
 
 
+def parse_secure_cookies(value: str) -> bool | None:
+    """SECURE_COOKIES as on (True), off (False) or unset (None: decided by PUBLIC_ORIGIN).
+    Anything else is refused, so a typo never silently drops the Secure flag."""
+    text = value.strip().lower()
+    if text == "":
+        return None
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"SECURE_COOKIES must be 1 or 0, not {value!r}")
+
+
+def _is_https(origin: str) -> bool:
+    return origin.strip().lower().startswith("https://")
+
+
+def _served_over_https(public_origins: tuple[str, ...]) -> bool:
+    """Whether every origin browsers use (PUBLIC_ORIGIN) is https, so cookies can be Secure
+    (with an http origin among them, Secure cookies would lock its users out)."""
+    return bool(public_origins) and all(_is_https(origin) for origin in public_origins)
+
+
 def parse_source_roots(text: str) -> tuple[tuple[str, Path], ...]:
     """MEDHEB_SOURCE_ROOTS "name=/path,name2=/path2" -> ((name, path), ...); a malformed
     entry is refused, so a typo never leaves an archive unnamed."""
@@ -90,7 +113,9 @@ class Settings:
     host: str = "127.0.0.1"  # HOST: the address app.py serves on (a container sets 0.0.0.0)
     port: int = 7860  # PORT
     session_secret: str = ""
-    secure_cookies: bool = False
+    # SECURE_COOKIES: cookies Secure and __Host- prefixed, only https origins may post; None
+    # (unset) means on exactly when every PUBLIC_ORIGIN is https (resolved in __post_init__)
+    secure_cookies: bool | None = None
     queue_max_size: int = 64
     queue_per_client: int = 8  # QUEUE_PER_CLIENT: events one client may have waiting or running
     concurrency: int = 4
@@ -132,6 +157,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "default_model", self.default_model.strip() or AUTO_MODEL)
+        if self.secure_cookies is None:
+            object.__setattr__(self, "secure_cookies", _served_over_https(self.public_origins))
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{self.data_dir / 'medheb.sqlite'}")
         if self.max_upload_bytes <= 0:
@@ -144,6 +171,18 @@ class Settings:
             raise ValueError("TRUST_PROXY_HEADERS must be a number of proxies from 0 to 16")
         if self.queue_max_size < 1 or self.concurrency < 1 or self.queue_per_client < 1:
             raise ValueError("QUEUE_MAX_SIZE, CONCURRENCY and QUEUE_PER_CLIENT must be at least 1")
+
+    @property
+    def start_warnings(self) -> tuple[str, ...]:
+        """Lines app.py logs at start for a setting it accepts but an operator should know
+        about: cookies without Secure although PUBLIC_ORIGIN names an https origin."""
+        if self.secure_cookies or not any(_is_https(o) for o in self.public_origins):
+            return ()
+        return (
+            "SECURE_COOKIES is off although PUBLIC_ORIGIN names an https origin, so the admin "
+            "and rater cookies are not marked Secure and may travel over plain http; set "
+            "SECURE_COOKIES=1 unless this is a test rig",
+        )
 
     @property
     def pinned_model(self) -> str | None:
@@ -189,7 +228,7 @@ class Settings:
             "host": listen_address(env)[0],
             "port": listen_address(env)[1],
             "session_secret": env.get("SESSION_SECRET", ""),
-            "secure_cookies": env.get("SECURE_COOKIES", "").lower() in {"1", "true", "yes"},
+            "secure_cookies": parse_secure_cookies(env.get("SECURE_COOKIES", "")),
             "queue_max_size": int(env.get("QUEUE_MAX_SIZE", 64)),
             "concurrency": int(env.get("CONCURRENCY", 4)),
             "queue_per_client": int(env.get("QUEUE_PER_CLIENT", 8)),

@@ -194,3 +194,43 @@ def test_raters_enrolled_from_one_client_are_flagged_and_merged(store: Store, tm
     lines = quality_lines(summary)
     assert any("One rater per enrolment client (2 raters" in line for line in lines)
     assert "as one rater per client, RRRC preference for" in quality_html(summary)
+    assert not any("client (" in line and "not computed" in line for line in lines)
+    # every rater here is flagged but one, too few for MRMC without them: said, not left out
+    assert (
+        "  Without the flagged raters (oracle vs random): not computed: without them, the "
+        "comparison has one reader with two or more rated queries, and MRMC needs two."
+    ) in lines
+
+
+def test_a_per_client_reading_that_cannot_be_computed_says_why(store: Store, tmp_path: Path):
+    """The adversarial pass (N2): when every rater enrolled from one client, the merged
+    comparison has one reader and MRMC cannot run; `study analyse` and the tab left that
+    reading out without a word while the headline counted two raters."""
+    from medheb_app.commands.study import quality_lines
+    from medheb_app.study.analysis import summarise
+    from medheb_app.study.export import votes_frame
+    from medheb_app.ui.analysis_tab import quality_html
+
+    run = write_run(tmp_path / "run", models=tuple(MODELS), tasks={"t-t": 6}, payloads=True)
+    study_id = create_study(
+        store, "one-client", MODELS, run, 6, raters_per_item=2, open_enrolment=True
+    ).id
+    twins = [sign_in_open(store, study_id, f"me {n}", "198.51.100.7").rater_id for n in (1, 2)]
+    for rater, choice in zip(twins, ("A", "B"), strict=True):
+        while (view := next_item(store, study_id, rater)) is not None:
+            record_vote(store, view.token, rater, choice)
+    summary = summarise(votes_frame(store, study_id), n_boot=20)
+    assert summary["n_raters"] == 2
+    assert summary["mrmc"][0]["results"].get("RRRC")  # two raters: the main reading is there
+    merged = summary["one_rater_per_client"]
+    assert merged["raters"] == sorted(twins)
+    (pair,) = merged["mrmc"]
+    assert pair["n_readers"] == 1 and "error" in pair and not pair["results"]
+    sentence = (
+        f"One rater per enrolment client ({pair['model_a']} vs {pair['model_b']}): not "
+        "computed: all 2 raters enrolled from one client, so the comparison has one reader."
+    )
+    lines = quality_lines(summary)
+    assert f"  {sentence}" in lines
+    assert not any("RRRC preference" in line for line in lines)  # no figure pretends otherwise
+    assert f"<div>{sentence}</div>" in quality_html(summary)

@@ -460,3 +460,31 @@ def test_which_host_names_a_server_answers_for():
     assert named is not None and "owner-app.hf.space" in named
     assert allowed_host_names("0.0.0.0", (), 0) is None  # a container: the Host is not known
     assert allowed_host_names("127.0.0.1", (), 1) is None  # behind a proxy that sets it
+
+
+def test_an_https_public_origin_alone_makes_the_cookies_secure(tmp_path, monkeypatch):
+    """The adversarial pass (B6): with PUBLIC_ORIGIN=https://... and no SECURE_COOKIES, the
+    admin cookie came without Secure and an http Origin could still post."""
+    from medheb_app.settings import Settings
+
+    monkeypatch.delenv("SECURE_COOKIES", raising=False)
+    monkeypatch.setenv("PUBLIC_ORIGIN", "https://medheb.example")
+    settings = Settings.from_env(data_dir=tmp_path / "data", admin_password=PASSWORD)
+    services = create_services(settings, start_bootstrap=False)
+    with serve(build_server(services)) as base:
+        client = QueueClient(base)
+        for origin in ("http://medheb.example", base):  # http is another origin here
+            refused = client.http.post(
+                "/auth/admin", data={"password": PASSWORD}, headers={"origin": origin}
+            )
+            assert refused.status_code == 403, origin
+        reply = client.http.post(
+            "/auth/admin",
+            data={"password": PASSWORD},
+            headers={"origin": "https://medheb.example"},
+        )
+        assert reply.status_code == 303
+        cookie = reply.headers["set-cookie"]
+        assert cookie.startswith("__Host-medheb_admin="), cookie
+        assert "; secure" in cookie.lower(), cookie
+    services.jobs.shutdown(wait=False)

@@ -15,6 +15,7 @@ from medheb_app.services.studies import (
     Studies,
     creation_note,
     item_counts,
+    sensitivity_gaps,
     sensitivity_results,
 )
 from medheb_app.settings import Settings
@@ -543,6 +544,8 @@ def quality_lines(summary: dict[str, Any]) -> list[str]:
             f"  {readings[row['reading']].format(n=row['n_raters'])}, RRRC preference for "
             f"{row['model_a']}: {_pct(row['preference'])} [{_pct(row['lo'])}-{_pct(row['hi'])}]"
         )
+    # a reading that applies is never left out silently
+    lines += [f"  {row['sentence']}" for row in sensitivity_gaps(summary)]
     for row in summary.get("fragility") or []:
         if row.get("preferred"):
             lines.append(

@@ -4,8 +4,8 @@ analysis, exclusions, exports and sizing, bound to the settings and the store; e
 delegates to medheb_app.study.
 
 The small helpers a form needs (the `fraction` validator, `item_counts` text, the help lines,
-`creation_note`, `sensitivity_results` of a summary and StudyError) are re-exported, so a tab
-needs no import past the services.
+`creation_note`, `sensitivity_results` and `sensitivity_gaps` of a summary and StudyError) are
+re-exported, so a tab needs no import past the services.
 
 The analysis side (study.analysis, export, mrmc, quality, sizing: pandas, plotly and scipy,
 about 2.5 s) is imported on a method's first use (`_analysis`), so that `study list`, `study
@@ -60,6 +60,7 @@ __all__ = [
     "creation_note",
     "fraction",
     "item_counts",
+    "sensitivity_gaps",
     "sensitivity_results",
 ]
 EXPORT_KINDS = ("votes", "mrmc")
@@ -95,6 +96,12 @@ def sensitivity_results(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The RRRC preference of each model pair under each sensitivity reading of a summary
     (study.analysis.sensitivity_results), for the analysis tab and `study analyse`."""
     return _analysis().analysis.sensitivity_results(summary)
+
+
+def sensitivity_gaps(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sensitivity readings a summary applies to but could not compute, with the reason
+    (study.analysis.sensitivity_gaps), for the analysis tab and `study analyse`."""
+    return _analysis().analysis.sensitivity_gaps(summary)
 
 
 def describe_run_folder(settings: Settings, kind: str, run_dir: str | Path) -> Renderer:

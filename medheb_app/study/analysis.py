@@ -363,6 +363,71 @@ def sensitivity_results(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+SENSITIVITY_LABELS = {
+    "without_flagged": "Without the flagged raters",
+    "one_rater_per_client": "One rater per enrolment client",
+}
+
+
+def _readers(n: int) -> str:
+    return {0: "no reader", 1: "one reader"}.get(n, f"{n} readers")
+
+
+def _gap_reason(reading: str, pair: dict[str, Any], n_shared: int, n_raters: Any) -> str:
+    """Why one model pair of a sensitivity reading has no RRRC result, as a clause."""
+    n_readers = int(pair.get("n_readers") or 0)
+    if reading == "one_rater_per_client" and n_readers + len(pair.get("dropped_raters") or []) == 1:
+        if n_shared == n_raters:
+            return (
+                f"all {n_shared} raters enrolled from one client, so the comparison has one reader"
+            )
+        return "this pair's raters enrolled from one client, so the comparison has one reader"
+    if n_readers < 2:
+        merged = "merged by client" if reading == "one_rater_per_client" else "without them"
+        return (
+            f"{merged}, the comparison has {_readers(n_readers)} with two or more rated "
+            "queries, and MRMC needs two"
+        )
+    return "the MRMC analysis gave no RRRC result"
+
+
+def sensitivity_gaps(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sensitivity readings a summary applies to but could not compute (no RRRC result
+    for a model pair, e.g. every rater enrolled from one client), each with a sentence saying
+    why, so `study analyse` and the tab say so rather than leave the reading out."""
+    rows = []
+    for reading in SENSITIVITY_READINGS:
+        part = summary.get(reading) or {}
+        raters = part.get("raters") or []
+        if not raters:
+            continue  # the reading does not apply: nobody flagged, no client shared
+        pairs = part.get("mrmc") or []
+        gaps = [
+            (f" ({pair['model_a']} vs {pair['model_b']})", pair)
+            for pair in pairs
+            if not (pair.get("results") or {}).get("RRRC")
+        ]
+        if not pairs:  # every vote was left out (all raters flagged): no pair to analyse
+            gaps = [("", None)]
+        for named_pair, pair in gaps:
+            reason = (
+                f"all {len(raters)} raters who voted are flagged"
+                if pair is None
+                else _gap_reason(reading, pair, len(raters), summary.get("n_raters"))
+            )
+            rows.append(
+                {
+                    "reading": reading,
+                    "model_a": pair and pair.get("model_a"),
+                    "model_b": pair and pair.get("model_b"),
+                    "reason": reason,
+                    "sentence": f"{SENSITIVITY_LABELS[reading]}{named_pair}: not computed: "
+                    f"{reason}.",
+                }
+            )
+    return rows
+
+
 def per_client(
     compared: pd.DataFrame, ties: str, margin: float | None, n_boot: int, seed: int
 ) -> dict[str, Any]:

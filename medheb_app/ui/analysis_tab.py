@@ -23,6 +23,7 @@ from medheb_app.services.studies import (
     StudyError,
     fraction,
     item_counts,
+    sensitivity_gaps,
     sensitivity_results,
 )
 from medheb_app.ui import components as ui
@@ -313,6 +314,8 @@ def quality_html(summary: dict[str, Any]) -> str:
             f"{html.escape(str(row['model_a']))}: "
             f"{_percent(row['preference'], row['lo'], row['hi'])}.</div>"
         )
+    # a reading that applies is never left out silently
+    parts += [f"<div>{html.escape(row['sentence'])}</div>" for row in sensitivity_gaps(summary)]
     for row in summary.get("fragility") or []:
         if row.get("preferred"):
             parts.append(
