@@ -208,3 +208,32 @@ def test_the_cli_still_builds_the_same_sources_from_anywhere(settings, archive, 
         assert report["n_items"] == count and report["failed_by_reason"] == failed
     loaded = load_index("m", RANDOM, settings)
     assert Path(loaded.item("up")["path"]).resolve() == archive.secret[1].resolve()  # root/../..
+
+
+def test_a_manifest_index_names_no_server_path_in_its_folder(settings, rooted, archive):
+    """B4: metadata.jsonl kept each file's absolute path; now the server's source references
+    do, as for folder and DICOM indices, and the page still finds each hit's image."""
+    folder = archive.root / PATIENT_FOLDER
+    films = [image(folder / f"film{n}.png", seed=20 + n) for n in range(2)]
+    manifest = write_manifest(
+        folder / "manifest.jsonl",
+        [
+            {"id": "f0", "image": "film0.png", "findings": {"Effusion": 1}},
+            {"id": "f1", "image": str(films[1]), "findings": {"Effusion": 0}},
+            {"id": "note", "text": "no acute findings"},
+        ],
+    )
+    assert main(["index", "build", "--source", f"manifest:{manifest}", "--model", "random",
+                 "--name", "by-cli"]) == 0  # fmt: skip
+    state, _ = run_job(rooted, f"manifest:{manifest}", "by-job")
+    assert state.status == "done", state.error
+    for name in ("by-cli", "by-job"):
+        stored = everything_under(settings.index_dir / name)
+        assert str(archive.root).encode() not in stored and PATIENT_FOLDER.encode() not in stored
+        catalog = json.loads(next(settings.index_dir.glob(f"{name}/*/catalog.json")).read_text())
+        assert catalog["corpus"]["paths"] == "source-references"
+        loaded = load_index(name, RANDOM, settings)
+        assert loaded.items["f0"]["path"] is None and loaded.items["note"]["text"]
+        assert loaded.item("f0")["path"] == str(films[0].resolve())
+        assert loaded.item("f1")["path"] == str(films[1].resolve())
+        assert loaded.item("note")["path"] is None
