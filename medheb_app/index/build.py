@@ -173,13 +173,16 @@ def build_from_source(
     ray_actors: int | None = None,
     index_params: dict[str, Any] | None = None,
     replace: bool = False,
+    roots_only: bool = False,
 ) -> BuildReport:
     """Index every readable item of `source` with `model_spec` as the index `name` (the
     source is read and the model loaded here; build_index does the rest).
 
     The entry point of `index build` and the admin's index job: under the name's build lock,
     and refusing (IndexExistsError) to replace a finished build of `name` for this model
-    unless `replace`. An interrupted build resumes without `replace`."""
+    unless `replace`. An interrupted build resumes without `replace`. `roots_only` (the
+    server's jobs, never the CLI): no file outside the server's source roots is read
+    (index/sources.load_source)."""
 
     _check_build(name, engine, batch_size, shard_size)
     spec = parse_source(source) if isinstance(source, str) else source
@@ -199,7 +202,7 @@ def build_from_source(
         if progress:  # the kind only: the path typed may name a patient's folder
             progress(0.0, f"reading source {spec.kind}:")
         lines = (lambda message: progress(0.0, message)) if progress else None
-        loaded = loaded_source or load_source(spec, settings, lines)
+        loaded = loaded_source or load_source(spec, settings, lines, roots_only=roots_only)
         report = build_index(
             loaded,
             embedder,

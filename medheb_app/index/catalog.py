@@ -28,7 +28,7 @@ import numpy as np
 
 from medheb_app.evidence.findings import CXR_RETRIEVE_10, Vocabulary
 from medheb_app.evidence.study import Study
-from medheb_app.index.provenance import ID_SCHEME, source_files
+from medheb_app.index.provenance import ID_SCHEME, PATHS_BY_REFERENCE, source_files
 from medheb_app.models.base import Embedder
 from medheb_app.settings import Settings
 
@@ -93,9 +93,9 @@ def study_metadata(study: Study) -> dict[str, Any]:
         "findings": dict(study.findings),
         "source": study.source,
         "split": study.split,
-        # pseudonymous sources (folder, DICOM) keep no path here: it may name a patient's
-        # folder; admins resolve it through the server's source references (`index resolve`)
-        "path": None if study.meta.get("pseudonymous") else study.path,
+        # folder, DICOM and manifest sources keep no path here: it may name a patient's
+        # folder; the server finds the file through its source references (`index resolve`)
+        "path": None if _path_by_reference(study) else study.path,
         "text": study.text,
         "synthetic": bool(study.synthetic),
         "boxes": [asdict(box) for box in study.boxes],
@@ -103,6 +103,12 @@ def study_metadata(study: Study) -> dict[str, Any]:
         "severity": dict(study.severity),
         "patient_id": study.patient_id,
     }
+
+
+def _path_by_reference(study: Study) -> bool:
+    """Whether the study's file is found through the server's source references, not the
+    index folder (pseudonymous folder / DICOM items, manifest items with a file)."""
+    return bool(study.meta.get("pseudonymous") or study.meta.get("path_by_reference"))
 
 
 class MetadataRows(Mapping[str, dict[str, Any]]):
@@ -157,7 +163,7 @@ class LoadedIndex:
     index: VectorIndex
     items: Mapping[str, dict[str, Any]]
     info: dict[str, Any]
-    files: Mapping[str, str] = field(default_factory=dict)  # pseudonymous items' server files
+    files: Mapping[str, str] = field(default_factory=dict)  # referenced items' server files
 
     @property
     def fingerprint(self) -> str:
@@ -168,7 +174,7 @@ class LoadedIndex:
         return str(self.info.get("model", {}).get("name", ""))
 
     def item(self, item_id: str) -> dict[str, Any]:
-        """An item's metadata row; a pseudonymous item's `path` comes from the server's source
+        """An item's metadata row; a referenced item's `path` comes from the server's source
         references (index/provenance.py), since its index folder names no file."""
         row = self.items[item_id]
         if row.get("path") is None and item_id in self.files:
@@ -327,8 +333,9 @@ def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIn
             for line in handle:
                 row = json.loads(line)
                 items[row["id"]] = row
-    pseudonymous = (info.get("corpus") or {}).get("ids") == ID_SCHEME
-    files = source_files(settings, name) if pseudonymous else {}
+    corpus = info.get("corpus") or {}
+    referenced = corpus.get("ids") == ID_SCHEME or corpus.get("paths") == PATHS_BY_REFERENCE
+    files = source_files(settings, name) if referenced else {}
     loaded = LoadedIndex(name, directory, index, items, info, files)
     with _loaded_lock:
         for stale in [k for k in _loaded if k[0] == key[0]]:

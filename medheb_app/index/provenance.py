@@ -27,6 +27,9 @@ from medheb_app.store.source_refs import files_of, find_reference, replace_refer
 
 KEY_FILE = "pseudonym.key"
 ID_SCHEME = "hmac-sha256-v1"  # recorded in catalog.json of indices whose ids are pseudonyms
+# recorded in catalog.json ("paths") of indices whose metadata.jsonl names no file: the
+# server's source references do (folder, DICOM and manifest sources)
+PATHS_BY_REFERENCE = "source-references"
 SHIPPED_LAYOUTS = ("nih", "mimic", "chexpert", "medmnist")  # public data sets: paths harmless
 
 
@@ -66,6 +69,19 @@ def source_root(path: Path, settings: Settings) -> tuple[str, Path]:
         if inside and (best is None or len(root.parts) > len(best[1].parts)):
             best = (name, root)
     return best or ("local", resolved.parent)
+
+
+def served_roots(settings: Settings) -> tuple[Path, ...]:
+    """The folders a server-started job may read under (MEDHEB_SOURCE_ROOTS and the shipped
+    data folder), symbolic links resolved once, so each file can be checked against them."""
+    roots = [root for _, root in settings.source_roots] + [settings.shared_data_dir]
+    return tuple(root.expanduser().resolve() for root in roots)
+
+
+def inside_roots(path: Path, roots: tuple[Path, ...]) -> bool:
+    """Whether `path`, every symbolic link on the way followed, lies in one of `roots`."""
+    resolved = path.expanduser().resolve()
+    return any(resolved.is_relative_to(root) for root in roots)
 
 
 def source_record(

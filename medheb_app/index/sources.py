@@ -49,8 +49,11 @@ from medheb_app.evidence.sources.nih import load_nih
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.provenance import (
     ID_SCHEME,
+    PATHS_BY_REFERENCE,
+    inside_roots,
     pseudonym,
     pseudonym_key,
+    served_roots,
     source_record,
     source_root,
 )
@@ -66,6 +69,9 @@ MEDIA_SUFFIXES = (*IMAGE_SUFFIXES, ".dcm", ".nii", ".nii.gz", ".npy")
 LABELS_FILE = "labels.csv"
 _PATH_COLUMNS = ("path", "file", "filename", "image", "Path", "Image Index")
 _DICOM_KEY_COLUMNS = ("SeriesInstanceUID", "series_uid", "StudyInstanceUID", "study_uid")
+# A file a server-started job was not allowed to read (a symbolic link or a manifest row that
+# leads out of MEDHEB_SOURCE_ROOTS); the reason names no path.
+OUTSIDE_ROOTS = "outside the server's source roots"
 # Why a file the source holds is no item (failed.jsonl "reason"; the build summary counts them).
 REASONS = (
     "not an image",
@@ -74,7 +80,12 @@ REASONS = (
     "no manifest row",
     "duplicate instance",
     "unreadable",
+    OUTSIDE_ROOTS,
 )
+# Kinds whose loaders list their files themselves and check each against the roots before
+# reading it; the shipped layouts' studies are checked after their tables are read.
+_FENCED_KINDS = ("folder", "dicom", "manifest")
+_LAYOUT_KINDS = ("nih", "mimic", "chexpert")
 _NOT_FINDINGS = {"split", "patient_id", "Patient ID", "text", "report", "id", "view"}
 USAGE = (
     "phantom[:N], nih:PATH, mimic:PATH, chexpert:PATH, dicom:FOLDER[,labels=CSV], "
@@ -213,46 +224,86 @@ def check_served_source(text: str, settings: Settings) -> None:
     The CLI is the operator and reads any path; a job started over HTTP or from the admin
     panel (a leaked admin token, a shared admin password) may read only folders under the
     named source roots (MEDHEB_SOURCE_ROOTS) or the shipped data folder, after symbolic
-    links are followed, so it cannot index a home folder or /etc. The message names the
-    roots, not the path typed."""
+    links are followed, so it cannot index a home folder or /etc. A manifest is refused
+    whole when any row names a file outside them: it is a list someone wrote, and an index
+    quietly missing some of its rows is not what was asked for. (A folder's links to files
+    outside are skipped when the job reads it: load_source with roots_only.) The message
+    names the roots, not the path typed."""
     spec = parse_source(text)
-    for path in (spec.path, spec.labels):
+    names = ", ".join([name for name, _ in settings.source_roots] + ["shared"])
+    labels = spec.labels
+    if labels is None and spec.kind in ("folder", "dicom"):
+        labels = _default_labels(spec.path)  # read by the build too: a link out is refused
+    for path in (spec.path, labels):
         if path is not None and source_root(path, settings)[0] == "local":
-            names = ", ".join([name for name, _ in settings.source_roots] + ["shared"])
             raise SourceError(
                 f"This server reads {spec.kind}: sources only under its source roots ({names}; "
                 "MEDHEB_SOURCE_ROOTS names them); build this one with `index build` on the "
                 "server, or add its folder as a root."
             )
+    if spec.kind == "manifest" and spec.path is not None and spec.path.is_file():
+        outside, total = _manifest_rows_outside(spec.path, served_roots(settings))
+        if outside:
+            raise SourceError(
+                f"{outside} of the {total} files this manifest names lie outside the server's "
+                f"source roots ({names}; symbolic links followed), so nothing was queued. Name "
+                "files under a root, or build this one with `index build` on the server."
+            )
+
+
+def _manifest_rows_outside(path: Path, roots: tuple[Path, ...]) -> tuple[int, int]:
+    """(how many files the manifest's rows name outside `roots`, how many files they name).
+    A manifest that cannot be read counts (0, 0): the job says why when it runs."""
+    try:
+        items, _ = _manifest_items(path)
+    except SourceError:
+        return 0, 0
+    files = [_entry_file(path, entry) for entry in items.values()]
+    named = [file for file in files if file is not None]
+    return sum(not inside_roots(file, roots) for file in named), len(named)
 
 
 def load_source(
-    spec: SourceSpec | str, settings: Settings, progress: Progress | None = None
+    spec: SourceSpec | str,
+    settings: Settings,
+    progress: Progress | None = None,
+    *,
+    roots_only: bool = False,
 ) -> LoadedSource:
     """The studies and vocabulary of a source; EvidenceError/SourceError say what is wrong.
-    `progress` gets a line now and then while a large DICOM folder's headers are read."""
+    `progress` gets a line now and then while a large DICOM folder's headers are read.
+
+    `roots_only` (a job the server started, never the CLI): every file an item reads must
+    lie under the server's source roots once symbolic links are followed; one that does not
+    is never opened and is a line of failed.jsonl with the reason OUTSIDE_ROOTS."""
     spec = parse_source(spec) if isinstance(spec, str) else spec
     if spec.path is not None and not spec.path.exists():
         raise SourceError(f"{spec.path} does not exist (source {spec.text!r}).")
     if spec.labels is not None and not spec.labels.is_file():
         raise SourceError(f"Labels file {spec.labels} does not exist.")
-    loader = {
-        "phantom": _phantom,
-        "nih": _nih,
-        "mimic": _mimic,
-        "chexpert": _chexpert,
-        "dicom": _dicom,
-        "folder": _folder,
-        "medmnist": _medmnist,
-        "manifest": _manifest,
-    }[spec.kind]
-    loaded = loader(spec, settings, progress) if spec.kind == "dicom" else loader(spec, settings)
+    roots = served_roots(settings) if roots_only else None
+    if spec.kind in _FENCED_KINDS:
+        fenced = {"dicom": _dicom, "folder": _folder, "manifest": _manifest}[spec.kind]
+        loaded = fenced(spec, settings, roots, progress)
+    else:
+        loader = {
+            "phantom": _phantom,  # the server's own saved corpus (DATA_DIR): no roots apply
+            "nih": _nih,
+            "mimic": _mimic,
+            "chexpert": _chexpert,
+            "medmnist": _medmnist,  # one archive, spec.path itself (check_served_source)
+        }[spec.kind]
+        loaded = loader(spec, settings)
+        if roots is not None and spec.kind in _LAYOUT_KINDS:
+            _drop_outside(loaded, roots)
     if not loaded.studies and not loaded.failed:
         raise SourceError(f"Source {spec.kind}: has no items to index.")
     if spec.path is not None and spec.kind != "phantom":
         record = source_record(spec.kind, spec.path, settings, spec.labels)
         if spec.kind in ("folder", "dicom"):
             record["ids"] = ID_SCHEME  # keyed pseudonyms (older builds: unkeyed names)
+        if spec.kind in _FENCED_KINDS:  # metadata.jsonl names no file: the references do
+            record["paths"] = PATHS_BY_REFERENCE
         if loaded.references:
             name, _root = source_root(spec.path, settings)
             for reference in loaded.references.values():
@@ -261,6 +312,35 @@ def load_source(
                 reference.setdefault("root_path", str(folder if folder.is_dir() else folder.parent))
         loaded.corpus = {**(loaded.corpus or {}), **record}
     return loaded
+
+
+def _drop_outside(loaded: LoadedSource, roots: tuple[Path, ...]) -> None:
+    """Move the studies whose files lie outside `roots` to `loaded.failed` (named by id, the
+    reason naming no path); their files have not been opened (the layouts read tables only)."""
+    kept = []
+    for study in loaded.studies:
+        files = [study.path, *getattr(study, "files", ())]
+        if all(inside_roots(Path(f), roots) for f in files if f):
+            kept.append(study)
+        else:
+            loaded.failed.append(_outside(study.id, "a file of this item"))
+    loaded.studies = kept
+
+
+def _outside(item: str, what: str) -> dict[str, str]:
+    """A failed.jsonl line for a file a server-started job did not read."""
+    detail = f"{what} lies outside the server's source roots (symbolic links followed); not read"
+    return {"item": item, "reason": OUTSIDE_ROOTS, "detail": detail}
+
+
+def _fenced_labels(labels_file: Path | None, roots: tuple[Path, ...] | None) -> Path | None:
+    """The labels CSV, refused (SourceError) when a server job would read it outside roots."""
+    if labels_file is not None and roots is not None and not inside_roots(labels_file, roots):
+        raise SourceError(
+            "The labels CSV of this source lies outside the server's source roots (symbolic "
+            "links followed), so it was not read; put the file itself under a root."
+        )
+    return labels_file
 
 
 # ---------------------------------------------------------------- one loader per kind
@@ -305,26 +385,39 @@ def _chexpert(spec: SourceSpec, settings: Settings) -> LoadedSource:
     return LoadedSource(spec, kept, Vocabulary(CHEXPERT_14, "coded", "chexpert"), failed)
 
 
-def _dicom(spec: SourceSpec, settings: Settings, progress: Progress | None = None) -> LoadedSource:
+def _dicom(
+    spec: SourceSpec,
+    settings: Settings,
+    roots: tuple[Path, ...] | None = None,
+    progress: Progress | None = None,
+) -> LoadedSource:
     """A DICOM tree, one DicomStudy per series (pixels decoded later, batch by batch); with a
     labels CSV keyed by SeriesInstanceUID, StudyInstanceUID or a file path, the CSV's own
-    finding columns are the index's vocabulary."""
+    finding columns are the index's vocabulary. With `roots`, a file whose link leads out
+    of them is not read (not even its header) and is a failed line."""
     # deferred: pydicom and its pixel handlers (`index info` reads this module)
     from medheb_app.evidence.sources.dicom_folder import load_dicom_folder
 
     root = spec.path
     assert root is not None
     key = pseudonym_key(settings)
-    labels_file = spec.labels or _default_labels(root)
+    labels_file = _fenced_labels(spec.labels or _default_labels(root), roots)
     skip = frozenset({labels_file.resolve()}) if labels_file is not None else frozenset()
-    skip = frozenset({*skip, *(p for p in root.rglob("*") if p.resolve() in skip)})
+    members = [p for p in root.rglob("*") if p.is_file()]
+    outside = [p for p in members if roots is not None and not inside_roots(p, roots)]
+    skip = frozenset({*skip, *(p for p in members if p.resolve() in skip), *outside})
     try:
         folder = load_dicom_folder(
             root, namer=lambda ref: pseudonym(key, "dicom", ref), progress=progress, skip=skip
         )
     except EvidenceError as error:
+        if outside and all(p in skip for p in members):  # all led out: say so, not "none"
+            return LoadedSource(
+                spec, [], Vocabulary(source="dicom"), [_outside_link(root, p) for p in outside]
+            )
         raise SourceError(str(error)) from None
-    studies, failed = folder.studies, list(folder.failed)
+    studies = folder.studies
+    failed = [*(_outside_link(root, p) for p in sorted(outside)), *folder.failed]
     vocabulary = Vocabulary(source="dicom")
     if labels_file is not None:
         table, names = _label_table(labels_file, _DICOM_KEY_COLUMNS + _PATH_COLUMNS)
@@ -347,6 +440,11 @@ def _dicom(spec: SourceSpec, settings: Settings, progress: Progress | None = Non
     return LoadedSource(spec, studies, vocabulary, failed, references=references)
 
 
+def _outside_link(root: Path, path: Path) -> dict[str, str]:
+    """A file of a folder tree whose symbolic link leads out of the roots (named relative)."""
+    return _outside(path.relative_to(root).as_posix(), "the file this symbolic link names")
+
+
 def _rows_pointing_nowhere(
     table: dict[str, dict[str, Any]], used: set[str], labels_file: Path
 ) -> list[dict[str, str]]:
@@ -362,16 +460,22 @@ def _rows_pointing_nowhere(
     ]
 
 
-def _folder(spec: SourceSpec, settings: Settings) -> LoadedSource:
+def _folder(
+    spec: SourceSpec,
+    settings: Settings,
+    roots: tuple[Path, ...] | None = None,
+    progress: Progress | None = None,
+) -> LoadedSource:
     """Every file under the folder: a PNG / JPEG becomes an item named by a keyed pseudonym
     of its path relative to the folder (extension included: `a/b.png`, `a-b.png`, `c.png`
     and `c.jpg` are four items), anything else is 'not an image'. With a labels CSV, an
-    image without a row is indexed unlabelled and a row without an image is 'missing file'."""
+    image without a row is indexed unlabelled and a row without an image is 'missing file'.
+    With `roots`, a file whose symbolic link leads out of them is a failed line, unread."""
     root = spec.path
     assert root is not None
     if not root.is_dir():
         raise SourceError(f"Source folder: {root.name} is not a folder of PNG / JPEG images.")
-    labels_file = spec.labels or _default_labels(root)
+    labels_file = _fenced_labels(spec.labels or _default_labels(root), roots)
     labels_resolved = labels_file.resolve() if labels_file is not None else None
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.resolve() != labels_resolved)
     if not any(p.suffix.lower() in IMAGE_SUFFIXES for p in files):
@@ -387,6 +491,10 @@ def _folder(spec: SourceSpec, settings: Settings) -> LoadedSource:
     used: set[str] = set()
     for path in files:
         relative = path.relative_to(root).as_posix()
+        if roots is not None and not inside_roots(path, roots):
+            failed.append(_outside_link(root, path))
+            used.update(k for k in (relative, path.name) if k in table)  # counted once, here
+            continue
         if path.suffix.lower() not in IMAGE_SUFFIXES:
             failed.append({"item": relative, "reason": "not an image", "detail": "not PNG / JPEG"})
             continue
@@ -438,10 +546,63 @@ def _medmnist(spec: SourceSpec, settings: Settings) -> LoadedSource:
     return LoadedSource(spec, studies, Vocabulary(info.labels, scheme, f"medmnist:{path.stem}"))
 
 
-def load_item_manifest(path: Path) -> tuple[list[Study], list[dict[str, str]]]:
+def load_item_manifest(
+    path: Path, roots: tuple[Path, ...] | None = None
+) -> tuple[list[Study], list[dict[str, str]]]:
     """Rows {"id", "image" | "volume" | "text", "findings": {name: 1|0|-1|null}, "split",
     "patient_id"}; file paths are relative to the manifest. Rows of a task manifest
-    ({"query", "candidates"}) contribute their candidate items."""
+    ({"query", "candidates"}) contribute their candidate items. With `roots`, a row whose
+    file lies outside them is a failed line named by its id, the file not even looked at."""
+    items, failed = _manifest_items(path)
+    studies = []
+    for item_id, entry in items.items():
+        relative = entry.get("image") or entry.get("volume")
+        file = _entry_file(path, entry)
+        if file is None and entry.get("text") is None:
+            failed.append(
+                {"item": item_id, "reason": "unreadable", "detail": "no image, volume or text"}
+            )
+            continue
+        if file is not None and roots is not None and not inside_roots(file, roots):
+            failed.append(_outside(item_id, f"the file row {item_id!r} names"))
+            continue
+        if file is not None and not file.exists():
+            failed.append(
+                {
+                    "item": str(relative),
+                    "reason": "missing file",
+                    "detail": f"row {item_id!r} of {path.name} names a file that does not exist",
+                }
+            )
+            continue
+        findings = entry.get("findings") or {}
+        studies.append(
+            Study(
+                id=item_id,
+                form="text" if file is None else ("2d" if entry.get("image") else "3d"),
+                modality=str(entry.get("modality") or ("TEXT" if file is None else "OT")),
+                path=str(file.resolve()) if file is not None else None,
+                text=entry.get("text"),
+                findings={str(k): (None if v is None else int(v)) for k, v in findings.items()},
+                split=entry.get("split"),
+                patient_id=entry.get("patient_id"),
+                source=f"manifest:{path.stem}",
+                # the index keeps no path for it: the server's source references do
+                meta={"path_by_reference": file is not None},
+            )
+        )
+    return studies, failed
+
+
+def _entry_file(manifest: Path, entry: dict[str, Any]) -> Path | None:
+    """The file a manifest entry names (its image or volume, relative to the manifest)."""
+    relative = entry.get("image") or entry.get("volume")
+    return None if relative is None else manifest.parent / relative
+
+
+def _manifest_items(path: Path) -> tuple[dict[str, dict[str, Any]], list[dict[str, str]]]:
+    """The manifest's entries by id (a task manifest's candidates too) and the rows that are
+    no entry; SourceError when the file cannot be read or two entries share an id."""
     # deferred: pydantic (tasks.manifest validates rows with it)
     from medheb_app.tasks.manifest import read_rows
 
@@ -464,48 +625,25 @@ def load_item_manifest(path: Path) -> tuple[list[Study], list[dict[str, str]]]:
                     f"{path.name} row {number}: id {entry['id']!r} is already used by another "
                     "item with a different image, volume or text; give each item its own id."
                 )
-    studies = []
-    for item_id, entry in items.items():
-        relative = entry.get("image") or entry.get("volume")
-        if relative is None and entry.get("text") is None:
-            failed.append(
-                {"item": item_id, "reason": "unreadable", "detail": "no image, volume or text"}
-            )
-            continue
-        if relative is not None and not (path.parent / relative).exists():
-            failed.append(
-                {
-                    "item": str(relative),
-                    "reason": "missing file",
-                    "detail": f"row {item_id!r} of {path.name} names a file that does not exist",
-                }
-            )
-            continue
-        findings = entry.get("findings") or {}
-        studies.append(
-            Study(
-                id=item_id,
-                form="text" if relative is None else ("2d" if entry.get("image") else "3d"),
-                modality=str(entry.get("modality") or ("TEXT" if relative is None else "OT")),
-                path=str((path.parent / relative).resolve()) if relative else None,
-                text=entry.get("text"),
-                findings={str(k): (None if v is None else int(v)) for k, v in findings.items()},
-                split=entry.get("split"),
-                patient_id=entry.get("patient_id"),
-                source=f"manifest:{path.stem}",
-            )
-        )
-    return studies, failed
+    return items, failed
 
 
 def _content(entry: dict[str, Any]) -> tuple[object, object, object]:
     return entry.get("image"), entry.get("volume"), entry.get("text")
 
 
-def _manifest(spec: SourceSpec, settings: Settings) -> LoadedSource:
+def _manifest(
+    spec: SourceSpec,
+    settings: Settings,
+    roots: tuple[Path, ...] | None = None,
+    progress: Progress | None = None,
+) -> LoadedSource:
+    """The manifest's items; beside them, media files in their folders that no row names.
+    With `roots`, rows naming files outside them are failed lines (load_item_manifest), so
+    no folder outside the roots is listed either."""
     path = spec.path
     assert path is not None
-    studies, failed = load_item_manifest(path)
+    studies, failed = load_item_manifest(path, roots)
     names = _ordered_names(studies, ())
     folder = path.parent.resolve()
     listed = {Path(s.path).resolve() for s in studies if s.path is not None}

@@ -132,10 +132,11 @@ def index_source(settings: Settings, params: dict[str, Any]) -> str:
     return _LEGACY_CORPORA.get(source, source)
 
 
-def index_job(settings: Settings) -> JobFn:
+def index_job(settings: Settings, roots_only: bool = False) -> JobFn:
     """Build a named index from any source spec (the same builder as `index build`, which also
     prepares logic-aware ranking), with items/s and an ETA in the progress messages; the
-    search pickers then offer it."""
+    search pickers then offer it. `roots_only` (AdminJobs.start): files outside the server's
+    source roots are not read, each a line of failed.jsonl."""
 
     def run(params, progress, log, stop) -> dict:
         name, spec = check_index_name(str(params["name"])), str(params["model"])
@@ -152,6 +153,7 @@ def index_job(settings: Settings) -> JobFn:
             progress=progress,
             stop=stop,
             replace=bool(params.get("replace", False)),  # the CLI's rule and lock: issue 23
+            roots_only=roots_only,
         )
         log(
             f"built {name}: {report.n_items} items, {report.embedded} embedded, "
@@ -192,11 +194,14 @@ class AdminJobs:
 
     def start(self, kind: str, params: dict[str, Any]) -> int:
         """Submit a job of `kind` (a key of JOB_FACTORIES) with `params`; its id. A source
-        outside the server's roots is refused (SourceError, a ValueError) before it is queued."""
+        outside the server's roots (or a manifest naming files outside them) is refused
+        (SourceError, a ValueError) before it is queued, and an index job reads no file
+        outside them (a symbolic link out of a root: a line of failed.jsonl)."""
         if kind not in JOB_FACTORIES:
             raise ValueError(f"Unknown job kind {kind!r}.")
         if kind == "index-build":  # the server reads archives under its roots only
             check_served_source(index_source(self.settings, params), self.settings)
+            return self.jobs.submit(kind, params, index_job(self.settings, roots_only=True))
         if kind == "bench-run" and params.get("data"):
             check_served_source(str(params["data"]), self.settings)
         return self.jobs.submit(kind, params, JOB_FACTORIES[kind](self.settings))
