@@ -65,8 +65,8 @@ def source_root(path: Path, settings: Settings) -> tuple[str, Path]:
     best: tuple[str, Path] | None = None
     for name, root in roots:
         root = root.expanduser().resolve()
-        inside = resolved == root or root in resolved.parents
-        if inside and (best is None or len(root.parts) > len(best[1].parts)):
+        deeper = best is None or len(root.parts) > len(best[1].parts)
+        if deeper and inside_roots(resolved, (root,)):
             best = (name, root)
     return best or ("local", resolved.parent)
 

@@ -234,15 +234,16 @@ def check_served_source(text: str, settings: Settings) -> None:
     labels = spec.labels
     if labels is None and spec.kind in ("folder", "dicom"):
         labels = _default_labels(spec.path)  # read by the build too: a link out is refused
+    roots = served_roots(settings)
     for path in (spec.path, labels):
-        if path is not None and source_root(path, settings)[0] == "local":
+        if path is not None and not inside_roots(path, roots):
             raise SourceError(
                 f"This server reads {spec.kind}: sources only under its source roots ({names}; "
                 "MEDHEB_SOURCE_ROOTS names them); build this one with `index build` on the "
                 "server, or add its folder as a root."
             )
     if spec.kind == "manifest" and spec.path is not None and spec.path.is_file():
-        outside, total = _manifest_rows_outside(spec.path, served_roots(settings))
+        outside, total = _manifest_rows_outside(spec.path, roots)
         if outside:
             raise SourceError(
                 f"{outside} of the {total} files this manifest names lie outside the server's "
