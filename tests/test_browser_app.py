@@ -419,10 +419,16 @@ def test_non_admin_cannot_start_a_job(app, page):
     page.locator("#password").fill(ADMIN_PASSWORD)
     page.locator("#admin-submit").click()
     page.locator(".gradio-container").wait_for()  # redirected to the workbench, signed in
+    page.wait_for_function("() => !document.querySelector('.gradio-container .pending')")
     _tab(page, "Admin")
     page.locator("#admin-start-bench").wait_for(state="visible")
     page.get_by_role("tab", name="Index build").click()
-    page.locator("#admin-index-name textarea").fill("browser-built")
+    name = page.locator("#admin-index-name textarea")
+    name.wait_for(state="visible")
+    name.fill("browser-built")
+    name.press("Tab")  # a value typed into a just-mounted box must stay typed
+    page.wait_for_timeout(300)
+    assert name.input_value() == "browser-built"
     page.locator("#admin-start-index").click()
     page.locator("#admin-job-note").get_by_text("Started job").wait_for()
     page.locator("#admin-jobs").get_by_test_id("cell-0-2").get_by_text("done").wait_for(

@@ -102,7 +102,10 @@ def test_a_region_query_draws_its_gold_box_inside_the_image(app, page):
     from medheb_app.ui.drilldown_view import GOLD_COLOUR
 
     _open_task(page, app["url"], "phantom-cxr-vg")
+    # the previous task's query can still show until the region task's answer replaces it
+    page.locator("#explorer-ranked .dd-query").get_by_text("green: gold region").wait_for()
     query = page.locator("#explorer-ranked .dd-query img").first
+    query.evaluate("image => image.decode()")  # drawn before it is photographed
     box = _page_box(page, query)
     assert box["width"] >= 150 and box["height"] >= 150  # drawn large enough to read a box
     with Image.open(io.BytesIO(query.screenshot())) as shot:
