@@ -722,3 +722,57 @@ def test_a_complete_head_past_64_kb_in_one_read_is_refused_too(site):
         b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
     )
     assert _raw_exchange(site.base, head + body).startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_head_that_never_finishes_is_closed_but_a_slow_body_and_an_idle_connection_are_not(
+    site, monkeypatch
+):
+    """The re-test at 9e12e10: 50 connections sending one byte of head per half second were
+    held open for good, each a file descriptor. A head now has HEAD_TIMEOUT_S from its first
+    byte (here 1 s) before 408 and close; the clock stops at the head's end, so a body sent
+    slowly, and a keep-alive connection idle between two requests, are left alone."""
+    import socket
+    import time
+    import urllib.parse
+
+    from medheb_app.access.header_cap import HeadCappedProtocol
+
+    monkeypatch.setattr(HeadCappedProtocol, "head_timeout_s", 1.0)
+    url = urllib.parse.urlsplit(site.base)
+
+    def connect() -> socket.socket:
+        return socket.create_connection((url.hostname, url.port), timeout=10)
+
+    def read_all(sock: socket.socket) -> bytes:
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return answer
+
+    with connect() as sock:
+        started = time.monotonic()
+        sock.sendall(b"GET /api/v1/indices HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a")
+        answer = read_all(sock)  # the server closes it; nothing more was sent
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+        assert b"did not arrive in time" in answer
+        assert 0.9 < time.monotonic() - started < 5
+
+    body = b'{"text": "edema", "k": 1}'
+    with connect() as sock:
+        sock.sendall(
+            b"POST /api/v1/search HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json"
+            b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+        )
+        for i in range(0, len(body), 8):  # the body over 1.5 s: not the head, not timed
+            sock.sendall(body[i : i + 8])
+            time.sleep(0.4)
+        assert read_all(sock).startswith(b"HTTP/1.1 200 ")
+
+    request = b"GET /api/v1/indices HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    with connect() as sock:
+        sock.sendall(request)
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 ")
+        time.sleep(1.5)  # idle between requests, inside uvicorn's 5 s keep-alive
+        sock.sendall(request.replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n"))
+        assert read_all(sock).startswith(b"HTTP/1.1 200 ")
