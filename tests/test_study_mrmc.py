@@ -214,3 +214,21 @@ def test_mrmc_input_has_reader_case_modality_score_rows():
     assert dict(zip(q1["modality"], q1["score"], strict=True)) == {"alpha": 1.0, "beta": 0.0}
     tie = frame[(frame["reader"] == 1) & (frame["case"] == "t/q2")]
     assert set(tie["score"]) == {0.5}
+
+
+def test_a_preference_interval_past_0_or_100_percent_is_cut_and_says_so():
+    """Two raters who disagree (all A against mostly B) give RRRC one degree of freedom: the
+    t interval of the difference reaches past -1..1, so the preference interval shown would
+    run past 0-100% (noted after the fourth adversarial pass). The rate interval is cut to
+    0-1 and flagged; the difference's own interval stays as computed."""
+    rows = [(1, f"q{i}", "a") for i in range(6)] + [
+        (2, f"q{i}", "b" if i else "a") for i in range(6)
+    ]
+    rrrc = analyse_pair(_votes(rows), n_boot=10)["results"]["RRRC"]
+    assert rrrc["lo"] < -1 or rrrc["hi"] > 1  # the computed interval does reach past
+    assert rrrc["preference_clipped"] is True
+    assert 0.0 <= rrrc["preference_lo"] <= rrrc["preference"] <= rrrc["preference_hi"] <= 1.0
+    assert rrrc["preference_lo"] == pytest.approx(max(0.0, (1 + rrrc["lo"]) / 2))
+    assert rrrc["preference_hi"] == pytest.approx(min(1.0, (1 + rrrc["hi"]) / 2))
+    steady = [(r, f"q{i}", "a" if (i + r) % 3 else "b") for r in (1, 2, 3) for i in range(9)]
+    assert analyse_pair(_votes(steady), n_boot=10)["results"]["RRRC"]["preference_clipped"] is False

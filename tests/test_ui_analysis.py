@@ -134,3 +134,16 @@ def test_study_analysis_says_how_to_reach_it_on_a_server_without_an_admin(servic
     [overview] = [b for b in blocks.blocks.values() if "This server has no admin" in str(
         getattr(b, "value", ""))]  # fmt: skip
     assert overview is not None
+
+
+def test_a_preference_interval_cut_at_0_or_100_percent_is_marked_on_the_page():
+    from medheb_app.study.mrmc import MRMCResult
+
+    wide = MRMCResult("RRRC", 0.6, 0.3, 1.0, -0.9, 1.4, 0.3, 4.0, generalises_to="new raters")
+    pair = {
+        "model_a": "alpha", "model_b": "beta", "n_readers": 2, "n_cases": 6, "ties": "half",
+        "results": {"RRRC": wide.to_dict()},
+    }  # fmt: skip
+    page = analysis_tab.mrmc_html([pair])
+    assert "80% [5, 100] (cut at 0-100%: too few raters for this interval)" in page
+    assert "0.6 [-0.9, 1.4]" in page  # the difference as computed

@@ -476,7 +476,9 @@ def mrmc_lines(pairs: list[dict[str, Any]]) -> list[str]:
                 ni = f", non-inferiority (margin {res['margin']:.3g}) p {_p(res['ni_p_value'])}"
             lines.append(
                 f"  {label}: {_pct(res['preference'])} [{_pct(res['preference_lo'])}-"
-                f"{_pct(res['preference_hi'])}], difference {res['difference']:.3g} "
+                f"{_pct(res['preference_hi'])}]"
+                f"{' (cut at 0-100%: too few raters)' if res.get('preference_clipped') else ''}"
+                f", difference {res['difference']:.3g} "
                 f"[{res['lo']:.3g}, {res['hi']:.3g}], df {df}, p {_p(res['p_value'])}{ni}."
             )
             lines.append(f"      generalises to {res['generalises_to']}")

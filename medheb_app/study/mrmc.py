@@ -92,12 +92,22 @@ class MRMCResult:
 
     @property
     def preference(self) -> tuple[float, float, float]:
-        """The same result as A's preference rate theta_A = (1 + difference) / 2 and its CI."""
-        return (1 + self.difference) / 2, (1 + self.lo) / 2, (1 + self.hi) / 2
+        """The same result as A's preference rate theta_A = (1 + difference) / 2 and its CI,
+        the CI cut to the rates that can happen (0 to 1): with two or three raters the t
+        interval on few degrees of freedom reaches past them (the difference's lo/hi stay
+        as computed, and `preference_clipped` says when the cut was made)."""
+        lo, hi = (1 + self.lo) / 2, (1 + self.hi) / 2
+        return (1 + self.difference) / 2, min(max(lo, 0.0), 1.0), min(max(hi, 0.0), 1.0)
+
+    @property
+    def preference_clipped(self) -> bool:
+        """Whether the computed preference interval reached below 0 or above 1."""
+        return bool(self.lo < -1 or self.hi > 1)
 
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)
         record["preference"], record["preference_lo"], record["preference_hi"] = self.preference
+        record["preference_clipped"] = self.preference_clipped
         return record
 
 

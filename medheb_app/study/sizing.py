@@ -214,7 +214,7 @@ def precision_so_far(
     first = mrmc_pairs[0]
     rrrc = (first.get("results") or {}).get("RRRC")
     if rrrc is not None:
-        half, source = (rrrc["preference_hi"] - rrrc["preference_lo"]) / 2, "RRRC"
+        half, source = (rrrc["hi"] - rrrc["lo"]) / 4, "RRRC"  # the unclipped width, in rate
     else:
         wilson = first.get("wilson") or {}
         if wilson.get("hi") is None:

@@ -185,8 +185,11 @@ def mrmc_html(pairs: list[dict[str, Any]]) -> str:
                 if res.get("margin") is not None
                 else "–"
             )
+            rate = _percent(res["preference"], res["preference_lo"], res["preference_hi"])
+            if res.get("preference_clipped"):
+                rate += " (cut at 0-100%: too few raters for this interval)"
             rows.append(
-                f"<tr><td>{label}</td><td>{_percent(res['preference'], res['preference_lo'], res['preference_hi'])}</td>"  # noqa: E501
+                f"<tr><td>{label}</td><td>{rate}</td>"
                 f"<td>{_sig(res['difference'])} [{_sig(res['lo'])}, {_sig(res['hi'])}]</td>"
                 f"<td>{'∞' if res['df'] is None else _sig(res['df'])}</td>"
                 f"<td>{_p_text(res['p_value'])}</td><td>{ni}</td>"
