@@ -16,9 +16,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from medheb_app.models.registry import identity
-from medheb_app.services.search import BLINDING_CHECK_S, SearchError
-from medheb_app.study.items import close_study
+from medheb_app.models.registry import identity, lineage
+from medheb_app.services.search import BLINDING_CHECK_S, SearchError, SearchService
+from medheb_app.store.db import Store
+from medheb_app.store.study_tables import PreferenceStudy, utcnow
+from medheb_app.study.identity import create_invitations
+from medheb_app.study.items import close_study, list_studies, open_study_models
 from tests.api_site import running_site
 
 QUERY = "pleural effusion and no cardiomegaly"
@@ -28,6 +31,10 @@ QUERY = "pleural effusion and no cardiomegaly"
 def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("blinding")
     with running_site(root, {}, study_pauses_search=True) as running:
+        study_id = next(
+            s["id"] for s in list_studies(running.services.store) if s["name"] == "api-study"
+        )
+        create_invitations(running.services.store, study_id, 1)  # a rater can be in it now
         yield running
 
 
@@ -73,3 +80,49 @@ def test_an_alias_of_a_compared_model_is_the_same_model(site):
     assert identity("dual-lite", settings) == identity("dual-lite@report", settings)
     assert identity(" oracle ", settings) == identity("oracle", settings)
     assert identity("dual-lite", settings) != identity("dual-lite@label-aware", settings)
+
+
+def test_a_checkpoint_trained_from_the_same_towers_is_the_same_family(site):
+    """Adversarial pass at 65cb8e6: with dual-lite paused, dual-lite@label-aware (the page's
+    default) matched a dual-lite side's images on 6 of 6 items; every checkpoint trained here
+    from the shipped towers is now one family."""
+    settings = site.settings
+    family = lineage("dual-lite", settings)
+    assert (
+        lineage("dual-lite@label-aware", settings)
+        == family
+        == lineage("dual-lite@report", settings)
+    )
+    assert lineage("medemb-lite", settings) == family
+    assert lineage("random", settings) != family != lineage("oracle", settings)
+    assert lineage("random", settings) != lineage("oracle", settings)
+
+
+def _study(session, name: str, models: list[str], **fields) -> PreferenceStudy:
+    study = PreferenceStudy(
+        name=name, models=models, n_queries=1, raters_per_item=1, reveal_after_vote=False, seed=0,
+        **fields,
+    )  # fmt: skip
+    session.add(study)
+    session.flush()
+    return study
+
+
+def test_only_a_study_a_rater_can_be_in_pauses_its_models_and_their_family(site, tmp_path):
+    store = Store.open(f"sqlite:///{tmp_path / 'studies.sqlite'}")
+    with store.session() as session:
+        _study(session, "nobody-can-enter", ["dual-lite", "random"])
+    service = SearchService(site.settings, store)
+    assert open_study_models(store) == set()  # e.g. the showcase study without an admin
+    assert service.blinded("dual-lite@label-aware") is None
+    with store.session() as session:
+        invited = session.query(PreferenceStudy).filter_by(name="nobody-can-enter").one().id
+    create_invitations(store, invited, 1)
+    with store.session() as session:
+        _study(session, "open-enrolment", ["oracle"], open_enrolment=True)
+        _study(session, "closed", ["mllm:/nowhere"], open_enrolment=True, closed_at=utcnow())
+    assert open_study_models(store) == {"dual-lite", "random", "oracle"}
+    time.sleep(BLINDING_CHECK_S + 0.2)  # the open studies are read again after this long
+    for spec in ("dual-lite", "dual-lite@label-aware", " dual-lite@report", "random", "oracle"):
+        assert "open reader study" in service.blinded(spec), spec
+    assert service.blinded("mllm:/nowhere") is None

@@ -171,6 +171,19 @@ def identity(spec: str, settings: Settings) -> tuple:
     return key[:2]  # the weights' modification time is not who the model is
 
 
+TRAINED_FAMILIES = (DUAL_LITE, MEDEMB_LITE)  # trained here from the same pretrained towers
+
+
+def lineage(spec: str, settings: Settings) -> tuple:
+    """The family whose answers `spec`'s would resemble: every checkpoint this project trains
+    (dual-lite's report, label-aware or any fine-tune, and medemb-lite's) starts from the same
+    pretrained towers, so one ranks a gallery much as another does; the adversarial pass at
+    65cb8e6 named 6 of 6 sides of a dual-lite study with dual-lite@label-aware. Other specs are
+    their own family (identity)."""
+    key = identity(spec, settings)
+    return ("trained-towers",) if key[0] in TRAINED_FAMILIES else key
+
+
 def load_embedder(spec: str, settings: Settings, device: str | None = None) -> Embedder:
     """The embedder for `spec` on `device` (default settings.device; "auto" picks CUDA when
     present), loaded once per process and device (the same object on later calls).

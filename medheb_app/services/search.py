@@ -17,7 +17,7 @@ from typing import Any
 from medheb_app import search as search_module
 from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import list_indices
-from medheb_app.models.registry import identity
+from medheb_app.models.registry import lineage
 from medheb_app.query.parser import MAX_QUERY_CHARS
 from medheb_app.search import MAX_PUBLIC_K, RANKINGS, Score, SearchError, SearchResponse
 from medheb_app.serving import default_model, offered
@@ -59,17 +59,19 @@ class SearchService:
         A rater could search a compared model over the same gallery and match a side's top
         images to its list (the adversarial pass at 7468bff: 9 of 9 sides named), so while a
         reader study is open its models are searched by admins only, on the page, its Gradio
-        /search and the REST search alike. Specs are compared by what they load
-        (registry.identity), so an alias of a compared model is refused too."""
+        /search and the REST search alike. Specs are compared by family (registry.lineage):
+        an alias of a compared model, and any checkpoint trained from the same towers (a
+        fine-tune ranks the gallery alike), is refused too. Only studies a rater can be in
+        count (study.items.open_study_models)."""
         if self.store is None or not self.settings.study_pauses_search:
             return None
         with self._lock:
-            read_at, identities = self._blinded
+            read_at, families = self._blinded
             if time.monotonic() - read_at > BLINDING_CHECK_S:
                 models = open_study_models(self.store)
-                identities = frozenset(identity(name, self.settings) for name in models)
-                self._blinded = (time.monotonic(), identities)
-        if identity(model, self.settings) in identities:
+                families = frozenset(lineage(name, self.settings) for name in models)
+                self._blinded = (time.monotonic(), families)
+        if lineage(model, self.settings) in families:
             return BLINDED.format(model=model.strip())
         return None
 

@@ -19,10 +19,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 
 from medheb_app.store.db import Store
-from medheb_app.store.study_tables import PreferenceStudy, StudyItem, Vote, utcnow
+from medheb_app.store.study_tables import (
+    Assignment,
+    PreferenceStudy,
+    StudyInvitation,
+    StudyItem,
+    Vote,
+    utcnow,
+)
 from medheb_app.study.errors import StudyError
 from medheb_app.study.instructions import instruction
 from medheb_app.study.payloads import Renderer, Unrenderable
@@ -402,11 +409,22 @@ def close_study(store: Store, study: int | str, closed: bool = True) -> None:
 
 
 def open_study_models(store: Store) -> set[str]:
-    """The models compared by the reader studies still open (not closed): while a study is
-    open, a search with one of them could reproduce a side's list (services.search)."""
+    """The models compared by the reader studies a rater can be in now: not closed, and open
+    to enrolment, with an invitation issued or with an item already served. While such a study
+    is open, a search with one of them could reproduce a side's list (services.search); a study
+    nobody can enter (the demo's showcase study on a server without an admin) pauses nothing."""
+    invited = select(StudyInvitation.study_id)
+    served = select(Assignment.study_id)
     with store.session() as session:
         lists = session.scalars(
-            select(PreferenceStudy.models).where(PreferenceStudy.closed_at.is_(None))
+            select(PreferenceStudy.models).where(
+                PreferenceStudy.closed_at.is_(None),
+                or_(
+                    PreferenceStudy.open_enrolment.is_(True),
+                    PreferenceStudy.id.in_(invited),
+                    PreferenceStudy.id.in_(served),
+                ),
+            )
         ).all()
     return {str(model) for models in lists for model in models or []}
 
