@@ -39,8 +39,9 @@ __all__ = [
 
 BLINDING_CHECK_S = 2.0  # how long a read of the open studies' models is reused
 BLINDED = (
-    "{model} is being compared in an open reader study, so searching with it is paused until "
-    "the study closes (its answers would show raters which side is which); pick another model."
+    "{model}, or a model trained from the same towers, is being compared in an open reader "
+    "study, so searching with it is paused until the study closes (its answers would show "
+    "raters which side is which); an admin may still search it."
 )
 
 
