@@ -1,5 +1,6 @@
 """The browser tests' harness: Debian's chromium for Playwright, and `python app.py` served in
-a subprocess on a free port, so every browser test module launches the app the same way.
+a subprocess on a free port, so every browser test module launches the app the same way; and
+the `browser` and `page` fixtures over a module's `app` (registered in tests/conftest.py).
 
 Playwright drives /usr/bin/chromium (never `playwright install`); without it the tests skip
 with the reason, except under CI=true where that is a failure.
@@ -140,3 +141,17 @@ def desktop_page(browser, width: int = 1400, height: int = 1000) -> Iterator[obj
     page.set_default_timeout(60_000)
     yield page
     context.close()
+
+
+@pytest.fixture(scope="module")
+def browser(app):
+    """A module's chromium, launched once the module's own `app` fixture serves the page."""
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def page(browser):
+    """A test's desktop page in a fresh context of the module's `browser`."""
+    with desktop_page(browser) as opened:
+        yield opened

@@ -22,6 +22,7 @@ import pytest
 
 from medheb_app.settings import SHARED_DATA_DIR, Settings
 from medheb_app.store.db import Store
+from tests.browser_harness import browser, page  # noqa: F401 (the browser tests' fixtures)
 
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... in a worker, else None
 if XDIST_WORKER is not None:

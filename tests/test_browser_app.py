@@ -21,8 +21,6 @@ import pytest
 from tests.browser_harness import (
     SCREENSHOTS,
     STARTUP_S,
-    chromium,
-    desktop_page,
     require_browser,
     serve_app,
 )
@@ -116,18 +114,6 @@ def app(tmp_path_factory) -> Iterator[dict]:
             "invitations": invitations,
             "log": root / "app.log",
         }
-
-
-@pytest.fixture(scope="module")
-def browser(app):
-    with chromium() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(browser):
-    with desktop_page(browser) as opened:
-        yield opened
 
 
 # Playwright cannot read the bodies of Gradio's streamed responses (the queue's server-sent

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from tests.browser_harness import chromium, desktop_page, require_browser, serve_app
+from tests.browser_harness import require_browser, serve_app
 from tests.test_browser_app import _open, _shot, _tab
 from tests.test_browser_search import _page_box
 
@@ -43,18 +43,6 @@ def app(tmp_path_factory) -> Iterator[dict]:
            "MEDHEB_DEMO_MODELS": "oracle"}  # fmt: skip
     with serve_app(root, data_dir, env, log_name="app-drilldown.log") as url:
         yield {"url": url}
-
-
-@pytest.fixture(scope="module")
-def browser(app):
-    with chromium() as browser:
-        yield browser
-
-
-@pytest.fixture
-def page(browser):
-    with desktop_page(browser) as page:
-        yield page
 
 
 def _open_task(page, url: str, task: str) -> None:

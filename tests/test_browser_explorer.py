@@ -13,8 +13,6 @@ import pytest
 
 from tests.browser_harness import (
     SCREENSHOTS,
-    chromium,
-    desktop_page,
     require_browser,
     serve_app,
 )
@@ -40,18 +38,6 @@ def app(tmp_path_factory) -> Iterator[dict]:
     run_suite(suite, ["oracle", "random"], root / "cxr-run", settings)
     with serve_app(root, data_dir, env, log_name="app-explorer.log") as url:
         yield {"url": url}
-
-
-@pytest.fixture(scope="module")
-def browser(app):
-    with chromium() as browser:
-        yield browser
-
-
-@pytest.fixture
-def page(browser):
-    with desktop_page(browser) as page:
-        yield page
 
 
 def test_a_negation_failure_shows_thumbnails_and_the_violated_constraint(app, page):

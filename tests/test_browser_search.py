@@ -17,7 +17,6 @@ import pytest
 
 from tests.browser_harness import (
     STARTUP_S,
-    chromium,
     desktop_page,
     require_browser,
     serve_app,
@@ -46,12 +45,6 @@ def app(tmp_path_factory) -> Iterator[dict]:
     with serve_app(root, data_dir, env, log_name="app-search.log") as url:
         _wait_for_demo(data_dir, STARTUP_S)
         yield {"url": url}
-
-
-@pytest.fixture(scope="module")
-def browser(app):
-    with chromium() as launched:
-        yield launched
 
 
 def _search(page, text: str) -> None:
