@@ -238,3 +238,29 @@ def test_npy_volume_and_image(tmp_path: Path) -> None:
     image = read_any(tmp_path / "img.npy")
     assert volume.form == "3d" and volume.pixels[0, 0, 0] == 0.0 and volume.pixels[-1, -1, -1] == 1
     assert image.form == "2d" and np.all(image.pixels == 0.25)
+
+
+def test_a_damaged_image_is_refused_without_an_object_repr_or_a_path(tmp_path) -> None:
+    """The adversarial pass at 994e87c read `cannot identify image file <_io.BytesIO object at
+    0x7fab60eecc70>` in the refusal of a truncated PNG: a class name and a live address."""
+    import io as io_module
+
+    from PIL import Image as PILImage
+
+    from medheb_app.evidence.pixels import EvidenceError, reason_of
+    from medheb_app.evidence.readers import read_any
+
+    buffer = io_module.BytesIO()
+    PILImage.fromarray(np.full((64, 64), 90, dtype=np.uint8)).save(buffer, format="PNG")
+    png = buffer.getvalue()
+    for name, data in (("cut.png", png[:40]), ("cut.jpg", b"\xff\xd8\xff\xe0" + png[4:60])):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(EvidenceError) as refused:
+            read_any(path)
+        message = str(refused.value)
+        assert message.startswith(name), message
+        for leak in ("0x", "BytesIO", "object at", str(tmp_path)):
+            assert leak not in message, message
+    said = reason_of(OSError(f"cannot read <_io.BytesIO object at 0x7f00> in {tmp_path}/x.nii"))
+    assert said == "cannot read the data in x.nii"

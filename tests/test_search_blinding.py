@@ -59,6 +59,11 @@ def test_an_open_study_pauses_its_models_for_everyone_but_admins(site):
             assert client.post("/search", json={"text": QUERY, "k": 3}).status_code == 403
     with site.client("admin") as admin:  # the study's owner may still look
         assert admin.post("/search", json={"text": QUERY, "k": 3}).status_code == 200
+        # each refused probe is in the audit log, with who asked (a synthetic index too)
+        paused = [e for e in admin.get("/audit").json() if e["action"] == "search-paused"]
+        assert {e["who"].split(":")[0] for e in paused} >= {"anonymous", "token"}, paused
+        assert {e["route"] for e in paused} >= {"POST /api/v1/search", "POST /api/v1/search/image"}
+        assert all(e["query"] == "model oracle" and e["index"] == "demo-cxr" for e in paused)
     with pytest.raises(SearchError, match="open reader study") as caught:  # the page's search
         site.services.search.public(QUERY, None, None, "demo-cxr", 3, "auto")
     assert caught.value.field == "model"

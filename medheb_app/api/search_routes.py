@@ -112,11 +112,13 @@ def _audit_search(
 
 
 def _choose(
-    services: Services, caller: Principal, index: str | None, model: str | None
+    services: Services, caller: Principal, route: str, index: str | None, model: str | None
 ) -> tuple[str, str]:
     """The (index, model) a search of `caller` runs on, refused (SearchError) unless its
     rights reach it: an anonymous caller the offered pairs, a token every built index through
-    listed models, an admin token anything the CLI can; 503 while the demo is prepared."""
+    listed models, an admin token anything the CLI can; 503 while the demo is prepared. A
+    search paused by an open reader study is audited on any index, so an admin sees who
+    probed the compared models (the adversarial pass at 994e87c left no trace)."""
     settings = services.settings
     index = index or settings.default_index
     _check_ready(services, index)
@@ -125,6 +127,15 @@ def _choose(
         adapter.check_offered(model, index, settings, anonymous=caller.anonymous)
         refused = services.search.blinded(model)
         if refused is not None:
+            audit.record(
+                services.store,
+                who=caller.who,
+                action="search-paused",
+                route=route,
+                index=index,
+                query=f"model {model.strip()}",
+                count=0,
+            )
             raise ApiProblem("blinded", refused)
     return index, model
 
@@ -146,7 +157,7 @@ def searched(
 ) -> dict[str, Any]:
     """Run one search for `caller` (its scope decides what it may pick), shape and audit it."""
     try:
-        index, model = _choose(services, caller, index, model)
+        index, model = _choose(services, caller, route, index, model)
         payload = adapter.run_search(
             services.settings,
             text=text,
@@ -177,7 +188,7 @@ def text_answer(
     started = time.perf_counter()
     settings = services.settings
     try:
-        index, model = _choose(services, caller, body.index, body.model)
+        index, model = _choose(services, caller, route, body.index, body.model)
         prepared = adapter.prepare_text(
             settings,
             text=body.text,

@@ -31,6 +31,7 @@ from medheb_app.evidence.pixels import (
     check_size,
     normalise,
     not_an_image,
+    reason_of,
     to_unit_range,
 )
 
@@ -171,7 +172,7 @@ def _parse_dicom(data: bytes, name: str, force: bool = False) -> object:
         raise not_an_image(name) from None
     except Exception as error:  # pydicom raises many types on damaged files
         raise EvidenceError(
-            f"{name} is a damaged or truncated DICOM file and cannot be read ({error})."
+            f"{name} is a damaged or truncated DICOM file and cannot be read ({reason_of(error)})."
         ) from None
     if force and not any(k in ds for k in ("PixelData", "SOPClassUID", "Modality", "Rows")):
         raise not_an_image(name)
@@ -218,7 +219,7 @@ def _pixels_of(ds: object, name: str, frames: list[int] | None = None) -> np.nda
         return np.stack([np.asarray(pixel_array(ds, index=i)) for i in frames])
     except Exception as error:
         raise EvidenceError(
-            f"{name} has damaged or truncated pixel data and cannot be shown ({error})."
+            f"{name} has damaged or truncated pixel data and cannot be shown ({reason_of(error)})."
         ) from None
 
 
@@ -413,7 +414,9 @@ def _read_member(member: _Member) -> bytes:
         with member.open() as handle:
             return handle.read(member.size + 1)[: member.size]
     except (zipfile.BadZipFile, OSError, EOFError) as error:
-        raise EvidenceError(f"{member.name} in the upload is damaged ({error}).") from None
+        raise EvidenceError(
+            f"{member.name} in the upload is damaged ({reason_of(error)})."
+        ) from None
 
 
 def _header(member: _Member) -> object | None:

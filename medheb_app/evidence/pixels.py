@@ -8,6 +8,7 @@ each other (evidence.study re-exports `EvidenceError` for its long-standing impo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -16,6 +17,20 @@ import numpy as np
 
 class EvidenceError(ValueError):
     """Input that cannot be read as clinical evidence; the message is meant for the user."""
+
+
+_OBJECT_REPR = re.compile(r"<[^<>]*\bat 0x[0-9a-fA-F]+>|<[^<>]*(?:object|class)[^<>]*>")
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[^/\s'\"()]+){2,}")
+
+
+def reason_of(error: BaseException, most: int = 160) -> str:
+    """A decoding library's complaint, fit to show a user: object reprs (class names, memory
+    addresses) and file paths left out, at most `most` characters. The adversarial pass at
+    994e87c read `<_io.BytesIO object at 0x7fab...>` in a truncated PNG's refusal."""
+    text = _OBJECT_REPR.sub("the data", str(error))
+    text = _PATH.sub(lambda match: match.group(0).rsplit("/", 1)[-1], text)
+    text = " ".join(text.split()).strip(" :")
+    return (text[: most - 1] + "…" if len(text) > most else text) or "unreadable data"
 
 
 SourceFormat = Literal["png", "jpg", "dicom", "dicom-series", "nifti", "npy"]

@@ -31,6 +31,7 @@ from medheb_app.evidence.pixels import (
     check_size,
     normalise,
     not_an_image,
+    reason_of,
     to_unit_range,
 )
 
@@ -90,7 +91,7 @@ def _read_raster(data: bytes, name: str, fmt: SourceFormat) -> LoadedImage:
         ) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
         raise EvidenceError(
-            f"{name} looks like a {fmt.upper()} file but cannot be read ({error})."
+            f"{name} looks like a {fmt.upper()} file but cannot be read ({reason_of(error)})."
         ) from None
 
 
@@ -132,7 +133,9 @@ def _nifti_header(head: bytes, name: str):
                 try:
                     return kind.from_fileobj(io.BytesIO(head[:size])), size
                 except Exception as error:
-                    raise EvidenceError(f"{name} has a damaged NIfTI header ({error}).") from None
+                    raise EvidenceError(
+                        f"{name} has a damaged NIfTI header ({reason_of(error)})."
+                    ) from None
     raise EvidenceError(f"{name} is not a readable NIfTI file (no NIfTI header).")
 
 
@@ -194,7 +197,9 @@ def _read_nifti_slices(path: Path) -> tuple[np.ndarray, object, int, int]:
     except EvidenceError:
         raise
     except (OSError, EOFError, ValueError, TypeError) as error:
-        raise EvidenceError(f"{path.name} is not a readable NIfTI file ({error}).") from None
+        raise EvidenceError(
+            f"{path.name} is not a readable NIfTI file ({reason_of(error)})."
+        ) from None
     slope, inter = header.get_slope_inter()
     if slope is not None and np.isfinite(slope) and slope != 0:
         data = data * np.float32(slope) + np.float32(inter or 0.0)
@@ -253,7 +258,7 @@ def _read_npy(data: bytes, name: str) -> LoadedImage:
     except EvidenceError:
         raise
     except Exception as error:
-        raise EvidenceError(f"{name} is not a readable .npy array ({error}).") from None
+        raise EvidenceError(f"{name} is not a readable .npy array ({reason_of(error)}).") from None
     if array.size == 0:
         raise EvidenceError(f"{name} contains an empty array (shape {array.shape}).")
     if not np.issubdtype(array.dtype, np.number) or array.ndim not in (2, 3):
