@@ -12,6 +12,16 @@ def test_paths_and_class_names_are_taken_out() -> None:
     assert public_message(text, "fallback") == "(a server file) is corrupt ((a server file))"
 
 
+def test_object_reprs_are_taken_out_wherever_the_message_came_from() -> None:
+    """A decoder's `<_io.BytesIO object at 0x...>` (adversarial pass at 994e87c) names a class
+    and a live address; the page, the API and job logs all read through public_message."""
+    text = "cannot identify image file <_io.BytesIO object at 0x7fab60eecc70>"
+    assert public_message(text, "fallback") == "cannot identify image file the data"
+    assert public_message("got <class 'numpy.ndarray'>", "fallback") == "got the data"
+    assert user_message(OSError(text)) == public_detail(OSError(text))
+    assert "0x" not in public_detail(OSError(text))
+
+
 def test_a_key_error_reads_as_its_key_and_an_empty_message_as_the_fallback() -> None:
     assert public_message(KeyError("no run 7"), "fallback") == "no run 7"
     assert public_message(RuntimeError("RuntimeError:"), "fallback") == "fallback"

@@ -2,8 +2,9 @@
 source): the one error type, the decoded-image record, value scaling to [0, 1], volume frame
 sampling and the byte-size check.
 
-A leaf: it imports nothing from medheb_app, so the decoders can share it without importing
-each other (evidence.study re-exports `EvidenceError` for its long-standing importers).
+A leaf but for the leaf medheb_app.public_text (the patterns of what a user may read), so the
+decoders can share it without importing each other (evidence.study re-exports `EvidenceError`
+for its long-standing importers).
 """
 
 from __future__ import annotations
@@ -14,21 +15,24 @@ from typing import Literal
 
 import numpy as np
 
+from medheb_app.public_text import OBJECT_REPR, SERVER_PATH
+
 
 class EvidenceError(ValueError):
     """Input that cannot be read as clinical evidence; the message is meant for the user."""
 
 
-_OBJECT_REPR = re.compile(r"<[^<>]*\bat 0x[0-9a-fA-F]+>|<[^<>]*(?:object|class)[^<>]*>")
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[^/\s'\"()]+){2,}")
+def _file_name(path: re.Match[str]) -> str:
+    return re.split(r"[\\/]", path.group(0).rstrip("\\/"))[-1]
 
 
 def reason_of(error: BaseException, most: int = 160) -> str:
     """A decoding library's complaint, fit to show a user: object reprs (class names, memory
     addresses) and file paths left out, at most `most` characters. The adversarial pass at
-    994e87c read `<_io.BytesIO object at 0x7fab...>` in a truncated PNG's refusal."""
-    text = _OBJECT_REPR.sub("the data", str(error))
-    text = _PATH.sub(lambda match: match.group(0).rsplit("/", 1)[-1], text)
+    994e87c read `<_io.BytesIO object at 0x7fab...>` in a truncated PNG's refusal. The
+    patterns are public_text's; a path keeps its file name, which the uploader chose."""
+    text = OBJECT_REPR.sub("the data", str(error))
+    text = SERVER_PATH.sub(_file_name, text)
     text = " ".join(text.split()).strip(" :")
     return (text[: most - 1] + "…" if len(text) > most else text) or "unreadable data"
 
