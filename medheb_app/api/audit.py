@@ -139,8 +139,8 @@ def record_search(
     query: str,
     count: int,
 ) -> None:
-    """Audit a search (page or API alike) unless its index is synthetic: the one place that
-    decides which searches reach the log."""
+    """Audit a search (page or API alike) unless its index is synthetic: with
+    record_paused_search, the one place that decides which searches reach the log."""
     if not index_is_synthetic(settings, index):
         record(
             store,
@@ -152,6 +152,20 @@ def record_search(
             query=query,
             count=count,
         )
+
+
+def record_paused_search(store: Store, *, who: str, route: str, index: str, model: str) -> None:
+    """Audit a search refused because an open reader study pauses `model`, on any index
+    (synthetic too): who probes the compared models is the study's concern, not the data's."""
+    record(
+        store,
+        who=who,
+        action="search-paused",
+        route=route,
+        index=index,
+        query=f"model {model.strip()}",
+        count=0,
+    )
 
 
 def record_read(

@@ -127,14 +127,8 @@ def _choose(
         adapter.check_offered(model, index, settings, anonymous=caller.anonymous)
         refused = services.search.blinded(model)
         if refused is not None:
-            audit.record(
-                services.store,
-                who=caller.who,
-                action="search-paused",
-                route=route,
-                index=index,
-                query=f"model {model.strip()}",
-                count=0,
+            audit.record_paused_search(
+                services.store, who=caller.who, route=route, index=index, model=model
             )
             raise ApiProblem("blinded", refused)
     return index, model
