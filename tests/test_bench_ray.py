@@ -84,7 +84,10 @@ def test_ray_engine_writes_the_local_engines_files_and_store_rows(
     from medheb_app.evidence.phantoms.saved import CorpusKey
     from medheb_app.tasks import medheb
 
-    # the Ray workers read the chest corpus from DATA_DIR: the session's copy, not a new one
+    # the suite shrunk to the 240-study chest corpus other modules share (2,000 cost 20 s to
+    # generate for this test alone); the driver builds the tasks, so the patch reaches the
+    # workers through them. They read the images from DATA_DIR: the session's copy, linked.
+    monkeypatch.setattr(medheb, "CHEST_N", 240)
     chest = CorpusKey("cxr", medheb.CHEST_N, medheb.CHEST_SEED)
     link_shared_corpora(shared_phantom_corpora, settings, chest)
     base = ["bench", "run", "--suite", "medheb-lite", "--json"]

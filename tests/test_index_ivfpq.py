@@ -226,3 +226,25 @@ def test_large_ivfpq_uses_an_hnsw_cell_quantizer(tmp_path) -> None:
     assert (found == np.asarray(ids[:20], dtype=object)).mean() >= 0.9  # finds itself
     with pytest.raises(ValueError, match="quantizer must be"):
         VectorIndex.build_ivfpq(lambda: iter([x]), ids, 16, "fp", quantizer="lsh", m=4)
+
+
+def test_training_without_polysemous_codes_ranks_as_faiss_default_does(data) -> None:
+    """The build skips FAISS's polysemous reordering of the PQ centroids (95% of the training
+    time, BENCHMARKS.md): the codes are permuted, the ADC ranking the search uses is not."""
+    import faiss
+
+    from medheb_app.index.faiss_index import _sample_rows
+
+    x, ids, _ = data
+    ours = VectorIndex.build_ivfpq(lambda: iter([x]), ids, D, "fp", rerank=0, **PARAMS)
+    theirs = faiss.index_factory(D, "IVF16,PQ4x6", faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(theirs))
+    assert ivf.do_polysemous_training  # FAISS's default, which the build turns off
+    assert not faiss.downcast_index(faiss.extract_index_ivf(ours.index)).do_polysemous_training
+    ivf.cp.seed = 0
+    theirs.train(_sample_rows(lambda: iter([x]), N, PARAMS["train_size"], 0))  # ours
+    theirs.add(x)
+    ivf.nprobe = 2
+    mine = ours.search(x[:50], 10)[1]
+    rows = theirs.search(x[:50], 10)[1]
+    assert (mine == np.asarray(ids, dtype=object)[rows]).all()

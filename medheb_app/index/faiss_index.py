@@ -345,8 +345,12 @@ class VectorIndex:
         what = f"IVF-PQ index over {_items(count)}"
         with faiss_messages(what, notes):
             index = faiss.index_factory(dims, factory, faiss.METRIC_INNER_PRODUCT)
-            ivf = faiss.extract_index_ivf(index)
+            ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
             ivf.cp.seed = seed
+            # the factory's IVF-PQ reorders its centroids for polysemous (Hamming) filtering,
+            # which search never uses: the ranking is the same without it, and it was 95% of
+            # the training time (BENCHMARKS.md, "IVF-PQ training without polysemous codes")
+            ivf.do_polysemous_training = False
             index.train(sample)
         code_bytes = count * (ivf.code_size + 8)
         on_disk = code_bytes > budget * 2**20
