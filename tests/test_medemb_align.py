@@ -55,6 +55,7 @@ def test_alignment_trains_the_projection_and_leaves_the_backbone_alone():
     assert stats["final_loss"] < stats["first_loss"]
     assert not torch.equal(model.projection.linear.weight, projection)
     assert all(torch.equal(v, model.backbone.state_dict()[k]) for k, v in backbone.items())
+    assert all(p.requires_grad for p in model.backbone.parameters())  # given back as it was
     stop = threading.Event()
     stop.set()
     assert align_projection(model, bank, 5, 1e-3, 6, 0.05, 0, stop=stop)["steps"] == 0
