@@ -205,10 +205,32 @@ def medheb_lite_run(
     return build(tmp_path_factory.mktemp("medheb-lite-run"))
 
 
-@pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[object]:
-    """ONE local Ray cluster for the whole test session (2 CPUs, no dashboard)."""
+@pytest.fixture
+def ray_cluster() -> object:
+    """ONE local Ray cluster (2 CPUs, no dashboard) for the tests of the Ray group, started by
+    the first of them and stopped after the last (pytest_runtest_teardown below): idle, its
+    daemons and worker processes took 4% of a core and their torch copies' memory from the
+    rest of the session on that worker."""
     ray = pytest.importorskip("ray", reason="ray[data] (requirements.txt) not installed")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+def _group(item: pytest.Item | None) -> str | None:
+    mark = item.get_closest_marker("xdist_group") if item is not None else None
+    return (mark.kwargs.get("name") or mark.args[0]) if mark is not None else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Stop the Ray cluster once the Ray group's last test is torn down (a later Ray test, as
+    in a `-n 0` run in file order, starts it again)."""
+    result = yield
+    if _group(item) == "ray" and _group(nextitem) != "ray":
+        import sys
+
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
+    return result
