@@ -16,9 +16,7 @@ import uvicorn
 from medheb_app.access.auth import StartupRefused, check_oauth_setting
 from medheb_app.access.header_cap import HeadCappedProtocol
 from medheb_app.access.origin import OriginPolicy
-from medheb_app.services import create_services
 from medheb_app.settings import Settings, listen_address
-from medheb_app.ui.server import build_server
 
 
 def address(environ: dict[str, str] | None = None) -> tuple[str, int]:
@@ -49,6 +47,11 @@ def startup_settings() -> Settings:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     settings = startup_settings()
+    # deferred past the checks: the models, Gradio and the UI are 2-3 s of imports that a
+    # refused start (one line, exit 2) does not need
+    from medheb_app.services import create_services
+    from medheb_app.ui.server import build_server
+
     services = create_services(settings)
     server = build_server(services)
     host, port = address()
