@@ -148,7 +148,7 @@ def _serve_process(data_dir: Path, port: int, env: dict) -> subprocess.Popen:
 
 def test_uploads_left_by_a_killed_process_are_swept_at_the_next_start(tmp_path):
     temp = tmp_path / "gradio-temp"  # a Gradio upload folder of this test's own
-    env = {"GRADIO_TEMP_DIR": str(temp), "UPLOAD_TTL_S": "2"}
+    env = {"GRADIO_TEMP_DIR": str(temp), "UPLOAD_TTL_S": "0.5"}
     port = free_port()
     first = _serve_process(tmp_path / "data", port, env)
     reply = httpx.post(
@@ -160,7 +160,7 @@ def test_uploads_left_by_a_killed_process_are_swept_at_the_next_start(tmp_path):
     os.killpg(first.pid, signal.SIGKILL)  # no shutdown hook runs
     first.wait(timeout=30)
     assert Path(path).is_file()
-    time.sleep(2.5)  # older than the TTL by the time the next process starts
+    time.sleep(1.0)  # older than the TTL by the time the next process starts
     second = _serve_process(tmp_path / "data", free_port(), env)
     try:
         assert not Path(path).exists()
