@@ -8,6 +8,7 @@ query language imports nothing above medheb_app.evidence.
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import medheb_app
@@ -15,6 +16,17 @@ import medheb_app
 PACKAGE = Path(medheb_app.__file__).parent
 FORBIDDEN = (("tasks", "eval"), ("models", "tasks"), ("ui", "store"))
 QUERY_MAY_IMPORT = ("query", "evidence")
+
+
+def _parsed(path: Path) -> ast.Module:
+    """The module's syntax tree, parsed once per file version for all the checks below (each
+    walks every module; parsing them again per test was most of this file's time)."""
+    return _parse(path, path.stat().st_mtime_ns)
+
+
+@cache
+def _parse(path: Path, _version: int) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
 
 
 def _layer(module: str) -> str:
@@ -33,7 +45,7 @@ def _module_name(path: Path) -> str:
 
 def _imports(path: Path, package: str | None = None) -> set[str]:
     """Every medheb_app module `path` imports, resolving relative imports."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = _parsed(path)
     if package is None:
         package = _module_name(path) if path.name == "__init__.py" else _module_name(path.parent)
     found: set[str] = set()
@@ -410,7 +422,7 @@ ENV_READERS = {
 
 def _reads_environment(path: Path) -> bool:
     names = ("environ", "getenv")
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(_parsed(path)):
         if (
             isinstance(node, ast.Attribute)
             and node.attr in names
@@ -468,7 +480,7 @@ def function_level_imports(path: Path) -> list[tuple[int, bool]]:
     source = path.read_text()
     lines = source.splitlines()
     found: list[tuple[int, bool]] = []
-    for function in ast.walk(ast.parse(source, filename=str(path))):
+    for function in ast.walk(_parsed(path)):
         if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         imports = [
@@ -520,7 +532,7 @@ def test_the_import_counter_sees_local_imports_and_their_reasons(tmp_path: Path)
 
 
 def _nodes(path: Path) -> list[ast.AST]:
-    return [node for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))]
+    return [node for node in ast.walk(_parsed(path))]
 
 
 def test_work_that_stops_raises_the_one_cancellation_type() -> None:

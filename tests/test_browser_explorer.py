@@ -63,8 +63,8 @@ def test_a_negation_failure_shows_thumbnails_and_the_violated_constraint(app, pa
 
     page.locator("#explorer-failures input").check()
     failures: list[str] = []
-    for _ in range(30):  # the list is replaced once the server answers
-        page.wait_for_timeout(1000)
+    for _ in range(120):  # the list is replaced once the server answers
+        page.wait_for_timeout(250)
         page.locator("#explorer-query input").click()
         page.wait_for_function("() => document.querySelectorAll('[role=option]').length > 0")
         failures = page.get_by_role("option").all_inner_texts()
