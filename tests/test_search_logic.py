@@ -14,9 +14,11 @@ from medheb_app.demo import ensure_demo
 from medheb_app.evidence.findings import CXR_RETRIEVE_10, Vocabulary
 from medheb_app.evidence.phantoms import load_corpus
 from medheb_app.evidence.study import Study
+from medheb_app.index.catalog import load_index, query_vocabulary
 from medheb_app.models.base import ModelCard, l2_normalise
 from medheb_app.models.baselines import label_vector
 from medheb_app.query.parser import parse_query
+from medheb_app.ranking.index_logic import index_probe_path, probe_rows
 from medheb_app.search import FILE_LOGIC_WARNING, SearchError, search
 from medheb_app.settings import Settings
 from tests.index_helpers import build_studies as build_index
@@ -84,11 +86,14 @@ def test_logic_ranking_honours_the_negation_that_cosine_ignores(biased: Settings
 
 
 def test_the_probe_is_fit_once_on_train_studies_then_loaded(biased: Settings, corpus) -> None:
-    probes = biased.data_dir / "probes"
     first = search(query_text=QUERY, index=INDEX, k=5, settings=biased, ranking="logic")
-    # the model's own probe files (the demo bootstrap also fit oracle's, for demo-cxr)
-    files = sorted(probes.glob(f"{AffirmationBiased().card.fingerprint}-index-*.npz"))
-    assert len(files) == 1
+    # this build's own probe file (the demo bootstrap also fit oracle's, for demo-cxr, and a
+    # test run earlier may have fit one for another build of the index)
+    model = AffirmationBiased()
+    loaded = load_index(INDEX, model.card.fingerprint, biased)
+    rows, how = probe_rows(loaded, tuple(query_vocabulary(loaded)))
+    files = [index_probe_path(biased, model, loaded, rows)]
+    assert how == "split" and files[0].is_file()
     stamp = files[0].stat().st_mtime_ns
     meta = json.loads(files[0].with_suffix(".json").read_text())
     corpus_train = sum(study.split == "train" for study in corpus[1])
