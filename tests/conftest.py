@@ -9,6 +9,7 @@ are the one thing the workers share, in BASETEMP/phantoms, behind the saved-corp
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -78,6 +79,12 @@ def link_shared_corpora(shared: Path, settings: Settings, *keys: object) -> None
             link.symlink_to(directory, target_is_directory=True)
 
 
+def _group(item: pytest.Item | None) -> str | None:
+    """The item's xdist group name (its `xdist_group` mark), None without one."""
+    mark = item.get_closest_marker("xdist_group") if item is not None else None
+    return (mark.kwargs.get("name") or mark.args[0]) if mark is not None else None
+
+
 @pytest.hookimpl(wrapper=True)  # before every plain hook: xdist's turns the marks into node ids
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
@@ -96,11 +103,9 @@ def pytest_collection_modifyitems(
         from _pytest.nodeid import coerce_node_id
 
         for item in items:
-            mark = item.get_closest_marker("xdist_group")
-            if mark is not None and "@" not in item.nodeid.rsplit("]", 1)[-1]:
-                item._id = coerce_node_id(
-                    f"{item.nodeid}@{mark.kwargs.get('name') or mark.args[0]}"
-                )
+            group = _group(item)
+            if group is not None and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+                item._id = coerce_node_id(f"{item.nodeid}@{group}")
     return result
 
 
@@ -116,8 +121,7 @@ def group_tests(config: pytest.Config, items: list[pytest.Item]) -> None:
         module = item.nodeid.split("::", 1)[0]
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("ray" if module in on_ray else module))
-        mark = item.get_closest_marker("xdist_group")
-        group_of[id(item)] = mark.kwargs.get("name") or mark.args[0]
+        group_of[id(item)] = str(_group(item))  # marked just above
     if config.getoption("numprocesses", None):
         longest_groups_first(items, group_of)
 
@@ -217,19 +221,12 @@ def ray_cluster() -> object:
     return ray
 
 
-def _group(item: pytest.Item | None) -> str | None:
-    mark = item.get_closest_marker("xdist_group") if item is not None else None
-    return (mark.kwargs.get("name") or mark.args[0]) if mark is not None else None
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Stop the Ray cluster once the Ray group's last test is torn down (a later Ray test, as
     in a `-n 0` run in file order, starts it again)."""
     result = yield
     if _group(item) == "ray" and _group(nextitem) != "ray":
-        import sys
-
         ray = sys.modules.get("ray")
         if ray is not None and ray.is_initialized():
             ray.shutdown()

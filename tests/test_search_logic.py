@@ -92,14 +92,14 @@ def test_the_probe_is_fit_once_on_train_studies_then_loaded(biased: Settings, co
     model = AffirmationBiased()
     loaded = load_index(INDEX, model.card.fingerprint, biased)
     rows, how = probe_rows(loaded, tuple(query_vocabulary(loaded)))
-    files = [index_probe_path(biased, model, loaded, rows)]
-    assert how == "split" and files[0].is_file()
-    stamp = files[0].stat().st_mtime_ns
-    meta = json.loads(files[0].with_suffix(".json").read_text())
+    probe = index_probe_path(biased, model, loaded, rows)
+    assert how == "split" and probe.is_file()
+    stamp = probe.stat().st_mtime_ns
+    meta = json.loads(probe.with_suffix(".json").read_text())
     corpus_train = sum(study.split == "train" for study in corpus[1])
     assert meta["n_train"] == corpus_train and meta["views"] == "whole"
     again = search(query_text=QUERY, index=INDEX, k=5, settings=biased, ranking="logic")
-    assert files[0].stat().st_mtime_ns == stamp
+    assert probe.stat().st_mtime_ns == stamp
     assert [h.id for h in again.results] == [h.id for h in first.results]
 
 
