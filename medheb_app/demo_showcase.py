@@ -21,10 +21,16 @@ from medheb_app.evidence.phantoms import load_corpus, saved
 from medheb_app.serving import default_demo_models
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
-from medheb_app.study import create_study, describe_with_tasks, list_studies, load_run
+from medheb_app.study import (
+    StudyError,
+    create_study,
+    describe_with_tasks,
+    list_studies,
+    load_run,
+)
 from medheb_app.study.items import common_queries
 from medheb_app.tasks import medheb
-from medheb_app.tasks.base import revision
+from medheb_app.tasks.base import EmptyTask, revision
 from medheb_app.tasks.builders import generic, phantom
 
 Progress = Callable[[float, str], None]
@@ -41,7 +47,8 @@ def showcase_models(settings: Settings) -> list[str]:
 
 
 def showcase_tasks(corpus_dir: Path, n: int, seed: int) -> list[Any]:
-    """The three small tasks over the demo corpus's test studies."""
+    """The three small tasks over the demo corpus's test studies, less those the corpus is too
+    small for (a 40-study demo has no two test studies that share a finding: no I-I query)."""
     test = phantom.in_part(load_corpus(corpus_dir), "test")
     rev = revision("demo-cxr", n, seed, saved.generator_version(), [s.id for s in test])
     items = phantom.labelled_chest(test, rev)
@@ -50,8 +57,8 @@ def showcase_tasks(corpus_dir: Path, n: int, seed: int) -> list[Any]:
     def meta(name: str, family: str, description: str, **fields: Any):
         return medheb._phantom_meta(name, family, description, rev, **fields)
 
-    return [
-        generic.same_label_task(
+    builders: list[Callable[[], Any]] = [
+        lambda: generic.same_label_task(
             meta(
                 "demo-cxr-i2i",
                 "I-I",
@@ -62,7 +69,7 @@ def showcase_tasks(corpus_dir: Path, n: int, seed: int) -> list[Any]:
             SHOWCASE_QUERIES,
             seed=1,
         ),
-        generic.image_to_label_task(
+        lambda: generic.image_to_label_task(
             meta(
                 "demo-cxr-i2label",
                 "I-Lab",
@@ -76,13 +83,17 @@ def showcase_tasks(corpus_dir: Path, n: int, seed: int) -> list[Any]:
             max_queries=SHOWCASE_QUERIES,
             seed=2,
         ),
-        generic.label_to_image_task(
+        lambda: generic.label_to_image_task(
             meta("demo-cxr-t2i", "T-I", "Finding to images (demo).", qry_inst=medheb.INST_T2I),
             items,
             label_id,
             medheb.label_text,
         ),
     ]
+    try:
+        return [build() for build in builders]
+    except EmptyTask:
+        return []
 
 
 def ensure_showcase(
@@ -93,7 +104,9 @@ def ensure_showcase(
     progress: Progress | None = None,
     models: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Make the showcase run and study exist; cheap (two lookups) once they do."""
+    """Make the showcase run and study exist; cheap (two lookups) once they do. A demo corpus
+    too small for them gets neither, or the run without the study, and a `reason` that the
+    bootstrap's progress reports in one line."""
     models = list(models or showcase_models(settings))
     out = settings.runs_dir / SHOWCASE_RUN
     store = Store.open(settings.database_url)
@@ -102,6 +115,14 @@ def ensure_showcase(
     if ran and SHOWCASE_STUDY in studies:
         return {"run": str(out), "study": SHOWCASE_STUDY, "built": False}
     tasks = showcase_tasks(corpus_dir, n, seed)
+    if not tasks:
+        reason = (
+            f"demo benchmark run skipped: the {n}-study demo corpus is too small for its tasks "
+            "(a larger MEDHEB_DEMO_SIZE builds it)"
+        )
+        if progress:
+            progress(1.0, reason)
+        return {"run": None, "study": None, "built": False, "reason": reason}
     if not ran:
         if progress:
             progress(0.0, f"benchmarking {', '.join(models)} on {len(tasks)} small demo tasks")
@@ -110,16 +131,22 @@ def ensure_showcase(
         outputs = load_run(out, models)
         shared = sum(len(ids) for ids in common_queries({m: outputs[m] for m in models}).values())
         describe = describe_with_tasks(tasks, settings.data_dir / "study-media" / SHOWCASE_RUN)
-        create_study(
-            store,
-            SHOWCASE_STUDY,
-            models,
-            outputs,
-            n_items=min(SHOWCASE_ITEMS, shared),
-            seed=0,
-            describe=describe,
-            source=out,
-        )
+        try:
+            create_study(
+                store,
+                SHOWCASE_STUDY,
+                models,
+                outputs,
+                n_items=min(SHOWCASE_ITEMS, shared),
+                seed=0,
+                describe=describe,
+                source=out,
+            )
+        except StudyError as error:  # a small demo: the run is kept for the explorer
+            reason = f"demo study skipped: {error}"
+            if progress:
+                progress(1.0, reason)
+            return {"run": str(out), "study": None, "built": not ran, "reason": reason}
     if progress:
         progress(1.0, "demo benchmark run and study ready")
     return {"run": str(out), "study": SHOWCASE_STUDY, "built": True}

@@ -56,3 +56,40 @@ def test_a_second_start_builds_nothing(started) -> None:
     bootstrap_app(settings, lambda fraction, message: messages.append(message))
     assert not [m for m in messages if "benchmarking" in m or "building index" in m]
     assert len(run_table.list_runs(Store.open(settings.database_url))) == 1
+
+
+def _bootstrap_small(settings: Settings, caplog) -> list[str]:
+    messages: list[str] = []
+    with caplog.at_level("WARNING"):
+        assets = bootstrap_app(settings, lambda fraction, message: messages.append(message))
+    assert assets.n == settings.demo_size and messages[-1] == "demo ready"
+    failures = [r for r in caplog.records if r.levelname == "ERROR" or r.exc_info]
+    assert not failures  # (withheld study items are warnings, one line each)
+    return [m for m in messages if "skipped" in m]
+
+
+def test_a_demo_too_small_for_the_tasks_says_so_in_one_line_and_serves(tmp_path, caplog) -> None:
+    """MEDHEB_DEMO_SIZE=40 leaves no two test phantoms sharing a finding (no I-I query): the
+    bootstrap skips the run with a reason in its progress, not a traceback in the log."""
+    settings = Settings(data_dir=tmp_path / "data", demo_size=40, demo_models=("oracle",))
+    assert _bootstrap_small(settings, caplog) == [
+        "demo benchmark run skipped: the 40-study demo corpus is too small for its tasks "
+        "(a larger MEDHEB_DEMO_SIZE builds it)"
+    ]
+    assert run_table.list_runs(Store.open(settings.database_url)) == []
+    assert list_studies(Store.open(settings.database_url)) == []
+
+
+def test_a_demo_with_too_few_candidates_keeps_the_run_and_says_why_there_is_no_study(
+    tmp_path, caplog
+) -> None:
+    settings = Settings(data_dir=tmp_path / "data", demo_size=60, demo_models=("oracle",))
+    skipped = _bootstrap_small(settings, caplog)
+    assert len(skipped) == 1 and skipped[0].startswith("demo study skipped: No item could be")
+    runs = run_table.list_runs(Store.open(settings.database_url))
+    assert len(runs) == 1 and runs[0].status == "finished"
+    assert list_studies(Store.open(settings.database_url)) == []
+    again: list[str] = []  # the next start keeps the run and does not benchmark again
+    bootstrap_app(settings, lambda fraction, message: again.append(message))
+    assert not [m for m in again if "benchmarking" in m]
+    assert len(run_table.list_runs(Store.open(settings.database_url))) == 1

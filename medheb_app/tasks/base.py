@@ -89,6 +89,10 @@ class TaskUnavailable(Exception):
     """A task cannot be built here (e.g. ../shared/data is absent); the message says why."""
 
 
+class EmptyTask(ValueError):
+    """A task's data gave it no query or no candidate (a corpus too small for its relation)."""
+
+
 @dataclass
 class Task:
     """Metadata plus queries and one shared candidate pool."""
@@ -113,9 +117,9 @@ class Task:
         """Fail early on a task that cannot be scored: every query must have a reachable target."""
         name = self.metadata.name
         if not self.queries:
-            raise ValueError(f"Task {name} has no queries.")
+            raise EmptyTask(f"Task {name} has no queries.")
         if not self.candidates:
-            raise ValueError(f"Task {name} has no candidates.")
+            raise EmptyTask(f"Task {name} has no candidates.")
         ids = [candidate.id for candidate in self.candidates]
         if len(set(ids)) != len(ids):
             raise ValueError(f"Task {name} has duplicate candidate ids.")
