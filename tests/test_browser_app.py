@@ -24,6 +24,7 @@ from tests.browser_harness import (
     require_browser,
     serve_app,
 )
+from tests.conftest import link_shared_corpora
 from tests.run_fixtures import MODELS, TASK, write_run
 
 pytestmark = pytest.mark.browser
@@ -71,7 +72,7 @@ def _wait_for_demo(data_dir: Path, timeout: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory) -> Iterator[dict]:
+def app(tmp_path_factory, shared_phantom_corpora) -> Iterator[dict]:
     require_browser()
     root = tmp_path_factory.mktemp("browser")
     data_dir = root / "data"
@@ -84,11 +85,13 @@ def app(tmp_path_factory) -> Iterator[dict]:
         # those; tests/test_search_blinding.py pins that)
         "MEDHEB_STUDY_PAUSES_SEARCH": "0",
     }
+    from medheb_app.evidence.phantoms.saved import demo_key
     from medheb_app.services import create_services
     from medheb_app.settings import Settings
     from medheb_app.study import create_invitations, create_study
 
     settings = Settings.from_env(data_dir=data_dir)
+    link_shared_corpora(shared_phantom_corpora, settings, demo_key(settings, 120))
     services = create_services(settings, start_bootstrap=False)
     write_run(root / "run", with_images=True)
     study_id = create_study(

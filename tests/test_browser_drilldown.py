@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tests.browser_harness import require_browser, serve_app
+from tests.conftest import link_shared_corpora
 from tests.test_browser_app import _open, _shot, _tab
 from tests.test_browser_search import _page_box
 
@@ -23,24 +24,24 @@ TASKS = ["phantom-cxr-vg", "phantom-mr-t1-t2"]
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory) -> Iterator[dict]:
+def app(tmp_path_factory, shared_phantom_corpora) -> Iterator[dict]:
     require_browser()
     root = tmp_path_factory.mktemp("browser-drilldown")
     data_dir = root / "data"
     from medheb_app.eval.runner import run_suite
-    from medheb_app.evidence.phantoms import saved
+    from medheb_app.evidence.phantoms.saved import demo_key
     from medheb_app.settings import Settings
     from medheb_app.tasks import medheb
 
     settings = Settings.from_env(data_dir=data_dir)
-    with pytest.MonkeyPatch.context() as patch:  # a small corpus, in this test's folder
+    with pytest.MonkeyPatch.context() as patch:  # small corpora: the session's saved ones
         patch.setattr(medheb, "CHEST_N", 120)
         patch.setattr(medheb, "VOLUME_SUBJECTS", 6)
-        patch.setattr(saved, "corpora_root", lambda s: root / "corpora")
         run_suite(medheb.get_suite("medheb-lite"), ["random", "oracle"], root / "run", settings,
                   only=TASKS)  # fmt: skip
     env = {"MEDHEB_DEMO_SIZE": "40", "MEDHEB_DEFAULT_MODEL": "oracle",
            "MEDHEB_DEMO_MODELS": "oracle"}  # fmt: skip
+    link_shared_corpora(shared_phantom_corpora, settings, demo_key(settings, 40))
     with serve_app(root, data_dir, env, log_name="app-drilldown.log") as url:
         yield {"url": url}
 

@@ -16,6 +16,7 @@ from tests.browser_harness import (
     require_browser,
     serve_app,
 )
+from tests.conftest import link_shared_corpora
 from tests.test_browser_app import _open, _tab
 from tests.test_cxr_cli import nih_fixture
 
@@ -23,16 +24,19 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory) -> Iterator[dict]:
+def app(tmp_path_factory, shared_phantom_corpora) -> Iterator[dict]:
     require_browser()
     root = tmp_path_factory.mktemp("browser-explorer")
     data_dir = root / "data"
-    env = {"MEDHEB_DEMO_SIZE": "40", "MEDHEB_DEFAULT_MODEL": "oracle"}
+    env = {"MEDHEB_DEMO_SIZE": "40", "MEDHEB_DEFAULT_MODEL": "oracle",
+           "MEDHEB_DEMO_MODELS": "oracle"}  # fmt: skip  # the explorer reads the stored run
     from medheb_app.eval.runner import run_suite
+    from medheb_app.evidence.phantoms.saved import demo_key
     from medheb_app.settings import Settings
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
     settings = Settings.from_env(data_dir=data_dir)
+    link_shared_corpora(shared_phantom_corpora, settings, demo_key(settings, 40))
     gallery = nih_fixture(root / "nih")
     suite = CxrRetrieveSuite(data=f"nih:{gallery}", split=None)
     run_suite(suite, ["oracle", "random"], root / "cxr-run", settings)

@@ -21,6 +21,7 @@ from tests.browser_harness import (
     require_browser,
     serve_app,
 )
+from tests.conftest import link_shared_corpora
 from tests.test_browser_app import _choose, _open, _shot, _wait_for_demo
 from tests.test_cxr_cli import nih_fixture
 
@@ -30,17 +31,19 @@ PHONE = {"width": 375, "height": 812}
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory) -> Iterator[dict]:
+def app(tmp_path_factory, shared_phantom_corpora) -> Iterator[dict]:
     require_browser()
     root = tmp_path_factory.mktemp("browser-search")
     data_dir = root / "data"
     env = {"MEDHEB_DEMO_SIZE": "40", "MEDHEB_DEFAULT_MODEL": "oracle",
            "MEDHEB_DEMO_MODELS": "oracle",
            "MEDHEB_PUBLIC_INDICES": "nih-mini"}  # fmt: skip  # the operator published it
+    from medheb_app.evidence.phantoms.saved import demo_key
     from medheb_app.index.build import build_from_source
     from medheb_app.settings import Settings
 
     settings = Settings.from_env(data_dir=data_dir)
+    link_shared_corpora(shared_phantom_corpora, settings, demo_key(settings, 40))
     build_from_source(f"nih:{nih_fixture(root / 'nih', n=24)}", "oracle", "nih-mini", settings)
     with serve_app(root, data_dir, env, log_name="app-search.log") as url:
         _wait_for_demo(data_dir, STARTUP_S)
