@@ -46,6 +46,9 @@ def startup_settings() -> Settings:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    # FAISS probes its CPU builds at import and logs each one this machine lacks, with a
+    # ModuleNotFoundError, at INFO: four lines per start that read like a failure
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     settings = startup_settings()
     # deferred past the checks: the models, Gradio and the UI are 2-3 s of imports that a
     # refused start (one line, exit 2) does not need
