@@ -20,7 +20,7 @@ from medheb_app.ranking.logic_aware import (
     logic_scores,
     probe_path,
 )
-from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe
+from medheb_app.ranking.probes import FindingProbe, ProbeConfig, fit_probe, roc_auc
 from medheb_app.tasks.cxr_retrieve import Gallery
 
 DIMS = 24
@@ -105,6 +105,49 @@ def test_probe_fits_learnable_findings_and_marks_the_rest(tmp_path) -> None:
     assert again.c == probe.c and all(c in GLOBAL_ONLY.c_grid for c in again.c if c)
     with pytest.raises(ValueError, match="24-d features"):
         probe.logits(np.zeros((2, 5)))
+
+
+def test_roc_auc_is_scikit_learns_on_ties_and_missing_classes() -> None:
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(4)
+    for n in (2, 7, 60, 501):
+        positive = rng.random(n) < 0.3
+        positive[:2] = [True, False]
+        for scores in (rng.normal(size=n), rng.integers(0, 3, size=n).astype(float)):  # ties
+            assert roc_auc(scores, positive) == pytest.approx(
+                roc_auc_score(positive, scores), abs=1e-12
+            )
+    assert roc_auc(np.array([0.1, 0.9, 0.5]), np.array([False, True, True])) == 1.0
+    assert np.isnan(roc_auc(np.array([0.1, 0.2]), np.array([True, True])))
+
+
+def test_the_probe_picks_the_c_and_weights_scikit_learns_roc_auc_scoring_picks() -> None:
+    """The probe's own AUC scorer changes its cost, not its choice: the same C, the same
+    weights and (to rounding) the same cross-validated AUC as scoring="roc_auc"."""
+    from sklearn.linear_model import LogisticRegressionCV
+    from sklearn.model_selection import StratifiedKFold
+
+    rng = np.random.default_rng(5)
+    config = ProbeConfig()
+    for n, d, rate in ((40, 16, 0.3), (200, 24, 0.1), (600, 32, 0.5)):
+        z = rng.normal(size=(n, d))
+        y = z[:, 0] + 0.8 * rng.normal(size=n) > np.quantile(z[:, 0], 1 - rate)
+        probe = fit_probe(z, [{"Edema": int(v)} for v in y], ["Edema"], "fp", config)
+        mean, scale = z.mean(axis=0), z.std(axis=0) + 1e-8
+        reference = LogisticRegressionCV(
+            Cs=list(config.c_grid),
+            cv=StratifiedKFold(config.folds, shuffle=True, random_state=config.seed),
+            scoring="roc_auc",
+            max_iter=5000,
+            random_state=config.seed,
+            l1_ratios=(0.0,),
+            use_legacy_attributes=False,
+        ).fit((z - mean) / scale, y)
+        assert probe.c[0] == float(np.ravel(reference.C_)[0])
+        assert np.allclose(probe.weights[0], reference.coef_[0] / scale, rtol=0, atol=1e-12)
+        auc = float(np.asarray(reference.scores_).mean(axis=0).max())
+        assert probe.cv_auc[0] == pytest.approx(auc, abs=1e-12)
 
 
 def test_logic_ranker_fixes_negation_of_a_bag_of_words_model(settings) -> None:
