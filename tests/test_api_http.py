@@ -326,6 +326,9 @@ def test_token_cli_issues_a_token_the_api_accepts_and_revokes_it(site, monkeypat
         capsys.readouterr()
         assert_problem(client.get("/audit"), 401, "unauthenticated")
     assert cli.main(["token", "create", "--scope", "admin", "--days", "-1"]) == 2
+    assert cli.main(["token", "create", "--scope", "read", "--days", "0"]) == 2
+    refused = capsys.readouterr().err  # 0 is outside the range, and the message says so
+    assert "more than 0 and at most 3650 days; got 0.0." in refused
     from medheb_app.api.audit import events
 
     logged = [(e.who, e.channel, e.action) for e in events(site.services.store)]

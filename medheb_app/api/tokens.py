@@ -82,7 +82,9 @@ def create_token(
     if scope not in TOKEN_SCOPES:
         raise TokenError(f"Unknown scope {scope!r}; use one of: {', '.join(TOKEN_SCOPES)}.")
     if days is not None and not 0 < float(days) <= MAX_DAYS:
-        raise TokenError(f"A token's lifetime is between 0 and {MAX_DAYS} days; got {days}.")
+        raise TokenError(
+            f"A token's lifetime is more than 0 and at most {MAX_DAYS} days; got {days}."
+        )
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     expires = utcnow() + timedelta(days=float(days)) if days is not None else None
     with store.session() as session:

@@ -353,7 +353,8 @@ def _missing_message(name: str, model_name: str, settings: Settings) -> str:
         )
     names = sorted({entry["name"] for entry in list_indices(settings)})
     hint = f"Available indices: {', '.join(names)}." if names else "No index has been built yet."
-    return f"Index {name!r} does not exist. {hint} Build the demo: python -m medheb_app demo build"
+    demo = "Build the demo with: python -m medheb_app demo build."
+    return f"Index {name!r} does not exist. {hint} {demo}"
 
 
 def list_indices(settings: Settings) -> list[dict[str, Any]]:
