@@ -443,6 +443,12 @@ def test_admin_starts_polls_and_cancels_a_job(site):
         assert "source roots" in body["detail"] and "/etc" not in body["detail"]
         bad = client.post("/jobs", json={"kind": "index-build", "name": "x"})
         assert_problem(bad, 422, "invalid-request")
+        jobs_before = len(client.get("/jobs").json())
+        nosuch = {"kind": "index-build", "name": "x", "source": "phantom:12", "model": "nosuch"}
+        body = assert_problem(client.post("/jobs", json=nosuch), 422, "invalid-request")
+        assert body["detail"].startswith("Unknown model 'nosuch'; this server's models: ")
+        assert "dual-lite, random, oracle" in body["detail"]
+        assert len(client.get("/jobs").json()) == jobs_before  # refused, not queued to fail
         assert_problem(client.post("/jobs", json={"kind": "rm -rf"}), 422, "invalid-request")
 
 

@@ -161,6 +161,12 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
     )
 
 
+def check_spec(spec: str, settings: Settings) -> None:
+    """Raise UnknownModelError (its message lists the valid specs) unless `spec` names a model
+    the resolver knows; loads nothing, so a job can be refused before it is queued."""
+    _resolve(spec.strip(), settings)
+
+
 def identity(spec: str, settings: Settings) -> tuple:
     """What `spec` loads, as a comparable key: two specs naming one model (`dual-lite` and
     `dual-lite@report`) give the same key; an unknown spec is its own key. Costs a stat."""

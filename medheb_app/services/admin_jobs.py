@@ -16,7 +16,12 @@ from medheb_app.index.build import build_from_source
 from medheb_app.index.catalog import check_index_name
 from medheb_app.index.sources import check_served_source
 from medheb_app.jobs import JobRunner
-from medheb_app.models.registry import spec_of_folder
+from medheb_app.models.registry import (
+    UnknownModelError,
+    check_spec,
+    spec_of_folder,
+    valid_specs,
+)
 from medheb_app.serving import build_default_model, default_demo_models
 from medheb_app.settings import Settings
 from medheb_app.tasks.base import FAMILIES
@@ -200,6 +205,13 @@ class AdminJobs:
         if kind not in JOB_FACTORIES:
             raise ValueError(f"Unknown job kind {kind!r}.")
         if kind == "index-build":  # the server reads archives under its roots only
+            try:  # an unknown model is the caller's mistake: refused now, not a job's traceback
+                check_spec(str(params["model"]), self.settings)
+            except UnknownModelError:
+                known = ", ".join(valid_specs(self.settings))
+                raise ValueError(
+                    f"Unknown model {params['model']!r}; this server's models: {known}."
+                ) from None
             check_served_source(index_source(self.settings, params), self.settings)
             return self.jobs.submit(kind, params, index_job(self.settings, roots_only=True))
         if kind == "bench-run" and params.get("data"):
