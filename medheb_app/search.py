@@ -23,8 +23,10 @@ from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import (
     IndexNotFoundError,
     LoadedIndex,
+    index_exists,
     index_vocabulary,
     load_index,
+    missing_message,
     query_vocabulary,
 )
 from medheb_app.models import registry
@@ -225,16 +227,22 @@ class SearchResponse:
         }
 
 
-def resolve_index(name: str, embedder: Embedder, settings: Settings) -> LoadedIndex:
-    """The built index `name` for this model. A search never builds one: a missing index is
-    an error that says how to build it (`demo build`, `index build` or an admin job)."""
+def resolve_index(
+    name: str, embedder: Embedder, settings: Settings, spec: str | None = None
+) -> LoadedIndex:
+    """The built index `name` for this model (`spec`: how the caller named it). A search
+    never builds one: a missing index is an error that says how to build it (`demo build`,
+    `index build` or an admin job)."""
     try:
-        return load_index(name, embedder, settings)
+        return load_index(name, embedder, settings, spec)
     except IndexNotFoundError as error:
-        raise SearchError(
-            f"{error} Indices are built from the command line or as an admin job, never by a "
-            "search."
-        ) from None
+        raise _not_built(error) from None
+
+
+def _not_built(error: IndexNotFoundError) -> SearchError:
+    return SearchError(
+        f"{error} Indices are built from the command line or as an admin job, never by a search."
+    )
 
 
 def _check_modality(embedder: Embedder, form: str, spec: str) -> None:
@@ -435,9 +443,13 @@ class Prepared:
 
 def prepare(request: SearchRequest, settings: Settings) -> Prepared:
     """The model and index build for a validated request (both memoised after the first
-    load, so this costs a few stats): what a cached answer of it must have been made with."""
+    load, so this costs a few stats): what a cached answer of it must have been made with.
+    An index that is built for no model is refused before any model loads."""
+    if not index_exists(request.index, settings):
+        raise _not_built(IndexNotFoundError(missing_message(request.index, "", settings)))
     embedder = registry.load_embedder(request.model, settings)
-    return Prepared(request, embedder, resolve_index(request.index, embedder, settings))
+    loaded = resolve_index(request.index, embedder, settings, request.model)
+    return Prepared(request, embedder, loaded)
 
 
 def run(prepared: Prepared, settings: Settings) -> SearchResponse:
@@ -567,6 +579,8 @@ def rank(
             )  # fmt: skip
         except ValueError as error:
             raise SearchError(str(error)) from error
+        if not np.any(vector):
+            notes.append(blank_query_warning(request, embedder))
     else:
         scores, ids, p_fit = found[0][None], found[1][None], found[2]
     timings = {
@@ -575,6 +589,20 @@ def rank(
     }
     logic = found is not None
     return Ranked(scores[0], ids[0], parsed, labelled, logic, notes, timings, p_fit)
+
+
+def blank_query_warning(request: SearchRequest, embedder: Embedder) -> str:
+    """Why hits that all score the same came back: the query embedded to all zeros (the
+    oracle reads true labels only, and an upload carries none)."""
+    upload = request.text is None
+    what = "the uploaded study" if upload else "this query"
+    why = ""
+    if upload and embedder.card.name == "oracle":
+        why = " The oracle reads true labels, and an upload carries none."
+    return (
+        f"Model {request.model!r} found nothing to rank by in {what} (its embedding is all "
+        f"zeros), so every study scores the same and the order of the hits means nothing.{why}"
+    )
 
 
 def _and_list(names: tuple[str, ...] | list[str]) -> str:

@@ -107,6 +107,38 @@ def test_a_model_the_demo_was_not_built_for_is_an_error_and_builds_nothing(
     assert after == before
 
 
+def test_a_missing_build_names_the_spec_asked_for_and_a_missing_index_loads_no_model(
+    demo: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from medheb_app.index.catalog import IndexNotFoundError, load_index
+    from medheb_app.models import registry
+
+    with pytest.raises(IndexNotFoundError) as caught:  # the card names dual-lite, no tag
+        load_index("demo-cxr", "0" * 16, demo, spec="dual-lite@label-aware")
+    assert "not been built for model 'dual-lite@label-aware'; it exists for: " in str(caught.value)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded for an index that does not exist")
+
+    monkeypatch.setattr(registry, "load_embedder", no_model)
+    with pytest.raises(SearchError, match="'my-index' does not exist"):
+        search(query_text="edema", model_spec="oracle", index="my-index", settings=demo)
+
+
+def test_an_upload_the_oracle_cannot_read_says_its_order_means_nothing(demo: Settings) -> None:
+    from medheb_app.evidence.phantoms import load_corpus
+
+    target = load_corpus(demo_corpus(demo))[7]
+    blank = search(file=target.path, model_spec="oracle", k=3, settings=demo)
+    assert {hit.score for hit in blank.results} == {0.0}
+    assert any(
+        "found nothing to rank by in the uploaded study" in w and "an upload carries none" in w
+        for w in blank.warnings
+    )
+    read = search(file=target.path, model_spec="random", k=3, settings=demo)
+    assert not any("found nothing to rank by" in w for w in read.warnings)
+
+
 def test_a_query_over_the_limit_is_refused_before_any_model_is_loaded(demo: Settings) -> None:
     text = "pleural effusion and no cardiomegaly " * 30  # 1,110 characters
     with pytest.raises(SearchError) as caught:  # a model that does not exist is never reached

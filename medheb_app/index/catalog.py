@@ -282,7 +282,7 @@ def remove_index(name: str, settings: Settings) -> list[str]:
     folder = settings.index_dir / check_index_name(name)
     removed = [entry["model"] for entry in list_indices(settings) if entry["name"] == name]
     if not folder.is_dir():
-        raise IndexNotFoundError(_missing_message(name, "", settings))
+        raise IndexNotFoundError(missing_message(name, "", settings))
     retired = folder.parent / f".removed-{name}-{uuid.uuid4().hex[:8]}"
     os.replace(folder, retired)
     _changed()
@@ -304,17 +304,20 @@ _loaded: dict[tuple[str, float], LoadedIndex] = {}
 _loaded_lock = threading.Lock()
 
 
-def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIndex:
+def load_index(
+    name: str, model: Embedder | str, settings: Settings, spec: str | None = None
+) -> LoadedIndex:
     """The index `name` built for `model` (an embedder or its fingerprint), memoised.
 
-    Raises IndexNotFoundError naming the models the index does exist for.
+    Raises IndexNotFoundError naming the models the index does exist for, and the model as
+    `spec` (what the caller asked for: dual-lite@label-aware) where given.
     """
     fingerprint = model if isinstance(model, str) else model.card.fingerprint
     directory = index_path(settings, name, fingerprint)
     catalog_file = directory / CATALOG_FILE
     if not catalog_file.is_file():
-        model_name = fingerprint if isinstance(model, str) else model.card.name
-        raise IndexNotFoundError(_missing_message(name, model_name, settings))
+        model_name = spec or (fingerprint if isinstance(model, str) else model.card.name)
+        raise IndexNotFoundError(missing_message(name, model_name, settings))
     key = (str(directory), catalog_file.stat().st_mtime)
     with _loaded_lock:
         if key in _loaded:
@@ -344,7 +347,8 @@ def load_index(name: str, model: Embedder | str, settings: Settings) -> LoadedIn
     return loaded
 
 
-def _missing_message(name: str, model_name: str, settings: Settings) -> str:
+def missing_message(name: str, model_name: str, settings: Settings) -> str:
+    """Why `name` cannot be loaded for `model_name`, and what exists instead."""
     built = [entry for entry in list_indices(settings) if entry["name"] == name]
     if built:
         models = ", ".join(sorted({entry["model_spec"] for entry in built}))
@@ -355,6 +359,16 @@ def _missing_message(name: str, model_name: str, settings: Settings) -> str:
     hint = f"Available indices: {', '.join(names)}." if names else "No index has been built yet."
     demo = "Build the demo with: python -m medheb_app demo build."
     return f"Index {name!r} does not exist. {hint} {demo}"
+
+
+def index_exists(name: str, settings: Settings) -> bool:
+    """Whether `name` is built for any model: a few stats of its own folder, no walk."""
+    folder = settings.index_dir / check_index_name(name)
+    if not folder.is_dir():
+        return False
+    return any(
+        (build / CATALOG_FILE).is_file() for build in folder.iterdir() if build.name[0] != "."
+    )
 
 
 def list_indices(settings: Settings) -> list[dict[str, Any]]:
