@@ -69,7 +69,7 @@ def test_gradio_client_searches_with_the_names_the_page_shows(site):
     assert [hit["rank"] for hit in answer["results"]] == [1, 2, 3, 4]
     first = answer["results"][0]
     assert first["id"].startswith("phantom-") and isinstance(first["score"], float)
-    assert first["score_kind"] in ("cosine", "log-probability")
+    assert first["score_kind"] in ("cosine", "log_p")
     assert first["links"]["record"] == f"/api/v1/studies/demo-cxr/{first['id']}"
     assert "path" not in first and "/tmp" not in str(answer)
     assert defaults["index"] == "demo-cxr" and len(defaults["results"]) == 10

@@ -107,9 +107,10 @@ def test_text_search_answers_the_cli_document_with_links(site):
         assert body["constraints"]["positive"] == ["Pleural Effusion"]
         assert body["constraints"]["negative"] == ["Cardiomegaly"]
         first = body["results"][0]
-        assert first["score_kind"] == (
-            "log-probability" if body["ranking"] == "logic" else "cosine"
-        )
+        assert first["score_kind"] == cli["results"][0]["score_kind"]
+        assert first["score_kind"] == ("log_p" if body["ranking"] == "logic" else "cosine")
+        for key in ("p_query", "log_odds", "form", "boxes", "text", "p_fit"):
+            assert first[key] == cli["results"][0][key], key
         assert first["satisfies"] is True and first["findings"]["Pleural Effusion"] == 1
         assert first["text"] and first["is_training_study"] == (first["split"] == "train")
         assert "path" not in first and str(site.settings.data_dir) not in reply.text

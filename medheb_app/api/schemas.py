@@ -68,7 +68,11 @@ class Hit(BaseModel):
     rank: int
     id: str
     score: float
-    score_kind: Literal["cosine", "log-probability"]
+    score_kind: Literal["cosine", "log_p"] = Field(
+        description="cosine, or log_p: log p(the study meets the query), logic ranking."
+    )
+    p_query: float | None = Field(None, description="log_p only: p(meets the query).")
+    log_odds: float | None = Field(None, description="log_p only: log p / (1 - p).")
     satisfies: bool | None = Field(description="Meets the query's constraints (null: unknown).")
     violations: dict[str, str] = {}
     findings: dict[str, Finding]
@@ -76,6 +80,10 @@ class Hit(BaseModel):
     source: str
     synthetic: bool
     modality: str = ""
+    form: str = Field("2d", description="The evidence form: 2d, 3d or text.")
+    boxes: list[dict[str, Any]] = Field(
+        [], description="Finding boxes on the image: finding, x, y (top left), w, h in pixels."
+    )
     split: str | None = None
     is_training_study: bool = Field(
         description="The index's finding probes were fit on this study's labels."

@@ -29,7 +29,6 @@ from medheb_app.services import Services
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["search"])
-SCORE_KINDS = {"logic": "log-probability", "similarity": "cosine"}
 UPLOAD_SUFFIXES = (".nii.gz", ".nii", ".zip", ".dcm", ".dicom", ".png", ".jpg", ".jpeg")
 FORM_FIELDS = ("index", "model", "k", "ranking", "setting", "volume", "slice")
 ERRORS = {
@@ -61,29 +60,19 @@ def _check_ready(services: Services, index: str) -> None:
         )
 
 
-def _shape(
-    services: Services, payload: dict[str, Any], loaded: adapter.LoadedIndex | None = None
-) -> dict[str, Any]:
-    """The search document with a score kind, report text, training flag and links per hit,
-    and no server path (`loaded`: the build searched, when the caller has it)."""
-    if loaded is None:
-        loaded = adapter.find_build(
-            services.settings, payload["index"], payload["model_fingerprint"]
-        )
-    kind = SCORE_KINDS.get(payload.get("ranking", "similarity"), "cosine")
-    hits = []
-    for hit in payload["results"]:
-        row = loaded.items.get(hit["id"], {})
-        hit = {key: value for key, value in hit.items() if key != "path"}
-        hits.append(
-            {
-                **hit,
-                "score_kind": kind,
-                "text": row.get("text"),
-                "is_training_study": bool(hit.get("training")),
-                "links": study_links(payload["index"], hit["id"]),
-            }
-        )
+def _shape(payload: dict[str, Any]) -> dict[str, Any]:
+    """The CLI's search document with a training flag and links per hit, and no server path.
+
+    Each hit keeps the search's own typed score (`score_kind` "cosine" or "log_p", with
+    `p_query` and `log_odds`), report text, boxes and form, so both answer one document."""
+    hits = [
+        {
+            **{key: value for key, value in hit.items() if key != "path"},
+            "is_training_study": bool(hit.get("training")),
+            "links": study_links(payload["index"], hit["id"]),
+        }
+        for hit in payload["results"]
+    ]
     return {**payload, "results": hits}
 
 
@@ -167,7 +156,7 @@ def searched(
         )
     except (adapter.SearchError, adapter.EvidenceError) as error:
         raise ApiProblem("search-refused", str(error)) from None
-    shaped = _shape(services, payload)
+    shaped = _shape(payload)
     query = text if text is not None else "(uploaded study)"
     _audit_search(services, caller, route, index, query, len(shaped["results"]))
     return shaped
@@ -206,7 +195,7 @@ def text_answer(
         payload = adapter.run_prepared(prepared, settings)
     except (adapter.SearchError, adapter.EvidenceError) as error:
         raise ApiProblem("search-refused", str(error)) from None
-    shaped = _shape(services, payload, prepared.loaded)
+    shaped = _shape(payload)
     plain = SearchResult.model_validate(shaped).model_dump_json(exclude={"timings_ms"}).encode()
     answers.put(prepared, rights, shaped, plain)
     _audit_search(services, caller, route, index, body.text, len(shaped["results"]))
