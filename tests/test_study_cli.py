@@ -13,6 +13,7 @@ from test_study_items import write_run
 from medheb_app.cli import main
 from medheb_app.settings import Settings
 from medheb_app.store.db import Store
+from medheb_app.store.study_tables import StudyItem
 from medheb_app.study import (
     find_study,
     next_item,
@@ -227,3 +228,65 @@ def test_mrmc_export_has_one_row_per_reader_case_and_model(tmp_path: Path, setti
     per_case = frame.groupby(["reader", "case"])["score"].sum()
     assert (per_case == 1.0).all()  # the two models' scores are complementary
     assert set(frame["modality"]) == {"oracle", "random"}
+
+
+def test_a_cxr_retrieve_run_becomes_a_study_of_its_gallery_images(
+    tmp_path: Path, settings: Settings, capsys
+):
+    """`study create --run` on a CXR-Retrieve run (whose files keep top-k hits, not ranked
+    lists): each side shows the hits' own images, gold = the hits meeting the query."""
+    from test_cxr_cli import nih_fixture
+
+    from medheb_app.eval.runner import run_suite
+    from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
+
+    gallery = nih_fixture(tmp_path / "nih")
+    suite = CxrRetrieveSuite(data=f"nih:{gallery}", split=None)
+    run_suite(suite, ["oracle", "random"], tmp_path / "run", settings)
+    for payloads in ("auto", "none"):
+        code, out, err = run_cli(
+            capsys, "study", "create", "--run", str(tmp_path / "run"), "--model", "oracle",
+            "--model", "random", "--n", "8", "--name", f"cxr-{payloads}",
+            "--payloads", payloads, "--json",
+        )  # fmt: skip
+        assert code == 0, err
+        assert json.loads(out)["n_items"] == 8
+    code, _, err = run_cli(
+        capsys, "study", "create", "--run", str(tmp_path / "run"), "--model", "oracle",
+        "--model", "random", "--n", "8", "--name", "cxr-tasks", "--payloads", "tasks",
+    )  # fmt: skip
+    assert code == 2 and "auto (the default) or none shows those images" in err
+    store = Store.open(settings.database_url)
+    study = find_study(store, "cxr-auto")
+    with store.session() as session:
+        items = session.query(StudyItem).filter_by(study_id=study.id).all()
+        rows = [(i.query_id, i.query_payload, i.top_a, i.top_b, i.gold, i.hit_a) for i in items]
+    records = {
+        model: {
+            q["id"]: q
+            for q in json.loads((tmp_path / "run" / model / "cxr-retrieve.json").read_text())[
+                "queries"
+            ]
+        }
+        for model in ("oracle", "random")
+    }
+
+    def meets(hit: dict, query: dict) -> bool:
+        labels = hit["findings"]
+        return all(labels.get(f) == 1 for f in query["positives"]) and all(
+            labels.get(f) != 1 for f in query["negatives"]
+        )
+
+    for query_id, query, top_a, top_b, gold, hit_a in rows:
+        oracle, chance = records["oracle"][query_id], records["random"][query_id]
+        assert query == {"form": "text", "text": oracle["text"]}
+        hits = [*oracle["top_k"], *chance["top_k"]]
+        assert set(gold) == {hit["id"] for hit in hits if meets(hit, oracle)}
+        assert [e["id"] for e in top_a] == [h["id"] for h in oracle["top_k"][:3]]
+        assert [e["id"] for e in top_b] == [h["id"] for h in chance["top_k"][:3]]
+        for entry in (*top_a, *top_b):
+            payload = entry["payload"]
+            assert payload["form"] == "image" and payload["synthetic"] is False
+            assert Path(payload["image"]).parent.parent == settings.data_dir / "study-media"
+        assert hit_a == (top_a[0]["id"] in gold)
+    assert any(row[-1] for row in rows)

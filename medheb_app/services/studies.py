@@ -66,6 +66,8 @@ __all__ = [
 EXPORT_KINDS = ("votes", "mrmc")
 PAYLOAD_KINDS = ("auto", "tasks", "none")
 CODE_SUITE = "custom"  # what eval/runner.run_suite records for tasks passed in as objects
+# A CXR-Retrieve run file keeps each hit's image path (study/run_outputs.py): nothing to rebuild.
+IMAGES_IN_RUN = "cxr-retrieve"
 
 
 @cache
@@ -122,8 +124,13 @@ def describe_run_folder(settings: Settings, kind: str, run_dir: str | Path) -> R
 
     summary = json.loads(summary_path.read_text())
     names = [task["name"] for task in summary.get("tasks", [])]
-    if summary.get("suite") == CODE_SUITE and kind == "auto":
-        return Renderer(media_dir)  # tasks made in code (the demo's own run): nothing to rebuild
+    if summary.get("suite") in (CODE_SUITE, IMAGES_IN_RUN) and kind == "auto":
+        return Renderer(media_dir)  # tasks made in code, or images named by the run files
+    if summary.get("suite") == IMAGES_IN_RUN:
+        raise StudyError(
+            "A CXR-Retrieve run's files name each hit's image, so there are no tasks to "
+            "rebuild; --payloads auto (the default) or none shows those images."
+        )
     try:
         suite = get_suite(summary["suite"])
     except KeyError as error:

@@ -167,7 +167,7 @@ def _pair_items(outputs: RunOutputs, task_name: str, qid: str, render: Renderer)
                 model_b=model_b,
                 top_a=_top(render, outputs[model_a][task_name], qa.ranked),
                 top_b=_top(render, outputs[model_b][task_name], qb.ranked),
-                gold=sorted(query.gold),
+                gold=sorted(query.gold | qa.gold | qb.gold),  # CXR-Retrieve: gold among hits
                 hit_a=bool(qa.ranked) and qa.ranked[0] in qa.gold,
                 hit_b=bool(qb.ranked) and qb.ranked[0] in qb.gold,
             )

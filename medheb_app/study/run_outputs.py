@@ -8,6 +8,11 @@ record may carry "query" (a dict or a string), "text" or "image"; a task file ma
 (eval/medheb_scoring.item_payload; a task whose metadata says `synthetic` marks every payload
 synthetic, so runs written before payloads carried the flag keep the mark). Without them an
 item shows the bare reference ({"ref": id}); `payloads.describe_with_tasks` supplies real ones.
+
+A CXR-Retrieve run file (DIR/<model>/cxr-retrieve.json, tasks/cxr_retrieve.py) is read too:
+each query's `top_k` hits (id, findings, image path) give the ranked list, the hits whose
+labels meet the query under the run's setting its gold ids (CXR-Retrieve section 3.2), and
+their image files the payloads.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from medheb_app.eval.results import model_dirname
+from medheb_app.query.parser import ParsedQuery, satisfies
 from medheb_app.study.errors import StudyError
 
 Payload = dict[str, Any]
@@ -72,14 +78,53 @@ def _query_payload(record: Mapping[str, Any]) -> Payload:
     return payload or {"ref": str(record["id"])}
 
 
+def _cxr_retrieve_output(path: Path, data: Mapping[str, Any]) -> TaskOutput:
+    """A CXR-Retrieve run file as a task output: ranked = the top k's ids, gold = the hits
+    whose labels meet the query (positives present, negatives absent) under its setting."""
+    setting = "strict" if data.get("setting") == "strict" else "main"
+    synthetic = str(data.get("source", "")).startswith("phantom")
+    queries: dict[str, QueryOutput] = {}
+    candidates: dict[str, Payload] = {}
+    for record in data["queries"]:
+        if "id" not in record or not isinstance(record.get("top_k"), list):
+            raise StudyError(f"{path}: every query needs 'id' and 'top_k'.")
+        parsed = ParsedQuery(
+            str(record.get("text", "")),
+            positive=tuple(record.get("positives") or ()),
+            negative=tuple(record.get("negatives") or ()),
+        )
+        hits = [hit for hit in record["top_k"] if isinstance(hit, Mapping) and "id" in hit]
+        gold = {
+            str(hit["id"])
+            for hit in hits
+            if satisfies(hit.get("findings") or {}, parsed, setting)  # type: ignore[arg-type]
+        }
+        for hit in hits:
+            if hit.get("path"):
+                candidates[str(hit["id"])] = {"path": str(hit["path"]), "synthetic": synthetic}
+        queries[str(record["id"])] = QueryOutput(
+            id=str(record["id"]),
+            ranked=tuple(str(hit["id"]) for hit in hits),
+            gold=frozenset(gold),
+            payload={"text": str(record.get("text", "")), "synthetic": synthetic},
+        )
+    meta = {"name": path.stem, "family": "T-I", "split": str(data.get("split") or ""),
+            "synthetic": synthetic, "setting": setting}  # fmt: skip
+    return TaskOutput(path.stem, "T-I", meta["split"], queries, candidates, meta)
+
+
 def load_task_output(path: Path) -> TaskOutput:
-    """Read one DIR/<model>/<task>.json."""
+    """Read one DIR/<model>/<task>.json (a MedHEB task's, or CXR-Retrieve's)."""
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise StudyError(f"{path} is not valid JSON: {error.msg} (line {error.lineno}).") from None
     if not isinstance(data, Mapping) or not isinstance(data.get("queries"), list):
         raise StudyError(f"{path} has no 'queries' list; is it a benchmark run output?")
+    if data["queries"] and all(
+        isinstance(record, Mapping) and "top_k" in record for record in data["queries"]
+    ):
+        return _cxr_retrieve_output(path, data)
     meta = data.get("metadata") or data.get("task") or {}
     if not isinstance(meta, Mapping):
         meta = {"name": meta}
