@@ -781,3 +781,30 @@ def test_a_postfix_negation_after_a_finding_the_vocabulary_lacks() -> None:
     assert parsed.positive == () and parsed.uncertain == ("Effusion",)
     alone = parse_query("fracture absent", NIH_14)
     assert alone.unknown == ("fracture",) and len(alone.warnings) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "positive", "negative"),
+    [
+        ("effusion -cardiomegaly", (PE,), (CM,)),
+        ("-edema", (), (ED,)),
+        ("effusion, -cardiomegaly -pneumonia", (PE,), (CM, PN)),
+        ("x-ray with left-sided effusion", (PE,), ()),  # a hyphen inside a word excludes nothing
+        ("effusion - cardiomegaly", (PE, CM), ()),  # nor one set apart by spaces
+        ("effusión and no pneumonía", (PE,), (PN,)),
+        ("EFFUSIÓN", (PE,), ()),
+    ],
+)
+def test_a_stuck_minus_excludes_and_accents_are_folded(
+    text: str, positive: tuple, negative: tuple
+) -> None:
+    parsed = parse_query(text)
+    assert (parsed.positive, parsed.negative) == (positive, negative)
+
+
+def test_a_word_in_another_script_is_one_unknown_word_not_split_or_dropped() -> None:
+    parsed = parse_query("胸水 and no cardiomegaly")
+    assert parsed.negative == (CM,) and parsed.unknown == ("胸水",)
+    french = parse_query("cardiomégalie")  # one word, corrected to the label's own spelling
+    assert french.positive == (CM,) and french.unknown == ()
+    assert french.corrections == (("cardiomegalie", "cardiomegaly"),)

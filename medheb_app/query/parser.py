@@ -115,7 +115,11 @@ Decisions, so that behaviour is predictable:
   seen" is a post-negation; history cues ("h/o", "history of", "s/p") put the finding in
   `history` (not current, not a constraint) unless the text names it as current elsewhere.
 - Shorthand: "w/" is "with", "w/o" "without", "(+)" / "(-)" after a finding "positive" /
-  "negative", "positive for" ends a negation scope ("negative for A and positive for B").
+  "negative", "positive for" ends a negation scope ("negative for A and positive for B"); a
+  minus sign stuck to a word excludes it, as in a search box ("effusion -cardiomegaly"), while
+  one inside a word ("left-sided") or set apart by spaces does not.
+- Words are letters of any script, accents folded ("effusión" is "effusion"): a word in
+  another language or script is one word, reported as not understood, never split or dropped.
 - A finding named as absent in one place and as possible, or next to a word not understood,
   in another ("Streaky opacities XXXX reflect atelectasis. No focal infiltrate.") is left
   open with a warning. A bare "normal" after a word not understood in its sentence
@@ -128,6 +132,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -316,7 +321,8 @@ def _table(vocabulary: tuple[str, ...]) -> _Table:
             continue
         own = (_Target(name, (name,)),)
         singular = key[:-1] if key.endswith("s") and not key.endswith("ss") else key
-        for phrase in {key, singular, f"{singular}s", f"{singular}es"}:
+        sibilant = singular.endswith(("s", "x", "z", "ch", "sh"))  # English adds -es after one
+        for phrase in {key, singular, f"{singular}es" if sibilant else f"{singular}s"}:
             findings[phrase] = own
     words: dict[str, str] = {}  # a one-word phrase competes as its concepts, others as words
     for phrase, targets in sorted(findings.items(), key=lambda kv: " " in kv[0]):
@@ -333,8 +339,18 @@ def _table(vocabulary: tuple[str, ...]) -> _Table:
 # ----------------------------------------------------------------------------- tokens
 
 
+def _fold_accents(text: str) -> str:
+    """'effusión' -> 'effusion', 'œdème' -> 'oedeme': Latin letters without their marks, so
+    an accented spelling meets the lexicon; other scripts are left as they are."""
+    decomposed = unicodedata.normalize("NFKD", text.replace("œ", "oe").replace("æ", "ae"))
+    return "".join(char for char in decomposed if not unicodedata.combining(char))
+
+
 def _tokenise(text: str) -> list[str]:
-    lowered = text.lower().replace("’", "'")
+    """Words (letters of any script, so 'cardiomégalie' or '胸水' is one word, reported as
+    unknown if not understood, never split or dropped), numbers and the punctuation the
+    grammar reads."""
+    lowered = _fold_accents(text.lower().replace("’", "'"))
     lowered = re.sub(r"[\r\n]+", " . ", lowered)  # a line break ends a report sentence
     lowered = re.sub(r"\bw/o\b", " without ", lowered)
     lowered = re.sub(r"\bw/", " with ", lowered)
@@ -343,8 +359,9 @@ def _tokenise(text: str) -> list[str]:
     lowered = re.sub(r"\bs/p\b", " status post ", lowered)
     lowered = re.sub(r"\(\s*-\s*\)", " negative ", lowered)  # "PTX (-)"
     lowered = re.sub(r"\(\s*\+\s*\)", " positive ", lowered)  # "effusion (+)"
+    lowered = re.sub(r"(?:^|(?<=[\s,;(]))-(?=[^\W\d_])", " no ", lowered)  # "-cardiomegaly"
     lowered = re.sub(r"\bcan't\b|\bcan not\b", "cannot", lowered)
-    return re.findall(r"[a-z]+|\d+(?:\.\d+)?|[?,;.:/]", lowered)
+    return re.findall(r"[^\W\d_]+|\d+(?:\.\d+)?|[?,;.:/]", lowered)
 
 
 @dataclass(frozen=True)
