@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from medheb_app.api.problems import public_detail
+from medheb_app.models.open_clip_embedder import OpenClipSpecError, parse_spec
+from medheb_app.models.registry import UnknownModelError, load_embedder
 from medheb_app.public_text import public_message
+from medheb_app.settings import Settings
 from medheb_app.ui.search_upload import GENERIC_FAILURE, user_message
 
 
@@ -33,3 +38,16 @@ def test_the_page_and_the_api_say_the_same_with_their_own_fallbacks() -> None:
     assert user_message(error) == public_detail(error) == "(a server file) not found"
     assert user_message(ValueError("")) == GENERIC_FAILURE
     assert public_detail(ValueError("")) == "The request could not be completed."
+
+
+def test_the_model_resolvers_spec_placeholders_survive_the_scrubber(tmp_path) -> None:
+    """Their example paths read as server files and were scrubbed to 'open_cli(a server
+    file)'; the placeholders are written as <weights.pt> and <model folder> instead."""
+    with pytest.raises(UnknownModelError) as caught:
+        load_embedder("nosuch", Settings(data_dir=tmp_path))
+    shown = public_message(caught.value, "fallback")
+    assert shown == str(caught.value) and "a server file" not in shown
+    assert "open_clip:<config.json>@<weights.pt>" in shown and "mllm:<model folder>" in shown
+    with pytest.raises(OpenClipSpecError) as bad:
+        parse_spec("open_clip:ViT-B-32")
+    assert public_message(bad.value, "fallback") == str(bad.value)

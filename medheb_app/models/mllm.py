@@ -87,7 +87,7 @@ def hub_snapshot(repo_id: str) -> Path:
 def parse_spec(spec: str) -> tuple[Path, MLLMConfig]:
     """'mllm:/dir?key=value&...' -> (folder, config); bad keys or values are one clear error."""
     if not spec.startswith(PREFIX):
-        raise ValueError(f"Not an mllm spec: {spec!r} (expected {PREFIX}/path/to/model).")
+        raise ValueError(f"Not an mllm spec: {spec!r} (expected {PREFIX}<model folder>).")
     path, _, query = spec[len(PREFIX) :].partition("?")
     folder = Path(path).expanduser()
     if path and not folder.is_dir() and _HUB_ID.match(path.removeprefix("hf-hub:")):

@@ -47,8 +47,8 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
     arch, sep, weights = body.partition("@")
     if not sep or not arch or not weights:
         raise OpenClipSpecError(
-            f"Bad open_clip spec {spec!r}: use open_clip:<ARCH>@/path/weights.pt, "
-            "open_clip:/path/config.json@/path/weights.pt, open_clip:local-dir:/path "
+            f"Bad open_clip spec {spec!r}: use open_clip:<ARCH>@<weights.pt>, "
+            "open_clip:<config.json>@<weights.pt>, open_clip:local-dir:<folder> "
             "or open_clip:hf-hub:org/name."
         )
     return arch, weights
@@ -110,7 +110,7 @@ class OpenClipEmbedder:
                 raise OpenClipSpecError(
                     f"Cannot download {target} (no network or no such repository): {error}. "
                     "Offline, download the weights elsewhere and use "
-                    "open_clip:<ARCH>@/path/weights.pt."
+                    "open_clip:<ARCH>@<weights.pt>."
                 ) from error
             raise
         self.model = model.eval()

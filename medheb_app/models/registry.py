@@ -156,8 +156,8 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
         return (spec,), lambda: _load_mllm(spec)
     raise UnknownModelError(
         f"Unknown model spec {spec!r}. Valid specs: {', '.join(valid_specs(settings))}, "
-        "open_clip:<ARCH>@/path/weights.pt, open_clip:/path/config.json@/path/weights.pt, "
-        "open_clip:hf-hub:org/name, mllm:/path/to/model, mllm:org/name (local HF cache)"
+        "open_clip:<ARCH>@<weights.pt>, open_clip:<config.json>@<weights.pt>, "
+        "open_clip:hf-hub:org/name, mllm:<model folder>, mllm:org/name (local HF cache)"
     )
 
 
