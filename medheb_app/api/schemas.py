@@ -8,10 +8,11 @@ from typing import Annotated, Any, Literal
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
+from medheb_app.search import MAX_K, MAX_PUBLIC_K
+
 Finding = int | None  # 1 present, 0 absent, -1 uncertain, null not mentioned
 Ranking = Literal["auto", "logic", "similarity"]
 RelevanceSetting = Literal["main", "strict"]
-MAX_K = 1000
 MAX_ID = 2**31 - 1  # a database integer
 
 
@@ -39,7 +40,12 @@ class SearchRequest(Strict):
         None, max_length=300, description="Model spec (default: the strongest built for it)."
     )
     ranking: Ranking = "auto"
-    k: int = Field(10, ge=1, le=MAX_K, description="Number of hits.")
+    k: int = Field(
+        10,
+        ge=1,
+        le=MAX_K,
+        description=f"Number of hits: at most {MAX_K} with a token, {MAX_PUBLIC_K} without one.",
+    )
     setting: RelevanceSetting = Field(
         "main", description="'no B' holds when B is not positive (main) or only when 0 (strict)."
     )
