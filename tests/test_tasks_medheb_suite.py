@@ -136,6 +136,7 @@ def test_unknown_suite_and_task_are_one_line_errors(settings, capsys, tmp_path) 
     )
     err = capsys.readouterr().err
     assert err.startswith("error: Unknown suite 'nope'") and err.count("\n") == 1
+    assert "known: medheb-lite, cxr-retrieve or a manifest folder." in err  # both it runs
     code = cli.main(["bench", "run", "--model", "random", "--task", "nope", "--out", str(tmp_path)])
     assert code == 2
     assert "Unknown task(s) nope" in capsys.readouterr().err

@@ -101,7 +101,7 @@ def _suite(name: str, args: argparse.Namespace | None = None):
     """The suite a name means; cxr-retrieve takes its gallery and setting from `args`."""
     # deferred: pandas
     from medheb_app.tasks.cxr_retrieve import SUITE_NAME, CxrRetrieveSuite
-    from medheb_app.tasks.medheb import get_suite
+    from medheb_app.tasks.medheb import SUITES, get_suite
 
     if name == SUITE_NAME:
         if args is None:
@@ -114,8 +114,9 @@ def _suite(name: str, args: argparse.Namespace | None = None):
             raise UserError(str(error)) from None
     try:
         return get_suite(name)
-    except KeyError as error:
-        raise UserError(error.args[0]) from error
+    except KeyError:
+        known = ", ".join([*SUITES, SUITE_NAME])
+        raise UserError(f"Unknown suite {name!r}; known: {known} or a manifest folder.") from None
 
 
 def _selected_tasks(suite, args: argparse.Namespace) -> list[str] | None:
