@@ -218,7 +218,9 @@ def test_a_tiny_ivfpq_index_is_built_exact_with_a_note(settings, tmp_path, capsy
     loaded = load_index("one", registry.load_embedder("random", settings), settings)
     assert loaded.index.kind == "exact" and loaded.info["requested_kind"] == "ivfpq"
     assert main(["index", "info", "one"]) == 0
-    assert "note: IVF-PQ needs at least 624 items" in capsys.readouterr().out
+    info = capsys.readouterr().out
+    assert "note: IVF-PQ needs at least 624 items" in info
+    assert ": 1 items, exact, " in info and "{}" not in info  # no empty parameter dict
     source = pngs(tmp_path / "few", 40)
     assert main(build(source, "few", "--kind", "ivf")) == 0
     assert "IVF needs at least 78 items" in capsys.readouterr().out

@@ -170,6 +170,12 @@ def unfinished_builds(settings: Settings) -> list[dict[str, Any]]:
     return builds
 
 
+def _kind_with_params(kind: str, params: dict[str, Any]) -> str:
+    """'ivf (nlist=64, nprobe=8)', or 'exact' for a kind without parameters."""
+    shown = ", ".join(f"{key}={value}" for key, value in sorted(params.items()))
+    return f"{kind} ({shown})" if shown else kind
+
+
 def _unfinished_lines(builds: list[dict[str, Any]]) -> list[str]:
     lines = []
     for build in builds:
@@ -238,7 +244,7 @@ def run_info(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
         source = info.get("corpus", {}).get("spec") or info.get("corpus", {}).get("kind", "?")
         lines += [
             f"  model {entry['model_spec']} ({entry['fingerprint']}): {entry['count']} items, "
-            f"{entry['kind']} {info.get('params', {})}, {entry['dims']} dims",
+            f"{_kind_with_params(entry['kind'], info.get('params') or {})}, {entry['dims']} dims",
             f"  source: {source}; built {entry['created']}",
             f"  vocabulary: {vocabulary.describe()}",
             f"  failed items: {len(failures)}" + (f" (see {failed_file})" if failures else ""),
