@@ -172,7 +172,7 @@ def ensure_demo(
             volumes_progress = _stage(progress, 0.3 + 0.7 * len(specs) / stages, 1.0)
             entries.append(_ensure_volume_index(settings, specs[0], seed, volumes_progress, stop))
     if progress:
-        progress(1.0, "demo ready")
+        progress(1.0, "demo indices ready")
     return DemoAssets(
         corpus_dir=directory,
         n=n,
