@@ -212,6 +212,13 @@ def test_uploads_refused_in_words_and_leave_nothing(site):
             data={"k": "lots"},
         )
         assert_problem(bad_k, 422, "invalid-request")
+        misspelt = client.post(  # refused as the JSON body's unknown fields are, not ignored
+            "/search/image",
+            files={"file": ("a.png", _png_bytes(site), "image/png")},
+            data={"rankign": "similarity"},
+        )
+        detail = assert_problem(misspelt, 422, "invalid-request")["detail"]
+        assert detail.startswith("Unknown form field 'rankign'; this route reads: file, index,")
     assert list(site.tmp.iterdir()) == []
 
 

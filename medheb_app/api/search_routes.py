@@ -23,7 +23,7 @@ from medheb_app.access.capped_body import ClientGone, declared_length, read_capp
 from medheb_app.api import adapter, audit
 from medheb_app.api.answers import AnswerCache, with_timings
 from medheb_app.api.problems import ApiProblem
-from medheb_app.api.schemas import Hit, SearchRequest, SearchResult
+from medheb_app.api.schemas import MAX_K, Hit, SearchRequest, SearchResult
 from medheb_app.api.security import ApiLimits, Principal, access, services_of
 from medheb_app.services import Services
 
@@ -350,13 +350,21 @@ async def search_image(
             raise ApiProblem(
                 "invalid-request", "Field 'file' (the study to search with) is missing."
             )
+        unknown = sorted(set(form) - {"file", *FORM_FIELDS})
+        if unknown:  # as the JSON body forbids unknown fields, so a misspelt one is not lost
+            await form.close()
+            raise ApiProblem(
+                "invalid-request",
+                f"Unknown form field {unknown[0][:40]!r}; this route reads: file, "
+                f"{', '.join(FORM_FIELDS)}.",
+            )
         data = await upload.read()
         await upload.close()
         await form.close()
         request._body = b""
         k = _form_value(form, "k", 10, int)
-        if not 1 <= k <= 1000:
-            raise ApiProblem("invalid-request", "Field 'k' must be between 1 and 1000.")
+        if not 1 <= k <= MAX_K:
+            raise ApiProblem("invalid-request", f"Field 'k' must be between 1 and {MAX_K}.")
         ranking = _choice(_form_value(form, "ranking", "auto"), "ranking", ("auto", "similarity"))
         setting = _choice(_form_value(form, "setting", "main"), "setting", ("main", "strict"))
         mode = _choice(_form_value(form, "volume", "volume"), "volume", ("volume", "slice"))
