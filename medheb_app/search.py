@@ -10,6 +10,7 @@ medheb_app.evidence.readers and ranked by cosine, without constraints.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field, fields
@@ -23,8 +24,10 @@ from medheb_app.evidence.study import EvidenceError, Study
 from medheb_app.index.catalog import (
     IndexNotFoundError,
     LoadedIndex,
+    check_index_name,
     index_exists,
     index_vocabulary,
+    list_indices,
     load_index,
     missing_message,
     query_vocabulary,
@@ -50,6 +53,8 @@ from medheb_app.ranking.index_logic import (
 from medheb_app.serving import default_model, reach
 from medheb_app.settings import Settings
 
+log = logging.getLogger(__name__)
+LOGIC_PREFIX = "logic:"
 MAX_K = 1000
 MAX_PUBLIC_K = 50  # an anonymous request (the web page) asks for at most this many hits
 RANKINGS = ("auto", "logic", "similarity")
@@ -447,9 +452,34 @@ def prepare(request: SearchRequest, settings: Settings) -> Prepared:
     An index that is built for no model is refused before any model loads."""
     if not index_exists(request.index, settings):
         raise _not_built(IndexNotFoundError(missing_message(request.index, "", settings)))
-    embedder = registry.load_embedder(request.model, settings)
+    embedder = _load_model(request.model, request.index, settings)
     loaded = resolve_index(request.index, embedder, settings, request.model)
     return Prepared(request, embedder, loaded)
+
+
+def _names_files(spec: str) -> bool:
+    """A spec that loads files or a hub model by name (a path, open_clip:, mllm:), rather than
+    a shipped or trained checkpoint the resolver finds by its name."""
+    return spec.startswith(("open_clip:", "mllm:")) or "/" in spec or "\\" in spec
+
+
+def _load_model(spec: str, index: str, settings: Settings) -> Embedder:
+    """The model of a search, refused in words (SearchError, field "model") when it cannot
+    be: an unknown spec, or one whose loading fails. A spec naming files (open_clip:, mllm:,
+    a checkpoint path) is loaded only when the index was built with exactly that spec: a
+    search never reads a file that no build read before."""
+    if _names_files(spec) and spec not in registry.valid_specs(settings):
+        built = [e for e in list_indices(settings) if e["name"] == index]
+        if spec not in {entry["model_spec"] for entry in built}:
+            raise SearchError(missing_message(index, spec, settings), "model")
+    try:
+        return registry.load_embedder(spec, settings)
+    except registry.UnknownModelError as error:
+        raise SearchError(str(error), "model") from None
+    except Exception:  # a checkpoint that cannot be read: say so, log the rest
+        log.warning("model %r could not be loaded for a search", spec, exc_info=True)
+        message = f"Model {spec!r} could not be loaded; the server log has the details."
+        raise SearchError(message, "model") from None
 
 
 def run(prepared: Prepared, settings: Settings) -> SearchResponse:
@@ -477,7 +507,17 @@ def validate(
     """Every check a search makes before any model or index is loaded (a 1 MB query or a
     request for a model that is not offered costs nothing); a file is read here."""
     index_name = index or settings.default_index
+    try:
+        check_index_name(index_name)
+    except ValueError as error:
+        raise SearchError(str(error), "index") from None
     spec = (model_spec or default_model(settings, index_name)).strip()
+    if spec.startswith(LOGIC_PREFIX):  # the benchmarks' logic:<spec>: that model, logic-aware
+        spec = spec.removeprefix(LOGIC_PREFIX).strip()
+        if ranking == "similarity":
+            message = f"{LOGIC_PREFIX}{spec} ranks logic-aware; drop it or ask for ranking 'logic'."
+            raise SearchError(message, "ranking")
+        ranking = "logic"
     given = sum(value is not None for value in (query_text, file, study))
     if given == 0:
         raise SearchError("Type a query or upload a study to search with (exactly one).", "input")

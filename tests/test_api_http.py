@@ -419,6 +419,35 @@ def test_a_blinded_runs_queries_are_refused_but_not_to_the_admin(site):
         assert client.get(path).json()["total"] == 8
 
 
+def test_an_admin_tokens_search_with_a_bad_model_or_index_is_refused_never_a_500(site):
+    """An admin may name any model the CLI can; a typo, a file path no build used or an
+    index name that is no folder name was an uncaught error (500, connection dropped)."""
+    with site.client("admin") as client:
+        for model, said in (
+            ("dual-lite@nope", "No dual-lite checkpoint tagged 'nope'. Valid specs: "),
+            ("DUAL-LITE", "Unknown model spec 'DUAL-LITE'"),
+            ("open_clip:ViT-B-32@/etc/passwd", "has not been built for model"),
+            ("mllm:org/name", "has not been built for model"),
+        ):
+            reply = client.post("/search", json={"text": QUERY, "model": model})
+            detail = assert_problem(reply, 422, "search-refused")["detail"]
+            assert said in detail, (model, detail)
+            assert "/etc/passwd" not in detail
+            upload = client.post(
+                "/search/image",
+                files={"file": ("a.png", _png_bytes(site), "image/png")},
+                data={"model": model},
+            )
+            assert_problem(upload, 422, "search-refused")
+        for index in ("../demo-cxr", "a/b"):
+            reply = client.post("/search", json={"text": QUERY, "index": index})
+            assert "is not allowed" in assert_problem(reply, 422, "search-refused")["detail"]
+        logic = client.post("/search", json={"text": QUERY, "model": "logic:oracle", "k": 3})
+        assert logic.status_code == 200, logic.text  # the benchmarks' form: logic-aware
+        assert logic.json()["ranking"] == "logic" and logic.json()["model"] == "oracle"
+        assert client.get("/indices").status_code == 200  # the server is still up
+
+
 # ---------------------------------------------------------------- admin: jobs and studies
 
 

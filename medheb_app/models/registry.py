@@ -107,7 +107,7 @@ def _dual_lite_folder(tag: str, settings: Settings) -> Path:
             )
         raise UnknownModelError(
             f"No dual-lite checkpoint tagged {tag!r}. "
-            f"Valid specs: {', '.join(valid_specs(settings))}"
+            f"Valid specs: {', '.join(valid_specs(settings))}."
         )
     return folders[tag]
 
@@ -157,7 +157,7 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
     raise UnknownModelError(
         f"Unknown model spec {spec!r}. Valid specs: {', '.join(valid_specs(settings))}, "
         "open_clip:<ARCH>@<weights.pt>, open_clip:<config.json>@<weights.pt>, "
-        "open_clip:hf-hub:org/name, mllm:<model folder>, mllm:org/name (local HF cache)"
+        "open_clip:hf-hub:org/name, mllm:<model folder>, mllm:org/name (local HF cache)."
     )
 
 
