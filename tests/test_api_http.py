@@ -419,10 +419,17 @@ def test_a_blinded_runs_queries_are_refused_but_not_to_the_admin(site):
         assert client.get(path).json()["total"] == 8
 
 
+def own_admin_token(site, name: str) -> str:
+    """A fresh admin token, so a test's many requests spend no other test's rate budget."""
+    from medheb_app.api.tokens import create_token
+
+    return create_token(site.services.store, "admin", 1, name)[0]
+
+
 def test_an_admin_tokens_search_with_a_bad_model_or_index_is_refused_never_a_500(site):
     """An admin may name any model the CLI can; a typo, a file path no build used or an
     index name that is no folder name was an uncaught error (500, connection dropped)."""
-    with site.client("admin") as client:
+    with site.client(own_admin_token(site, "typos")) as client:
         for model, said in (
             ("dual-lite@nope", "No dual-lite checkpoint tagged 'nope'. Valid specs: "),
             ("DUAL-LITE", "Unknown model spec 'DUAL-LITE'"),
@@ -473,6 +480,7 @@ def test_admin_starts_polls_and_cancels_a_job(site):
         assert state["result"]["count"] == 12 and any(
             "built api-built" in line for line in state["log_tail"]
         )
+        assert "index api-built: source phantom:12, model oracle" in state["log_tail"]
         assert client.delete(f"/jobs/{job_id}").json()["status"] == "done"  # finished: kept
         assert "api-built" in {entry["name"] for entry in client.get("/indices").json()}
         etc = {"kind": "index-build", "name": "x", "source": "folder:/etc", "model": "oracle"}
@@ -485,7 +493,23 @@ def test_admin_starts_polls_and_cancels_a_job(site):
         body = assert_problem(client.post("/jobs", json=nosuch), 422, "invalid-request")
         assert body["detail"].startswith("Unknown model 'nosuch'; this server's models: ")
         assert "dual-lite, random, oracle" in body["detail"]
+    with site.client(own_admin_token(site, "rebuilds")) as client:  # its own rate budget
+        again = {"kind": "index-build", "name": "api-built", "source": "phantom:12",
+                 "model": "oracle"}  # fmt: skip
+        body = assert_problem(client.post("/jobs", json=again), 422, "invalid-request")
+        assert "Index 'api-built' already exists for oracle" in body["detail"]
+        assert "set replace: true to rebuild it, or choose another name." in body["detail"]
+        climbing = {**again, "name": "../x"}
+        body = assert_problem(client.post("/jobs", json=climbing), 422, "invalid-request")
+        assert body["detail"].startswith("Index name '../x' is not allowed")
         assert len(client.get("/jobs").json()) == jobs_before  # refused, not queued to fail
+        replaced = client.post("/jobs", json={**again, "replace": True})
+        assert replaced.status_code == 202, replaced.text
+        deadline = time.monotonic() + 120
+        while replaced.json()["status"] in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(0.5)
+            replaced = client.get(f"/jobs/{replaced.json()['id']}")
+        assert replaced.json()["status"] == "done", replaced.json()
         assert_problem(client.post("/jobs", json={"kind": "rm -rf"}), 422, "invalid-request")
 
 

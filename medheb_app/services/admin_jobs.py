@@ -12,12 +12,13 @@ from typing import Any
 
 from medheb_app.eval.estimate import TrainingEstimate, training_estimate
 from medheb_app.eval.runner import run_suite
-from medheb_app.index.build import build_from_source
+from medheb_app.index.build import IndexExistsError, build_from_source, check_replace
 from medheb_app.index.catalog import check_index_name
 from medheb_app.index.sources import check_served_source
 from medheb_app.jobs import JobRunner
 from medheb_app.models.registry import (
     UnknownModelError,
+    card_only,
     check_spec,
     spec_of_folder,
     valid_specs,
@@ -137,6 +138,12 @@ def index_source(settings: Settings, params: dict[str, Any]) -> str:
     return _LEGACY_CORPORA.get(source, source)
 
 
+def _shown_source(source: str) -> str:
+    """A source spec for the job log: whole (phantom:20) unless it names a path, which may name
+    a patient's folder: then its kind only (folder:)."""
+    return f"{source.split(':', 1)[0]}:" if "/" in source or "\\" in source else source
+
+
 def index_job(settings: Settings, roots_only: bool = False) -> JobFn:
     """Build a named index from any source spec (the same builder as `index build`, which also
     prepares logic-aware ranking), with items/s and an ETA in the progress messages; the
@@ -147,7 +154,7 @@ def index_job(settings: Settings, roots_only: bool = False) -> JobFn:
         name, spec = check_index_name(str(params["name"])), str(params["model"])
         source = index_source(settings, params)
         # the source's kind only: the path typed may name a patient's folder
-        log(f"index {name}: source {source.split(':', 1)[0]}:, model {spec}")
+        log(f"index {name}: source {_shown_source(source)}, model {spec}")
         report = build_from_source(  # a stop raises Cancelled: the job is recorded cancelled
             source,
             spec,
@@ -205,18 +212,31 @@ class AdminJobs:
         if kind not in JOB_FACTORIES:
             raise ValueError(f"Unknown job kind {kind!r}.")
         if kind == "index-build":  # the server reads archives under its roots only
-            try:  # an unknown model is the caller's mistake: refused now, not a job's traceback
-                check_spec(str(params["model"]), self.settings)
-            except UnknownModelError:
-                known = ", ".join(valid_specs(self.settings))
-                raise ValueError(
-                    f"Unknown model {params['model']!r}; this server's models: {known}."
-                ) from None
+            self._check_index_build(params)
             check_served_source(index_source(self.settings, params), self.settings)
             return self.jobs.submit(kind, params, index_job(self.settings, roots_only=True))
         if kind == "bench-run" and params.get("data"):
             check_served_source(str(params["data"]), self.settings)
         return self.jobs.submit(kind, params, JOB_FACTORIES[kind](self.settings))
+
+    def _check_index_build(self, params: dict[str, Any]) -> None:
+        """Refuse now, in words, what the job would only fail on later: a name that is no
+        folder name, an unknown model, or an index this model already has (unless replace)."""
+        name, spec = str(params.get("name", "")), str(params["model"])
+        check_index_name(name)
+        try:  # an unknown model is the caller's mistake: refused now, not a job's traceback
+            check_spec(spec, self.settings)
+        except UnknownModelError:
+            known = ", ".join(valid_specs(self.settings))
+            raise ValueError(f"Unknown model {spec!r}; this server's models: {known}.") from None
+        if params.get("replace") or spec not in valid_specs(self.settings):
+            return  # a spec naming files is read by the job itself, never here
+        try:
+            check_replace(name, card_only(spec, self.settings).card.fingerprint, spec,
+                          self.settings, replace=False)  # fmt: skip
+        except IndexExistsError as error:
+            message = str(error).replace("pass --replace", "set replace: true")
+            raise ValueError(message.replace("another --name", "another name")) from None
 
     def medheb_task_names(self) -> list[str]:
         """The medheb-lite suite's task names (registered builders only: nothing is built)."""
