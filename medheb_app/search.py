@@ -42,6 +42,7 @@ from medheb_app.query.parser import (
     check_query_length,
     parse_query,
     satisfies,
+    violation_words,
     violations,
 )
 from medheb_app.ranking.index_logic import (
@@ -172,6 +173,11 @@ class SearchHit:
     @property
     def typed_score(self) -> Score:
         return Score("log_p" if self.score_kind == "log_p" else "cosine", self.score)
+
+    @property
+    def broken(self) -> list[str]:
+        """The query's constraints this hit breaks, in words ("has Cardiomegaly")."""
+        return violation_words(self.violations)
 
 
 HIT_FIELDS = tuple(f.name for f in fields(SearchHit))
@@ -791,7 +797,7 @@ def _hits(
                 findings=findings,
                 source=row.get("source", ""),
                 satisfies=satisfies(findings, parsed, setting) if parsed is not None else None,
-                violations=violations(findings, parsed) if parsed is not None else {},
+                violations=violations(findings, parsed, setting) if parsed is not None else {},
                 synthetic=bool(row.get("synthetic", False)),
                 modality=row.get("modality", ""),
                 split=row.get("split"),

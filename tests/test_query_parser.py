@@ -17,6 +17,7 @@ from medheb_app.query.parser import (
     is_hard_negative,
     parse_query,
     satisfies,
+    violation_words,
     violations,
 )
 from medheb_app.tasks.cxr_retrieve import benchmark_queries
@@ -808,3 +809,23 @@ def test_a_word_in_another_script_is_one_unknown_word_not_split_or_dropped() -> 
     french = parse_query("cardiomégalie")  # one word, corrected to the label's own spelling
     assert french.positive == (CM,) and french.unknown == ()
     assert french.corrections == (("cardiomegalie", "cardiomegaly"),)
+
+
+@pytest.mark.parametrize("setting", ["main", "strict"])
+def test_a_hit_that_fails_the_query_always_says_why(setting: str) -> None:
+    """Under strict, 'no cardiomegaly' fails on an uncertain -1 or an unmentioned finding;
+    such hits were marked ✗ with no violation named (exploratory pass)."""
+    labels = (None, 0, 1, -1)
+    for text in ("pleural effusion and no cardiomegaly", "pleural effusion, possible pneumonia"):
+        parsed = parse_query(text)
+        for pe in labels:
+            for other in labels:
+                findings = {PE: pe, CM: other, PN: other}
+                broken = violations(findings, parsed, setting)  # type: ignore[arg-type]
+                assert (broken == {}) == satisfies(findings, parsed, setting), (findings, broken)
+    strict = violations({PE: 1, CM: -1}, parse_query("effusion and no cardiomegaly"), "strict")
+    assert strict == {CM: "not-ruled-out"}
+    assert violation_words(strict) == ["does not rule out Cardiomegaly"]
+    # the gallery captions are pinned in test_ui_search_results
+    words = violation_words({"Cardiomegaly": "present", "Pleural Effusion": "missing"})
+    assert words == ["has Cardiomegaly", "lacks Pleural Effusion"]

@@ -43,11 +43,6 @@ def test_chips_mark_violations_and_skip_blank_findings():
     assert "Pneumothorax: not reported" in missing
 
 
-def test_violation_words():  # the gallery captions are pinned in test_ui_search_results
-    words = ui.violation_words({"Cardiomegaly": "present", "Pleural Effusion": "missing"})
-    assert words == ["has Cardiomegaly", "lacks Pleural Effusion"]
-
-
 def test_notices_escape_html_and_progress_clamps():
     assert "&lt;script&gt;" in ui.notice_html("error", "<script>x</script>")
     assert ui.notice_html("error", "") == ""

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from medheb_app.eval.results import CxrRetrieveReport, Summary, TaskRun
-from medheb_app.query.parser import ParsedQuery, satisfies, violations
+from medheb_app.query.parser import (
+    VIOLATION_WORDS,
+    ParsedQuery,
+    satisfies,
+    violation_words,
+    violations,
+)
 from medheb_app.tasks.cxr_retrieve import KINDS
 
 TOP_K = 10
@@ -53,7 +59,12 @@ class HitView:
     payload: dict[str, Any]
     gold: bool
     findings: dict[str, Any] = field(default_factory=dict)
-    violated: dict[str, str] = field(default_factory=dict)  # finding -> "missing" | "present"
+    violated: dict[str, str] = field(default_factory=dict)  # finding -> a VIOLATION_WORDS key
+
+    @property
+    def broken(self) -> list[str]:
+        """The violated constraints in words ("has Pneumonia")."""
+        return violation_words(self.violated)
 
 
 @dataclass(frozen=True)
@@ -329,7 +340,7 @@ def _cxr_view(model: str, report: CxrRetrieveReport, query_id: str, k: int) -> R
                 payload=payload,
                 gold=satisfies(findings, constraints, report.setting),  # type: ignore[arg-type]
                 findings={name: value for name, value in findings.items() if value is not None},
-                violated=violations(findings, constraints),
+                violated=violations(findings, constraints, report.setting),
             )
         )
     metrics = record[f"metrics_{report.setting}"]
@@ -340,8 +351,10 @@ def _cxr_view(model: str, report: CxrRetrieveReport, query_id: str, k: int) -> R
     if metrics["P@1"] != 1.0 and hits:
         top = hits[0]
         words = [
-            f"lacks required {name}" if how == "missing" else f"has excluded {name}"
+            f"lacks required {name}" if how == "missing"
+            else f"has excluded {name}" if how == "present"
+            else f"{VIOLATION_WORDS[how]} {name}"
             for name, how in sorted(top.violated.items())
-        ]
+        ]  # fmt: skip
         reason = "#1 " + "; ".join(words) if words else "#1 is not labelled as the query asks"
     return RankedView(model, hits, text, metrics["P@1"] == 1.0, reason)

@@ -1158,14 +1158,37 @@ def is_hard_negative(findings: Mapping[str, object], parsed: ParsedQuery) -> boo
     return any(_label(findings, name) == 1 for name in parsed.negative)
 
 
-def violations(findings: Mapping[str, object], parsed: ParsedQuery) -> dict[str, str]:
-    """Per broken constraint, why: 'missing' (required, not 1) or 'present' (excluded, is 1).
+# A broken constraint's reason (violations) as the words before the finding's name.
+VIOLATION_WORDS = {
+    "missing": "lacks",  # required, not labelled 1
+    "present": "has",  # excluded, labelled 1
+    "not-ruled-out": "does not rule out",  # strict: excluded, not a confirmed 0
+    "ruled-out": "rules out",  # a possible finding, confirmed absent (main)
+    "not-confirmed": "does not confirm",  # strict: a possible finding, not a confirmed 1
+}
 
-    Main-setting semantics; the UI marks these on each hit.
-    """
+
+def violations(
+    findings: Mapping[str, object], parsed: ParsedQuery, setting: Setting = "main"
+) -> dict[str, str]:
+    """Per broken constraint, why (a key of VIOLATION_WORDS), under `setting` as satisfies()
+    reads it: a hit that does not satisfy the query always says why."""
     broken = {name: "missing" for name in parsed.positive if _label(findings, name) != 1}
-    broken.update({name: "present" for name in parsed.negative if _label(findings, name) == 1})
+    for name in parsed.negative:
+        label = _label(findings, name)
+        if label == 1:
+            broken[name] = "present"
+        elif setting == "strict" and label != 0:
+            broken[name] = "not-ruled-out"
+    for name in parsed.uncertain:
+        if not uncertain_holds(_label(findings, name), setting):
+            broken[name] = "not-confirmed" if setting == "strict" else "ruled-out"
     return broken
+
+
+def violation_words(broken: Mapping[str, str]) -> list[str]:
+    """violations()' {finding: reason} as words a reader understands ("has Cardiomegaly")."""
+    return [f"{VIOLATION_WORDS.get(why, why)} {name}" for name, why in broken.items()]
 
 
 def _label(findings: Mapping[str, object], name: str) -> object:
@@ -1182,6 +1205,7 @@ __all__ = [
     "CHEXPERT_14",
     "CXR_RETRIEVE_10",
     "MAX_QUERY_CHARS",
+    "VIOLATION_WORDS",
     "ParsedQuery",
     "QueryTooLong",
     "check_query_length",
@@ -1189,5 +1213,6 @@ __all__ = [
     "parse_query",
     "satisfies",
     "uncertain_holds",
+    "violation_words",
     "violations",
 ]

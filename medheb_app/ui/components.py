@@ -124,12 +124,6 @@ def render_image(pixels: np.ndarray, synthetic: bool, slice_index: int | None = 
     return label_synthetic(image) if synthetic else image
 
 
-def violation_words(violations: Mapping[str, str]) -> list[str]:
-    """The search service's {finding: "missing" | "present"} as words a reader understands."""
-    words = {"missing": "lacks", "present": "has"}
-    return [f"{words.get(why, why)} {name}" for name, why in violations.items()]
-
-
 def finding_chips_html(
     findings: Mapping[str, object],
     positive: Sequence[str] = (),

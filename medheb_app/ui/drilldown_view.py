@@ -113,7 +113,7 @@ def hit_html(hit: HitView, constraints: tuple[list[str], list[str]]) -> str:
     css = "gold" if hit.gold else "wrong" if hit.violated else ""
     mark = '<span class="dd-gold">✓ GOLD</span>' if hit.gold else ""
     if not hit.gold and hit.violated:
-        words = "; ".join(ui.violation_words(hit.violated))
+        words = "; ".join(hit.broken)
         mark = f'<span class="dd-violates">✗ VIOLATES: {html.escape(words)}</span>'
     score = f" · {hit.score:.3f}" if hit.score is not None else ""
     chips = ui.finding_chips_html(hit.findings, positive, negative) if hit.findings else ""

@@ -270,7 +270,7 @@ def _ranked(answer: SearchResponse) -> tuple[list[dict], list[HitCard]]:
     hits, cards = [], []
     for hit in answer.results:
         record = asdict(hit)
-        broken = ui.violation_words(hit.violations)
+        broken = hit.broken
         record.update(broken=broken, positive=answer.positive, negative=answer.negative)
         record["index"] = answer.index  # opening the hit is audited against it
         hits.append(record)
