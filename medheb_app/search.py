@@ -606,7 +606,7 @@ def rank(
     if parsed is not None and parsed.unlabelled:  # similarity, asked for: hits not checked
         labelled = False
         notes.append(
-            f"This index has no labels for {_and_list(parsed.unlabelled)}, so hits are "
+            f"This index does not search by {_and_list(parsed.unlabelled)}, so hits are "
             "ranked by similarity to the whole query and not checked against its findings."
         )
     notes.extend(vocabulary_warnings(loaded, parsed, request.setting, request.ranking))
@@ -677,16 +677,17 @@ def refuse_unanswerable(parsed: ParsedQuery, index: str, labelled: bool, ranking
                 f"This index has no labels{what}: index {index!r} comes from a source without "
                 "finding labels, so it offers similarity search only and cannot rank by the "
                 "query's logic or exclude a finding. Describe what the image should show, or "
-                "ask for similarity ranking (--ranking similarity).",
+                "ask for similarity ranking (ranking 'similarity').",
                 "query",
             )
         return
     if parsed.unlabelled:
         raise SearchError(
-            f"This index has no labels for {_and_list(parsed.unlabelled)}, so it cannot answer "
-            "a query about it: its studies are never labelled with it, and ranking without it "
-            "would answer another query. Ask about findings this index labels, or ask for "
-            "similarity ranking (--ranking similarity) to rank by the whole query's embedding, "
+            f"This index does not search by {_and_list(parsed.unlabelled)}: its finding "
+            "vocabulary (the labels its hits are ranked and checked by) leaves it out, so it "
+            "cannot answer a query about it, and ranking without it would answer another "
+            "query. Ask about findings in this index's vocabulary, or ask for "
+            "similarity ranking (ranking 'similarity') to rank by the whole query's embedding, "
             "unchecked.",
             "query",
         )

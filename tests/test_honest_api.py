@@ -49,7 +49,7 @@ def test_a_finding_without_labels_and_logic_on_an_unlabelled_index_are_422(site)
     with site.client() as client:
         emphysema = client.post("/search", json={"text": "emphysema and no effusion"})
     problem = assert_problem(emphysema, 422, "search-refused", site)
-    assert "This index has no labels for Emphysema" in problem["detail"]
+    assert "This index does not search by Emphysema" in problem["detail"]
 
     with site.client("search") as client:
         logic = client.post(

@@ -199,11 +199,11 @@ def test_a_finding_the_index_has_no_labels_for_is_refused_with_exit_2(built, cap
     assert main(args) == 2
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
-    assert len(err) == 1 and "this index has no labels for emphysema" in err[0].lower()
+    assert len(err) == 1 and "this index does not search by emphysema" in err[0].lower()
     assert "Traceback" not in captured.err and captured.out == ""
     assert main([*args, "--ranking", "logic"]) == 2
     capsys.readouterr()
-    with pytest.raises(SearchError, match="no labels for Emphysema") as refused:
+    with pytest.raises(SearchError, match="does not search by Emphysema") as refused:
         search(query_text="emphysema and no effusion", model_spec="random", index="own",
                settings=built)  # fmt: skip
     assert refused.value.field == "query"
@@ -211,7 +211,7 @@ def test_a_finding_the_index_has_no_labels_for_is_refused_with_exit_2(built, cap
     answered = _search_json(capsys, "--ranking", "similarity", text="emphysema and no effusion")
     assert answered["ranking"] == "similarity" and len(answered["results"]) == 10
     assert all(hit["satisfies"] is None for hit in answered["results"])
-    assert any("no labels for Emphysema" in warning for warning in answered["warnings"])
+    assert any("does not search by Emphysema" in warning for warning in answered["warnings"])
 
 
 def test_an_unlabelled_index_offers_similarity_only(built, capsys) -> None:
