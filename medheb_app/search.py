@@ -78,6 +78,10 @@ IN_SAMPLE_WARNING = (
     "optimistic): the out-of-fold scores of this index are not prepared (building the index "
     "prepares them)."
 )
+HEDGED_ONLY_WARNING = (
+    "The query names {named} only as possible or past (a question, a hedge or history), which "
+    "requires and excludes nothing, so results are ranked by similarity only and not checked."
+)
 NO_FINDING_WARNING = (
     "No known finding in the query, so results are ranked by similarity only and not "
     "checked against constraints. Known findings: {known}."
@@ -751,7 +755,10 @@ def assemble(
         response.corrections = dict(parsed.corrections)
         response.suggestions = {typed: list(found) for typed, found in parsed.suggestions}
         response.warnings.extend(parsed.warnings)
-        if not parsed.has_constraints:
+        hedged = [*parsed.uncertain, *parsed.history]
+        if not parsed.has_constraints and hedged:
+            response.warnings.append(HEDGED_ONLY_WARNING.format(named=_and_list(hedged)))
+        elif not parsed.has_constraints:
             known = ", ".join(name.lower() for name in parsed.vocabulary)
             response.warnings.append(NO_FINDING_WARNING.format(known=known))
     kind = "log_p" if ranked.logic else "cosine"

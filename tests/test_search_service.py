@@ -62,6 +62,17 @@ def test_a_query_without_known_findings_still_searches_with_a_warning(demo: Sett
     assert response.to_json()["constraints"]["positive"] == []
 
 
+def test_a_query_naming_findings_only_as_possible_says_so_not_no_known_finding(
+    demo: Settings,
+) -> None:
+    for text, named in (("?PTX", "Pneumothorax"), ("h/o pneumonia", "Pneumonia")):
+        response = search(query_text=text, model_spec="random", k=3, settings=demo)
+        assert not any("No known finding" in w for w in response.warnings), text
+        assert any(f"names {named} only as possible or past" in w for w in response.warnings), (
+            response.warnings
+        )
+
+
 def test_a_file_query_finds_the_same_image_first(demo: Settings, tmp_path: Path) -> None:
     from medheb_app.evidence.phantoms import load_corpus
 
