@@ -323,6 +323,14 @@ def upload_mismatch(study: Study, loaded: LoadedIndex) -> list[str]:
     chest_index = bool(modalities) and modalities <= PROJECTION_MODALITIES
     held = "chest radiographs" if chest_index else ", ".join(sorted(modalities)) or "other images"
     notes = []
+    series = int(study.meta.get("SeriesInUpload") or 1)  # type: ignore[call-overload]
+    if series > 1:
+        used = study.meta.get("ImagesInSeries")
+        notes.append(
+            f"The upload holds {series} DICOM series; the search used the largest"
+            + (f" ({used} image{'s' if used != 1 else ''})" if used else "")
+            + " and none of the others. Upload one series per search to search with another."
+        )
     modality = (study.modality or "").upper()
     if modality not in ("", "OT") and modalities and modality not in modalities:
         kind = MODALITY_WORDS.get(modality, f"a {modality} study")

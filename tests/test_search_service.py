@@ -89,6 +89,22 @@ def test_a_file_query_finds_the_same_image_first(demo: Settings, tmp_path: Path)
         search(file=not_an_image, model_spec="random", settings=demo)
 
 
+def test_a_zip_of_two_series_says_which_one_it_searched(demo: Settings, tmp_path: Path) -> None:
+    import zipfile
+
+    from pydicom.data import get_testdata_file
+
+    archive = tmp_path / "two.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        for name in ("CT_small.dcm", "MR_small.dcm"):
+            handle.write(get_testdata_file(name), name)
+    response = search(file=archive, model_spec="random", k=3, settings=demo)
+    assert any(
+        "The upload holds 2 DICOM series; the search used the largest (1 image)" in warning
+        for warning in response.warnings
+    ), response.warnings
+
+
 def test_bad_requests_get_one_clear_error(demo: Settings, tmp_path: Path) -> None:
     with pytest.raises(SearchError, match="exactly one"):
         search(model_spec="random", settings=demo)

@@ -528,6 +528,7 @@ def read_series(path: Path, max_bytes: int | None) -> LoadedImage:
     largest = max(series.values(), key=len)  # a localizer or scout is the smaller series
     loaded = _budgeted_volume(largest, path.name)
     loaded.safe_meta["SeriesInUpload"] = len(series)
+    loaded.safe_meta["ImagesInSeries"] = len(largest)
     if len(read) < len(members):
         loaded.safe_meta["FilesInUpload"] = len(members)
         loaded.safe_meta["FilesRead"] = len(read)
