@@ -310,6 +310,30 @@ MODALITY_WORDS = {
 }
 
 
+SMALLEST_SIDE = 32  # pixels: below this an upload is a thumbnail or a strip, not a study
+
+
+def pixel_warnings(pixels: np.ndarray | None, form: str) -> list[str]:
+    """What an upload's pixels cannot tell a model: all one value (blank, or no finite
+    value at all: a NaN volume), or a side of a few pixels."""
+    if pixels is None or pixels.size == 0:
+        return []
+    finite = pixels[np.isfinite(pixels)]
+    if finite.size == 0 or float(finite.max()) == float(finite.min()):
+        return [
+            "The upload's pixels all have one value (a blank image, or none that is a number), "
+            "so the hits are those nearest a blank image and mean nothing."
+        ]
+    plane = pixels.shape[1:3] if form == "3d" else pixels.shape[:2]
+    if min(plane) < SMALLEST_SIDE:
+        height, width = plane
+        return [
+            f"The upload is only {width}x{height} pixels; models read it scaled to their input "
+            "size, so its hits say little about a study."
+        ]
+    return []
+
+
 def upload_mismatch(study: Study, loaded: LoadedIndex) -> list[str]:
     """Warnings when an uploaded study is not the kind the index holds (a head CT or prostate MR
     against the chest radiograph index): its hits are then only the least unlike images."""
@@ -322,7 +346,7 @@ def upload_mismatch(study: Study, loaded: LoadedIndex) -> list[str]:
         forms = {str(row.get("form") or "2d") for row in rows}
     chest_index = bool(modalities) and modalities <= PROJECTION_MODALITIES
     held = "chest radiographs" if chest_index else ", ".join(sorted(modalities)) or "other images"
-    notes = []
+    notes = pixel_warnings(study.pixels, study.form)
     series = int(study.meta.get("SeriesInUpload") or 1)  # type: ignore[call-overload]
     if series > 1:
         used = study.meta.get("ImagesInSeries")

@@ -105,6 +105,31 @@ def test_a_zip_of_two_series_says_which_one_it_searched(demo: Settings, tmp_path
     ), response.warnings
 
 
+def test_blank_nan_and_tiny_uploads_say_their_hits_mean_little(
+    demo: Settings, tmp_path: Path
+) -> None:
+    import nibabel as nib
+    import numpy as np
+
+    nan_volume = tmp_path / "nan.nii.gz"
+    nib.save(nib.Nifti1Image(np.full((16, 16, 8), np.nan, np.float32), np.eye(4)), nan_volume)
+    blank, dot, photo = tmp_path / "blank.png", tmp_path / "dot.png", tmp_path / "photo.png"
+    Image.new("L", (64, 64), 128).save(blank)
+    Image.new("L", (1, 1), 200).save(dot)
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64), np.uint8)).save(photo)
+    for path in (nan_volume, blank):
+        warnings = search(file=path, model_spec="random", k=3, settings=demo).warnings
+        assert any("pixels all have one value" in w for w in warnings), (path.name, warnings)
+    warnings = search(file=dot, model_spec="random", k=3, settings=demo).warnings
+    assert any("pixels all have one value" in w for w in warnings), warnings  # one pixel
+    strip = tmp_path / "strip.png"
+    Image.fromarray(np.random.default_rng(1).integers(0, 255, (10, 400), np.uint8)).save(strip)
+    warnings = search(file=strip, model_spec="random", k=3, settings=demo).warnings
+    assert any("only 400x10 pixels" in w for w in warnings), warnings
+    clean = search(file=photo, model_spec="random", k=3, settings=demo).warnings
+    assert not any("pixels" in w for w in clean), clean
+
+
 def test_bad_requests_get_one_clear_error(demo: Settings, tmp_path: Path) -> None:
     with pytest.raises(SearchError, match="exactly one"):
         search(model_spec="random", settings=demo)
