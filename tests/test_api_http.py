@@ -846,3 +846,20 @@ def test_a_head_that_never_finishes_is_closed_but_a_slow_body_and_an_idle_connec
         time.sleep(1.5)  # idle between requests, inside uvicorn's 5 s keep-alive
         sock.sendall(request.replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n"))
         assert read_all(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def test_malformed_bodies_are_refused_in_the_routes_own_terms(site):
+    with site.client(own_admin_token(site, "malformed")) as client:
+        broken = client.post(
+            "/search", content=b'{"text": "edema",', headers={"content-type": "application/json"}
+        )
+        detail = assert_problem(broken, 422, "invalid-request")["detail"]
+        assert detail.startswith("The request body is not valid JSON (") and "Field '" not in detail
+        png = _png_bytes(site)
+        two = client.post(
+            "/search/image",
+            files=[("file", ("a.png", png, "image/png")), ("file", ("b.png", png, "image/png"))],
+        )
+        assert assert_problem(two, 400, "bad-request")["detail"].startswith(
+            "Send one file per search"
+        )

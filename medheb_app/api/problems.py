@@ -29,7 +29,7 @@ TITLES = {
     "not-found": "Not found",
     "blinded": "Hidden while a reader study is open",
     "method-not-allowed": "Method not allowed",
-    "too-large": "Upload too large",
+    "too-large": "Request too large",
     "unsupported-media": "Unsupported upload",
     "invalid-request": "The request does not validate",
     "search-refused": "The search cannot run as asked",
@@ -118,6 +118,11 @@ def _validation_detail(error: RequestValidationError) -> tuple[str, list[dict[st
         errors.append({"field": where or "body", "message": str(item.get("msg", "invalid"))})
     if not errors:
         return "The request does not match the documented schema.", []
+    raw = error.errors()[0]
+    if raw.get("type") == "json_invalid":  # pydantic names the character offset as the field
+        context = raw.get("ctx") or {}
+        reason = str(context.get("error") or "").strip().rstrip(".")
+        return f"The request body is not valid JSON ({reason or 'cannot be parsed'}).", errors
     first = errors[0]
     return f"Field '{first['field']}': {first['message']}.", errors
 

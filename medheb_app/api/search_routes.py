@@ -34,7 +34,7 @@ FORM_FIELDS = ("index", "model", "k", "ranking", "setting", "volume", "slice")
 ERRORS = {
     401: {"description": "Token unknown, revoked or expired"},
     403: {"description": "Token scope too narrow"},
-    413: {"description": "Upload too large"},
+    413: {"description": "Upload or request body too large"},
     422: {"description": "Invalid request or a search that cannot run as asked"},
     429: {"description": "Rate limit reached (Retry-After)"},
     503: {"description": "Demo index being prepared, or busy"},
@@ -74,6 +74,17 @@ def _shape(payload: dict[str, Any]) -> dict[str, Any]:
         for hit in payload["results"]
     ]
     return {**payload, "results": hits}
+
+
+def _multipart_refusal(error: Exception) -> str:
+    """Why a multipart body was refused, in this route's terms (Starlette's own words name
+    its limits, not the fields)."""
+    said = str(error)
+    if "Too many files" in said:
+        return "Send one file per search (the field 'file'); this body has more."
+    if "Too many fields" in said:
+        return f"This body has more form fields than the {len(FORM_FIELDS)} this route reads."
+    return "The multipart body cannot be read."
 
 
 def answer(document: dict[str, Any]) -> Response:
@@ -343,8 +354,8 @@ async def search_image(
     try:
         try:
             form = await request.form(max_files=1, max_fields=len(FORM_FIELDS))
-        except Exception:  # a malformed multipart body: say so, without the parser's words
-            raise ApiProblem("bad-request", "The multipart body cannot be read.") from None
+        except Exception as error:  # a malformed multipart body: say so, without the parser's
+            raise ApiProblem("bad-request", _multipart_refusal(error)) from None
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             raise ApiProblem(
