@@ -68,7 +68,7 @@ def test_errors_are_one_line_on_stderr(env: Path, capsys: pytest.CaptureFixture)
     assert captured.err.startswith("error: Index 'nope' does not exist")
     assert len(captured.err.strip().splitlines()) == 1
     assert main(["search", "--model", "oracle", "--text", "edema", "--k", "0"]) == 2
-    assert "--k must be at least 1" in capsys.readouterr().err
+    assert "k must be between 1 and 1000; got 0." in capsys.readouterr().err  # as for 1001
     missing = env / "missing.dcm"
     assert main(["search", "--model", "oracle", "--file", str(missing)]) == 2
     assert "missing.dcm does not exist" in capsys.readouterr().err

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from medheb_app.cli import UserError, add_json_flag
+from medheb_app.cli import add_json_flag
 from medheb_app.services.search import RANKINGS, SearchService
 from medheb_app.settings import Settings
 
@@ -74,8 +74,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[str, Any]]:
-    if args.k < 1:
-        raise UserError(f"--k must be at least 1; got {args.k}.")
     response = SearchService(settings).operator(
         query_text=args.text,
         file=args.file,

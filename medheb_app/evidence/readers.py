@@ -76,7 +76,9 @@ def _read_raster(data: bytes, name: str, fmt: SourceFormat) -> LoadedImage:
                 width, height = opened.size
                 bands = len(opened.getbands())
                 check_declared(
-                    name, f"{width}x{height} pixels of {bands} channels", width * height * bands
+                    name,
+                    f"{width}x{height} pixels of {bands} channel{'s' if bands != 1 else ''}",
+                    width * height * bands,
                 )
                 with decoding(width * height * max(bands, 3)):
                     image = ImageOps.exif_transpose(opened)
