@@ -439,7 +439,8 @@ def search(
     study (exactly one).
 
     model_spec defaults to the strongest shipped model that has the index (default_model),
-    index to settings.default_index. `setting` is the CXR-Retrieve relevance setting used for
+    index to settings.default_index; "logic:<spec>" (the benchmarks' form) is <spec> with
+    ranking "logic". `setting` is the CXR-Retrieve relevance setting used for
     `satisfies`: "main" ("no B" holds when B is not positive) or "strict" (only when B is
     confirmed negative). `ranking` is "auto" (logic-aware when the query names findings and
     the index has labelled training studies for probes, else similarity), "logic" (the query's
