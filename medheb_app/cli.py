@@ -14,6 +14,7 @@ import json
 import pkgutil
 import sys
 import time
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,6 +29,14 @@ class UserError(Exception):
     """An error caused by the user's input; printed as one line, exit code 2."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line ("error: ...; see ... --help"), as every
+    other error of the CLI is, instead of the usage block and then the error."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"error: {message}; see {self.prog} --help\n")
+
+
 def build_parser(command: str | None = None, shallow: bool = False) -> argparse.ArgumentParser:
     """The whole parser, or (`command` given and known) only that command's subcommands: the
     train recipes import torch for their config flags, 5-10 s that `bench list` should not pay.
@@ -36,7 +45,7 @@ def build_parser(command: str | None = None, shallow: bool = False) -> argparse.
     modules = sorted(m.name for m in pkgutil.iter_modules(commands.__path__))
     if command is not None and command.replace("-", "_") in modules:
         modules = [command.replace("-", "_")]
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m medheb_app",
         description="Clinical evidence retrieval workbench (MedHEB, CXR-Retrieve).",
     )

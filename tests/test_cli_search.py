@@ -75,6 +75,9 @@ def test_errors_are_one_line_on_stderr(env: Path, capsys: pytest.CaptureFixture)
     with pytest.raises(SystemExit) as both:  # argparse: --text and --file are exclusive
         main(["search", "--text", "edema", "--file", str(missing)])
     assert both.value.code == 2
+    said = capsys.readouterr().err  # one line, as every other error (no usage block)
+    assert said.startswith("error: argument --file: not allowed with argument --text; see ")
+    assert said.endswith("search --help\n") and said.count("\n") == 1
 
 
 def test_a_query_over_the_limit_exits_non_zero_with_one_line(
