@@ -575,6 +575,7 @@ def test_audit_logs_real_index_reads_and_admin_actions_only(site, monkeypatch, c
         assert_problem(narrow.get(f"/studies/ward-cxr/{study_id}/image"), 403, "forbidden")
     with site.client("admin") as admin:
         events = [e for e in admin.get("/audit").json() if e["id"] > mark]
+    assert events and all(e["at"].endswith("+00:00") for e in events)  # times with their zone
     token = f"token:{site.token_ids['read']}"
     searches = [
         (e["who"], e["index"], e["query"], e["count"]) for e in events if e["action"] == "search"

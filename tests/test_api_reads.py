@@ -29,6 +29,7 @@ def test_a_cxr_retrieve_run_summary_has_its_regimes_cis_and_no_server_path(site)
     with site.client("read") as client:
         listed = {row["id"]: row for row in client.get("/runs").json()}
         detail = client.get(f"/runs/{run}")
+    assert listed[run]["started"].endswith("+00:00")  # as the run's own summary writes it
     assert listed[run]["suite"] == "cxr-retrieve" and set(listed[run]["models"]) == {
         "oracle",
         "random",

@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from medheb_app.settings import Settings
 from medheb_app.store.api_tables import AuditEvent
-from medheb_app.store.db import Store
+from medheb_app.store.db import Store, iso_utc
 
 log = logging.getLogger(__name__)
 MAX_QUERY_CHARS = 2000
@@ -82,7 +82,7 @@ def events(
         return [
             AuditRecord(
                 id=row.id,
-                at=row.at.isoformat(timespec="seconds"),
+                at=iso_utc(row.at),
                 who=row.who,
                 channel=row.channel,
                 action=row.action,

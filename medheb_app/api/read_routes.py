@@ -41,6 +41,7 @@ from medheb_app.evidence.render import montage, to_uint8
 from medheb_app.index.build import FAILED_FILE
 from medheb_app.index.catalog import CATALOG_FILE
 from medheb_app.services import Services
+from medheb_app.store.db import iso_utc
 from medheb_app.store.runs import run_listing
 
 router = APIRouter(tags=["catalog and runs"])
@@ -333,7 +334,7 @@ def runs(
     services = services_of(request)
     return [
         {key: row[key] for key in ("id", "suite", "models", "status")}
-        | {"started": row["started"].isoformat(timespec="seconds")}
+        | {"started": iso_utc(row["started"])}
         for row in run_listing(services.store, limit=limit)
     ]
 

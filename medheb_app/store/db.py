@@ -32,6 +32,12 @@ def iso_seconds(value: datetime | None) -> str | None:
     return value.isoformat(timespec="seconds") if value else None
 
 
+def iso_utc(value: datetime) -> str:
+    """A stored (naive UTC) time stamp as ISO 8601 with its zone, "2026-12-04T21:00:00+00:00",
+    as run summaries write theirs, so a caller comparing the two compares times."""
+    return value.replace(tzinfo=UTC).isoformat(timespec="seconds")
+
+
 class Base(DeclarativeBase):
     """Declarative base shared by every table."""
 
