@@ -589,10 +589,10 @@ def validate(
             check_query_length(query_text)
         except QueryTooLong as error:
             raise SearchError(str(error), "query") from error
-        if not query_text.strip():
-            raise SearchError(
-                "The query is empty; describe the findings, e.g. 'pleural effusion and no "
-                "cardiomegaly'.",
+        if not any(char.isalnum() for char in query_text):  # blank, or only marks
+            raise SearchError(  # (a zero-width space is not whitespace to str.strip)
+                "The query is empty (it has no letter or digit); describe the findings, e.g. "
+                "'pleural effusion and no cardiomegaly'.",
                 "query",
             )
     if public:
@@ -756,7 +756,8 @@ def _logic(
         return None
     notes.extend(found.notes)
     if found.left_out:
-        notes.append(TRAINING_LEFT_OUT.format(count=found.left_out, k=request.k))
+        shown = min(request.k, loaded.index.count)  # "the top 1000" of a 300-study index
+        notes.append(TRAINING_LEFT_OUT.format(count=found.left_out, k=shown))
     in_sample = found.p_fit.count("in-sample")
     if in_sample:
         notes.append(IN_SAMPLE_WARNING.format(count=in_sample))

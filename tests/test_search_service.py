@@ -42,6 +42,12 @@ def test_oracle_puts_studies_that_meet_the_query_first(demo: Settings) -> None:
     assert scores == sorted(scores, reverse=True)
 
 
+def test_the_training_note_counts_within_the_index_not_beyond_it(demo: Settings) -> None:
+    response = search(query_text=QUERY, model_spec="oracle", k=1000, settings=demo)
+    note = next(w for w in response.warnings if "were fit on" in w)
+    assert " of the top 120 by logic-aware ranking" in note  # the demo holds 120 studies
+
+
 def test_satisfies_and_violations_follow_each_hits_labels(demo: Settings) -> None:
     response = search(query_text=QUERY, model_spec="random", k=40, settings=demo)
     parsed = parse_query(QUERY)
@@ -137,8 +143,9 @@ def test_bad_requests_get_one_clear_error(demo: Settings, tmp_path: Path) -> Non
     Image.new("L", (8, 8)).save(picture)
     with pytest.raises(SearchError, match="exactly one"):
         search(query_text="edema", file=picture, model_spec="random", settings=demo)
-    with pytest.raises(SearchError, match="empty"):
-        search(query_text="   ", model_spec="random", settings=demo)
+    for blank in ("   ", "\u200b\u200b", "?? --"):  # whitespace, zero-width spaces, marks
+        with pytest.raises(SearchError, match="empty"):
+            search(query_text=blank, model_spec="random", settings=demo)
     with pytest.raises(SearchError, match="between 1 and"):
         search(query_text="edema", model_spec="random", k=0, settings=demo)
     with pytest.raises(SearchError, match="does not exist"):
