@@ -334,6 +334,30 @@ def pixel_warnings(pixels: np.ndarray | None, form: str) -> list[str]:
     return []
 
 
+def series_warnings(meta: dict[str, object]) -> list[str]:
+    """An upload of several DICOM series is searched with its largest (evidence/dicom.py
+    read_series): say so, since the others are not searched."""
+    series = int(meta.get("SeriesInUpload") or 1)  # type: ignore[call-overload]
+    if series <= 1:
+        return []
+    used = meta.get("ImagesInSeries")
+    return [
+        f"The upload holds {series} DICOM series; the search used the largest"
+        + (f" ({used} image{'s' if used != 1 else ''})" if used else "")
+        + " and none of the others. Upload one series per search to search with another."
+    ]
+
+
+def upload_warnings(study: Study, loaded: LoadedIndex) -> list[str]:
+    """Everything an uploaded study's hits cannot show: what its pixels lack, the series it
+    left out, and how it differs from what the index holds."""
+    return [
+        *pixel_warnings(study.pixels, study.form),
+        *series_warnings(study.meta),
+        *upload_mismatch(study, loaded),
+    ]
+
+
 def upload_mismatch(study: Study, loaded: LoadedIndex) -> list[str]:
     """Warnings when an uploaded study is not the kind the index holds (a head CT or prostate MR
     against the chest radiograph index): its hits are then only the least unlike images."""
@@ -346,15 +370,7 @@ def upload_mismatch(study: Study, loaded: LoadedIndex) -> list[str]:
         forms = {str(row.get("form") or "2d") for row in rows}
     chest_index = bool(modalities) and modalities <= PROJECTION_MODALITIES
     held = "chest radiographs" if chest_index else ", ".join(sorted(modalities)) or "other images"
-    notes = pixel_warnings(study.pixels, study.form)
-    series = int(study.meta.get("SeriesInUpload") or 1)  # type: ignore[call-overload]
-    if series > 1:
-        used = study.meta.get("ImagesInSeries")
-        notes.append(
-            f"The upload holds {series} DICOM series; the search used the largest"
-            + (f" ({used} image{'s' if used != 1 else ''})" if used else "")
-            + " and none of the others. Upload one series per search to search with another."
-        )
+    notes = []
     modality = (study.modality or "").upper()
     if modality not in ("", "OT") and modalities and modality not in modalities:
         kind = MODALITY_WORDS.get(modality, f"a {modality} study")
@@ -500,18 +516,12 @@ def prepare(request: SearchRequest, settings: Settings) -> Prepared:
     return Prepared(request, embedder, loaded)
 
 
-def _names_files(spec: str) -> bool:
-    """A spec that loads files or a hub model by name (a path, open_clip:, mllm:), rather than
-    a shipped or trained checkpoint the resolver finds by its name."""
-    return spec.startswith(("open_clip:", "mllm:")) or "/" in spec or "\\" in spec
-
-
 def _load_model(spec: str, index: str, settings: Settings) -> Embedder:
     """The model of a search, refused in words (SearchError, field "model") when it cannot
     be: an unknown spec, or one whose loading fails. A spec naming files (open_clip:, mllm:,
     a checkpoint path) is loaded only when the index was built with exactly that spec: a
     search never reads a file that no build read before."""
-    if _names_files(spec) and spec not in registry.valid_specs(settings):
+    if registry.names_files(spec) and spec not in registry.valid_specs(settings):
         built = [e for e in list_indices(settings) if e["name"] == index]
         if spec not in {entry["model_spec"] for entry in built}:
             raise SearchError(missing_message(index, spec, settings), "model")
@@ -639,7 +649,7 @@ def rank(
         except EvidenceError as error:
             raise SearchError(str(error)) from error
     encoded = time.perf_counter()
-    notes = upload_mismatch(request.study, loaded) if request.study is not None else []
+    notes = upload_warnings(request.study, loaded) if request.study is not None else []
     if parsed is not None and parsed.unlabelled:  # similarity, asked for: hits not checked
         labelled = False
         notes.append(

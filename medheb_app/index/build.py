@@ -236,10 +236,19 @@ def _noting(notes: list[str], progress: Progress | None) -> Callable[[str], None
     return note
 
 
+CLI_REPLACE_ADVICE = "pass --replace to rebuild it, or choose another --name"
+
+
 def check_replace(
-    name: str, fingerprint: str, model_spec: str, settings: Settings, replace: bool
+    name: str,
+    fingerprint: str,
+    model_spec: str,
+    settings: Settings,
+    replace: bool,
+    advice: str = CLI_REPLACE_ADVICE,
 ) -> None:
-    """Refuse to rebuild a finished index of `name` for this model unless `replace`."""
+    """Refuse to rebuild a finished index of `name` for this model unless `replace`;
+    `advice` says how in the caller's terms (the CLI's flags by default)."""
     catalog_file = index_path(settings, name, fingerprint) / CATALOG_FILE
     if replace or not catalog_file.is_file():
         return
@@ -251,7 +260,7 @@ def check_replace(
     raise IndexExistsError(
         f"Index {name!r} already exists for {info.get('model_spec') or model_spec} "
         f"({info.get('count', '?')} items from {source}, built {info.get('created', '?')}); "
-        "pass --replace to rebuild it, or choose another --name."
+        f"{advice}."
     )
 
 

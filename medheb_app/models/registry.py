@@ -161,6 +161,12 @@ def _resolve(spec: str, settings: Settings) -> tuple[tuple, Callable[[], Embedde
     )
 
 
+def names_files(spec: str) -> bool:
+    """Whether `spec` loads files or a hub model it names (layers 3 and 4, or a checkpoint
+    path), rather than a built-in or a checkpoint the resolver finds by its tag."""
+    return spec.startswith(("open_clip:", "mllm:")) or "/" in spec or "\\" in spec
+
+
 def check_spec(spec: str, settings: Settings) -> None:
     """Raise UnknownModelError (its message lists the valid specs) unless `spec` names a model
     the resolver knows; loads nothing, so a job can be refused before it is queued."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from medheb_app.eval.estimate import TrainingEstimate, training_estimate
 from medheb_app.eval.runner import run_suite
-from medheb_app.index.build import IndexExistsError, build_from_source, check_replace
+from medheb_app.index.build import build_from_source, check_replace
 from medheb_app.index.catalog import check_index_name
 from medheb_app.index.sources import check_served_source
 from medheb_app.jobs import JobRunner
@@ -39,6 +39,7 @@ JobFn = Callable[
 # it); any source spec (medheb_app/index/sources.py) is accepted.
 INDEX_CORPORA = ("phantom", "nih-1000")
 _LEGACY_CORPORA = {"phantom-demo": "phantom"}
+JOB_REPLACE_ADVICE = "set replace: true to rebuild it, or choose another name"
 
 
 def stamp() -> str:
@@ -231,12 +232,8 @@ class AdminJobs:
             raise ValueError(f"Unknown model {spec!r}; this server's models: {known}.") from None
         if params.get("replace") or spec not in valid_specs(self.settings):
             return  # a spec naming files is read by the job itself, never here
-        try:
-            check_replace(name, card_only(spec, self.settings).card.fingerprint, spec,
-                          self.settings, replace=False)  # fmt: skip
-        except IndexExistsError as error:
-            message = str(error).replace("pass --replace", "set replace: true")
-            raise ValueError(message.replace("another --name", "another name")) from None
+        fingerprint = card_only(spec, self.settings).card.fingerprint
+        check_replace(name, fingerprint, spec, self.settings, False, JOB_REPLACE_ADVICE)
 
     def medheb_task_names(self) -> list[str]:
         """The medheb-lite suite's task names (registered builders only: nothing is built)."""

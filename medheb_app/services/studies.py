@@ -67,6 +67,7 @@ EXPORT_KINDS = ("votes", "mrmc")
 PAYLOAD_KINDS = ("auto", "tasks", "none")
 CODE_SUITE = "custom"  # what eval/runner.run_suite records for tasks passed in as objects
 # A CXR-Retrieve run file keeps each hit's image path (study/run_outputs.py): nothing to rebuild.
+# tasks.cxr_retrieve.SUITE_NAME, not imported here: that module imports pandas (see below).
 IMAGES_IN_RUN = "cxr-retrieve"
 
 
