@@ -131,3 +131,43 @@ def test_a_running_study_reports_its_precision_and_the_items_still_needed(
     assert code == 0, err
     data = json.loads(out)
     assert data["icc_source"] == "from pilot study pilot" and data["pilot"]["raters"] == 3
+
+
+def test_a_study_whose_every_vote_prefers_one_model_still_analyses(
+    tmp_path: Path, settings, capsys
+):
+    """A unanimous pilot (observed preference 1.0) has no variance to size a study with: the
+    analysis says so instead of failing (it raised from `plan` when the sides fell that way)."""
+    from sqlalchemy import select
+
+    from medheb_app.store.db import Store
+    from medheb_app.store.study_tables import Assignment
+    from medheb_app.study import (
+        create_invitations,
+        create_study,
+        next_item,
+        record_vote,
+        sign_in_with_invitation,
+    )
+
+    run = write_run(tmp_path / "run", payloads=True, tasks={"t-t": 6})
+    store = Store.open(settings.database_url)
+    study = create_study(store, "unanimous", ["oracle", "random"], run, 6, raters_per_item=2)
+    for _ in range(2):
+        invitation = create_invitations(store, study.id, 1)[0]
+        rater = sign_in_with_invitation(store, invitation.code).rater_id
+        while (view := next_item(store, study.id, rater)) is not None:
+            with store.session() as session:
+                left = session.scalar(
+                    select(Assignment.model_left).where(Assignment.token == view.token)
+                )
+            record_vote(store, view.token, rater, "A" if left == "oracle" else "B")
+    code, out, err = run_cli(capsys, "study", "analyse", "--study", "unanimous", "--boot", "20")
+    assert code == 0, err
+    assert "Every compared vote so far prefers one side (observed preference 1)" in out
+    assert "Items still needed" not in out
+    code, out, err = run_cli(capsys, "study", "plan", "--pilot", "unanimous")
+    assert code == 2 and err.count("\n") == 1
+    assert "prefers one side (observed preference 1)" in err and "--preference" in err
+    code, out, err = run_cli(capsys, "study", "plan", "--pilot", "unanimous", "--preference", "0.7")
+    assert code == 0, err

@@ -506,6 +506,12 @@ def run_plan(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
             pilot = _studies(settings).pilot_estimates(args.pilot)
         except ValueError as error:
             raise UserError(str(error)) from None
+        if preference is None and not 0 < pilot["preference"] < 1:
+            raise UserError(
+                f"Every compared vote of pilot study {args.pilot} prefers one side (observed "
+                f"preference {pilot['preference']:.3g}), so it cannot size a study; give the "
+                "preference you expect with --preference."
+            )
         preference = preference if preference is not None else pilot["preference"]
         raters = raters if raters is not None else pilot["raters"]
         icc_query = pilot["icc_query"] if icc_query is None else icc_query

@@ -229,6 +229,13 @@ def precision_so_far(
             "the preference you expect (`study plan`)."
         )
         return out
+    if not 0 < preference < 1:  # every vote so far for one side: no variance to plan with
+        out["note"] = (
+            f"Every compared vote so far prefers one side (observed preference "
+            f"{preference:.3g}), so it cannot size the study; plan with the preference you "
+            "expect (`study plan`)."
+        )
+        return out
 
     # a few votes can estimate an ICC of 1 (or below 0): plan within [0, 0.99] rather than fail
     def bounded(icc: float) -> float:
