@@ -109,3 +109,41 @@ def test_gpu_check_says_there_is_no_gpu_and_exits_0(monkeypatch, capsys) -> None
     monkeypatch.setattr(sys, "argv", ["gpu_check.py"])
     assert gpu_check.main() == 0
     assert "No CUDA GPU on this machine" in capsys.readouterr().out
+
+
+TORCH_FREE_LOAD = """
+import sys
+from medheb_app.models.registry import load_embedder
+from medheb_app.search import search
+from medheb_app.settings import Settings
+settings = Settings.from_env()
+for spec in ("oracle", "random"):
+    for device in ("auto", "cpu"):
+        load_embedder(spec, settings, device).encode(["pleural effusion"])
+for ranking in ("similarity", "logic"):
+    answer = search("pleural effusion and no cardiomegaly", model_spec="oracle", index="tiny",
+                    settings=settings, ranking=ranking)
+    assert answer.results and answer.ranking == ranking, (ranking, answer.ranking)
+print("torch" in sys.modules)
+"""
+
+
+def test_the_torch_free_baselines_load_and_search_without_importing_torch(
+    settings: Settings,
+) -> None:
+    """An app or CLI that serves only oracle / random never imports torch (it did, to count
+    GPUs for "auto" and to set the query's intra-op threads: 3-7 s of every such start); a
+    GPU asked for is still checked (test_settings_and_cli_honour_the_device)."""
+    import os
+    import subprocess
+    import sys
+
+    from medheb_app.index.build import build_from_source
+
+    build_from_source("phantom:40", "oracle", "tiny", settings)
+    done = subprocess.run(
+        [sys.executable, "-c", TORCH_FREE_LOAD], capture_output=True, text=True, timeout=120,
+        cwd=PROJECT_ROOT, env={**os.environ, "DATA_DIR": str(settings.data_dir)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

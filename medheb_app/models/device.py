@@ -9,6 +9,7 @@ Half precision: on CUDA, bf16 where the GPU supports it, else fp16 (`inference_d
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -129,10 +130,13 @@ def intra_op_threads(count: int) -> Iterator[None]:
     One query is a batch of one: a second thread saves little on an idle machine, and on a busy
     one (concurrent requests, a job on the other core) OpenMP threads wait on each other and the
     same encode takes several times longer (bench/bench_search_logic.py measures both). A count
-    below 1 leaves torch's own setting alone.
+    below 1 leaves torch's own setting alone, and so does a process that has not imported torch:
+    its embedders have no torch weights (the oracle), so there are no threads to set.
     """
-    import torch
-
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
     before = torch.get_num_threads()
     if count < 1 or count == before:
         yield

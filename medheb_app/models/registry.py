@@ -24,7 +24,7 @@ from pathlib import Path
 
 from medheb_app.models.base import CardOnly, Embedder, ModelCard
 from medheb_app.models.baselines import OracleEmbedder, RandomEmbedder
-from medheb_app.models.device import place, resolve_device
+from medheb_app.models.device import check_device_text, place, resolve_device
 from medheb_app.models.dual_lite_checkpoint import (
     DUAL_LITE,
     HEADS_FILE,
@@ -47,15 +47,18 @@ DEFAULT_DUAL_LITE_TAG = "report"
 
 @dataclass(frozen=True)
 class Builtin:
-    """A named model: how to load it, and its card without loading it (for listings)."""
+    """A named model: how to load it, and its card without loading it (for listings).
+    `torch_free`: it has no torch weights, so it runs on the CPU and loading it never needs
+    torch (not even to ask whether a GPU exists)."""
 
     load: Callable[[Settings], Embedder]
     card: Callable[[Settings], ModelCard]
+    torch_free: bool = False
 
 
 BUILTINS: dict[str, Builtin] = {
-    "random": Builtin(lambda s: RandomEmbedder(), lambda s: RandomEmbedder().card),
-    "oracle": Builtin(lambda s: OracleEmbedder(), lambda s: OracleEmbedder().card),
+    "random": Builtin(lambda s: RandomEmbedder(), lambda s: RandomEmbedder().card, True),
+    "oracle": Builtin(lambda s: OracleEmbedder(), lambda s: OracleEmbedder().card, True),
 }
 # Other model modules add their built-ins here, e.g. BUILTINS["medemb-lite"] = Builtin(...).
 
@@ -196,6 +199,16 @@ def lineage(spec: str, settings: Settings) -> tuple:
     return ("trained-towers",) if key[0] in TRAINED_FAMILIES else key
 
 
+def _device_for(spec: str, wanted: str) -> str:
+    """The resolved device for loading `spec`: "cpu" for a torch-free built-in asked for
+    "auto" or "cpu" without importing torch (3-7 s of a start that serves only the oracle);
+    otherwise resolve_device, which says when an asked-for GPU does not exist."""
+    builtin = BUILTINS.get(spec)
+    if builtin is not None and builtin.torch_free and check_device_text(wanted) in ("auto", "cpu"):
+        return "cpu"
+    return resolve_device(wanted)
+
+
 def load_embedder(spec: str, settings: Settings, device: str | None = None) -> Embedder:
     """The embedder for `spec` on `device` (default settings.device; "auto" picks CUDA when
     present), loaded once per process and device (the same object on later calls).
@@ -203,7 +216,7 @@ def load_embedder(spec: str, settings: Settings, device: str | None = None) -> E
     A checkpoint folder whose weights file changed (retrained in place) is reloaded, and the
     superseded copy is evicted, so a long-running app holds one model per folder and device."""
     spec = spec.strip()
-    resolved = resolve_device(device or settings.device)
+    resolved = _device_for(spec, device or settings.device)
     key, loader = _resolve(spec, settings)
     cache_key = (*key, resolved, settings.precision)
     with _LOCK:
