@@ -301,7 +301,7 @@ def level(base: str, server_pid: int, clients: int, seconds: float, call) -> dic
 
 
 def start_server(
-    data_dir: str, cache: bool = True, root: Path = ROOT
+    data_dir: str, cache: bool = True, root: Path = ROOT, extra_env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {
@@ -315,6 +315,7 @@ def start_server(
         "HF_HUB_OFFLINE": "1",
         "MEDHEB_QUERY_CACHE": os.environ.get("MEDHEB_QUERY_CACHE", "4096") if cache else "0",
         "MEDHEB_ANSWER_CACHE": os.environ.get("MEDHEB_ANSWER_CACHE", "2048") if cache else "0",
+        **(extra_env or {}),
     }
     server = subprocess.Popen(
         [sys.executable, str(root / "app.py")],

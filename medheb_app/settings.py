@@ -119,6 +119,10 @@ class Settings:
     queue_max_size: int = 64
     queue_per_client: int = 8  # QUEUE_PER_CLIENT: events one client may have waiting or running
     concurrency: int = 4
+    # QUEUE_POLL_MS: how often an idle Gradio queue looks for a new event (Gradio polls every
+    # 1 ms on Linux: ~9% of a core for an app doing nothing); progress is sent at most every
+    # 10 intervals. medheb_app.access.queue_guard.poll_gently
+    queue_poll_ms: float = 10.0
     query_threads: int = 1  # MEDHEB_QUERY_THREADS: torch threads per query encode (0: torch's)
     # MEDHEB_QUERY_CACHE: query texts whose embedding each loaded model keeps (LRU; 0: none);
     # medheb_app.models.query_cache
@@ -171,6 +175,8 @@ class Settings:
             raise ValueError("TRUST_PROXY_HEADERS must be a number of proxies from 0 to 16")
         if self.queue_max_size < 1 or self.concurrency < 1 or self.queue_per_client < 1:
             raise ValueError("QUEUE_MAX_SIZE, CONCURRENCY and QUEUE_PER_CLIENT must be at least 1")
+        if not 0.5 <= self.queue_poll_ms <= 1000:
+            raise ValueError("QUEUE_POLL_MS must be between 0.5 and 1000 milliseconds")
 
     @property
     def start_warnings(self) -> tuple[str, ...]:
@@ -232,6 +238,7 @@ class Settings:
             "queue_max_size": int(env.get("QUEUE_MAX_SIZE", 64)),
             "concurrency": int(env.get("CONCURRENCY", 4)),
             "queue_per_client": int(env.get("QUEUE_PER_CLIENT", 8)),
+            "queue_poll_ms": float(env.get("QUEUE_POLL_MS", 10)),
             "query_threads": int(env.get("MEDHEB_QUERY_THREADS", 1)),
             "query_cache": int(env.get("MEDHEB_QUERY_CACHE", 4096)),
             "query_batch": int(env.get("MEDHEB_QUERY_BATCH", 16)),

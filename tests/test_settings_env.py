@@ -25,6 +25,16 @@ def test_demo_models_precision_and_address_come_from_the_environment(monkeypatch
         Settings.from_env()
 
 
+def test_the_queue_poll_interval_comes_from_the_environment_and_is_bounded(monkeypatch) -> None:
+    assert Settings.from_env().queue_poll_ms == 10.0
+    monkeypatch.setenv("QUEUE_POLL_MS", "2.5")
+    assert Settings.from_env().queue_poll_ms == 2.5
+    for wrong in ("0", "0.1", "5000"):
+        monkeypatch.setenv("QUEUE_POLL_MS", wrong)
+        with pytest.raises(ValueError, match=r"QUEUE_POLL_MS must be between 0\.5 and 1000"):
+            Settings.from_env()
+
+
 def test_the_precision_setting_reaches_the_embedder_not_the_environment(monkeypatch) -> None:
     class Torchlike:
         precision = "auto"

@@ -80,6 +80,27 @@ def test_a_flooding_client_is_busy_for_itself_not_for_a_normal_visitor(site):
     assert loaded_after < 2.0 and waited < 2.0, (loaded_after, waited)
 
 
+def test_idle_queues_poll_at_the_setting_and_still_answer_at_once(tmp_path):
+    """Both pages' queues look for events every QUEUE_POLL_MS (Gradio's 1 ms kept an idle app
+    at ~9% of a core) and send progress every 10 intervals; an event still starts at once."""
+    settings = Settings.from_env(data_dir=tmp_path / "data", queue_poll_ms=25)
+    services = create_services(settings, start_bootstrap=False)
+    app = build_server(services)
+    for blocks in app.state.blocks.values():
+        assert blocks._queue.sleep_when_free == pytest.approx(0.025)
+        assert blocks._queue.progress_update_sleep_when_free == pytest.approx(0.25)
+    main = app.state.blocks["main"]
+    page_load = fn_index(main, "build_app.<locals>.on_load")
+    with serve(app) as base:
+        visitor = QueueClient(base)
+        assert visitor.call(page_load, [])["output"]["success"]  # imports, first scan
+        started = time.perf_counter()
+        answered = visitor.call(page_load, [])
+        assert answered["output"]["success"] and time.perf_counter() - started < 2.0
+        visitor.close()
+    services.jobs.shutdown(wait=False)
+
+
 def test_page_loads_pass_a_queue_full_of_searches(tmp_path, monkeypatch):
     monkeypatch.setattr(
         search_tab, "run_search", lambda *a, **k: time.sleep(2) or search_tab.error_outcome("x")

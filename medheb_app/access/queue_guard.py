@@ -14,6 +14,7 @@
   past that; the page-load events bypass the global size limit, so a page always loads while
   searches fill the queue (each handler already has its own concurrency group, so a load never
   waits behind a search).
+- `poll_gently`: an idle queue looks for events every QUEUE_POLL_MS instead of every 1 ms.
 """
 
 from __future__ import annotations
@@ -230,3 +231,14 @@ def fair_queue(blocks: Any, max_size: int, per_client: int, proxy_hops: int, bus
         return await push(body, request, username)
 
     queue.push = push_fairly  # type: ignore[method-assign]
+
+
+def poll_gently(blocks: Any, interval_s: float) -> None:
+    """Have `blocks`' queue look for new events every `interval_s` while it is idle, and for
+    progress to send every 10 intervals, instead of Gradio's 1 ms and 10 ms on Linux: with the
+    workbench and the raters' page mounted, those two loops woke ~2,200 times a second and
+    took ~9% of a core from an app serving nobody (BENCHMARKS.md, "Idle server"). An event
+    waits at most `interval_s` longer to start."""
+    queue = blocks._queue
+    queue.sleep_when_free = interval_s
+    queue.progress_update_sleep_when_free = interval_s * 10

@@ -37,7 +37,12 @@ from medheb_app.access.origin import (
     TrustedHostMiddleware,
     allowed_host_names,
 )
-from medheb_app.access.queue_guard import QueueCallGuard, fair_queue, quiet_gradio_tracebacks
+from medheb_app.access.queue_guard import (
+    QueueCallGuard,
+    fair_queue,
+    poll_gently,
+    quiet_gradio_tracebacks,
+)
 from medheb_app.access.sessions import StoreSessions
 from medheb_app.access.uploads import NoUploadedFilesServed, UploadIntake
 from medheb_app.services import Services
@@ -348,8 +353,9 @@ def _links() -> str:
 def bounded_queue(blocks: gr.Blocks, services: Services) -> gr.Blocks:
     """A queue of at most `queue_max_size` waiting events, `concurrency` at a time per handler,
     at most `queue_per_client` events per client (only that client is told it is busy), page
-    loads never refused for a queue full of searches, and a full queue answered with a plain
-    'busy, try again' rather than Gradio's internals (medheb_app.access.queue_guard)."""
+    loads never refused for a queue full of searches, a full queue answered with a plain
+    'busy, try again' rather than Gradio's internals, and idle polling every `queue_poll_ms`
+    (medheb_app.access.queue_guard)."""
     settings = services.settings
     blocks.queue(max_size=settings.queue_max_size, default_concurrency_limit=settings.concurrency)
     fair_queue(
@@ -359,6 +365,7 @@ def bounded_queue(blocks: gr.Blocks, services: Services) -> gr.Blocks:
         proxy_hops=settings.trusted_proxy_hops,
         busy=BUSY_MESSAGE,
     )
+    poll_gently(blocks, settings.queue_poll_ms / 1000)
     return blocks
 
 
