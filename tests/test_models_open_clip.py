@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import open_clip
 import pytest
 import torch
 
@@ -30,6 +29,8 @@ TINY = {
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A user's config JSON (named tiny-clip-test) and its random weights, as torch.save."""
+    import open_clip  # deferred: with transformers and timm it is ~5 s of every worker's collection
+
     folder = tmp_path_factory.mktemp("open_clip")
     config = folder / "tiny-clip-test.json"
     config.write_text(json.dumps(TINY))
