@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,22 @@ def result_files(out: Path) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def one_unit_at_a_time(ray: Any) -> Iterator[None]:
+    """All but one of the cluster's CPUs held by a placement group (resources, no process):
+    a run's units then go one after another through ONE worker process, which loads
+    dual-lite once (the registry memoises it) instead of two workers loading torch and the
+    weights side by side (~9 CPU-seconds each). What a unit computes does not change."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    group = placement_group([{"CPU": 1}] * (int(ray.cluster_resources()["CPU"]) - 1))
+    assert group.wait(60), "the placement group was never granted"
+    try:
+        yield
+    finally:
+        remove_placement_group(group)
+
+
 def stored_rows(settings: Settings, run_id: int) -> tuple[Any, list[tuple]]:
     store = Store.open(settings.database_url)
     run = next(r for r in list_runs(store) if r.id == run_id)
@@ -100,7 +118,10 @@ def test_ray_engine_writes_the_local_engines_files_and_store_rows(
     def not_here(*args: object, **kwargs: object) -> None:
         raise AssertionError("the driver loaded a model: the Ray workers must")
 
-    with monkeypatch.context() as patch:  # Ray workers import their own, unpatched modules
+    with (
+        monkeypatch.context() as patch,  # Ray workers import their own, unpatched modules
+        one_unit_at_a_time(ray_cluster),
+    ):
         patch.setattr(runner, "load_ranker", not_here)
         patch.setattr(registry, "load_embedder", not_here)
         code = main([*base, "--out", str(ray_out), "--engine", "ray"])

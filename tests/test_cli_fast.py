@@ -2,9 +2,9 @@
 the store-only commands, which call the tabs' facades, never import the analysis stack.
 
 Importing torch costs 5-17 s and ~600 MB on the shared machine; these commands only read
-catalog and manifest files. Each runs in a fresh interpreter (a test process has long since
-imported torch), which then reports the heavy modules it loaded. Timings are measured by
-bench/bench_cli.py (BENCHMARKS.md), not here.
+catalog and manifest files. They run in a fresh interpreter (a test process has long since
+imported torch), one for each test's commands, which reports after each command the heavy
+modules loaded so far. Timings are measured by bench/bench_cli.py (BENCHMARKS.md), not here.
 """
 
 from __future__ import annotations
@@ -14,65 +14,91 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from medheb_app.index.build import build_from_source
-from medheb_app.settings import PROJECT_ROOT
+from medheb_app.settings import PROJECT_ROOT, Settings
 
 HEAVY = ("torch", "torchvision", "open_clip", "transformers", "timm", "peft", "ray", "gradio")
 # what services.studies imports on first use only (study analysis, export, sizing: ~2.5 s)
 ANALYSIS = ("pandas", "plotly", "scipy")
+LIGHT = [("index", "list"), ("index", "list", "--json"), ("index", "info", "lab"),
+         ("index", "info", "half"), ("bench", "list"), ("--help",)]  # fmt: skip
+STORE = [("study", "list"), ("study", "list", "--json"), ("token", "list"), ("audit", "export"),
+         ("study", "--help")]  # fmt: skip
 PROBE = """
-import json, sys
+import contextlib, io, json, sys
 from medheb_app.cli import main
-try:
-    code = main(sys.argv[1:])
-except SystemExit as exit:
-    code = exit.code
-print(json.dumps({"code": code, "heavy": [m for m in HEAVY if m in sys.modules],
-                  "faiss": "faiss" in sys.modules,
-                  "analysis": [m for m in ANALYSIS if m in sys.modules]}), file=sys.stderr)
+probes = []
+for argv in json.loads(sys.argv[1]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            code = main(argv)
+        except SystemExit as exit:
+            code = exit.code
+    probes.append({"code": code, "out": out.getvalue(),
+                   "heavy": [m for m in HEAVY if m in sys.modules],
+                   "faiss": "faiss" in sys.modules,
+                   "analysis": [m for m in ANALYSIS if m in sys.modules]})
+print(json.dumps(probes), file=sys.stderr)
 """
 
 
-def run_fresh(settings, *argv: str) -> tuple[dict, str]:
-    env = {**os.environ, "DATA_DIR": str(settings.data_dir), "OMP_NUM_THREADS": "1"}
+def run_fresh(data_dir: Path, commands: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:
+    """Run `commands` one after another in ONE fresh interpreter (a test process has long since
+    imported torch); after each, what it printed and the heavy modules loaded so far. Modules
+    are only ever added, so a command that loads one is caught at that command, and one
+    interpreter costs ~0.6 CPU-seconds where one per command cost that per command."""
+    env = {**os.environ, "DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1"}
+    script = f"HEAVY = {HEAVY!r}\nANALYSIS = {ANALYSIS!r}\n{PROBE}"
     done = subprocess.run(
-        [sys.executable, "-c", f"HEAVY = {HEAVY!r}\nANALYSIS = {ANALYSIS!r}\n{PROBE}", *argv],
-        capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=120,
+        [sys.executable, "-c", script, json.dumps(commands)],
+        capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=180,
     )  # fmt: skip
-    return json.loads(done.stderr.strip().splitlines()[-1]), done.stdout
+    assert done.returncode == 0, done.stderr[-2000:]
+    probes = json.loads(done.stderr.strip().splitlines()[-1])
+    return dict(zip(commands, probes, strict=True))
 
 
-def _pngs(folder, n: int, shade: int):
+def _pngs(folder: Path, n: int, shade: int) -> Path:
     folder.mkdir()
     for i in range(n):
         Image.fromarray(np.full((8, 8), shade + i, np.uint8)).save(folder / f"{i}.png")
     return folder
 
 
-@pytest.fixture
-def built(settings, tmp_path):
-    """One finished index and one interrupted build, so list and info read both kinds."""
-    build_from_source(f"folder:{_pngs(tmp_path / 'a', 4, 0)}", "random", "lab", settings)
+@pytest.fixture(scope="module")
+def light_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, ...], dict]:
+    """The LIGHT commands over one finished index and one interrupted build, so list and info
+    read both kinds (the commands only read them: one data folder serves them all)."""
+    root = tmp_path_factory.mktemp("light")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DATA_DIR", str(root / "data"))
+        settings = Settings.from_env()
+    build_from_source(f"folder:{_pngs(root / 'a', 4, 0)}", "random", "lab", settings)
     stop = threading.Event()
     stop.set()
     with pytest.raises(InterruptedError):
-        build_from_source(f"folder:{_pngs(tmp_path / 'b', 4, 100)}", "random", "half",
+        build_from_source(f"folder:{_pngs(root / 'b', 4, 100)}", "random", "half",
                           settings, shard_size=2, stop=stop)  # fmt: skip
-    return settings
+    return run_fresh(settings.data_dir, LIGHT)
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [("index", "list"), ("index", "list", "--json"), ("index", "info", "lab"),
-     ("index", "info", "half"), ("bench", "list"), ("--help",)],
-)  # fmt: skip
-def test_light_commands_never_import_torch(built, argv) -> None:
-    probe, out = run_fresh(built, *argv)
+@pytest.fixture(scope="module")
+def store_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, ...], dict]:
+    """The STORE commands in a fresh, empty data folder."""
+    return run_fresh(tmp_path_factory.mktemp("store") / "data", STORE)
+
+
+@pytest.mark.parametrize("argv", LIGHT)
+def test_light_commands_never_import_torch(light_runs, argv) -> None:
+    probe = light_runs[argv]
+    out = probe["out"]
     assert probe["code"] in (0, None), out
     assert probe["heavy"] == [], f"{' '.join(argv)} imported {probe['heavy']}"
     if argv[0] == "index":
@@ -80,15 +106,12 @@ def test_light_commands_never_import_torch(built, argv) -> None:
         assert "lab" in out or "half" in out
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [("study", "list"), ("study", "list", "--json"), ("token", "list"), ("audit", "export"),
-     ("study", "--help")],
-)  # fmt: skip
-def test_store_commands_through_the_facades_stay_light(settings, argv) -> None:
+@pytest.mark.parametrize("argv", STORE)
+def test_store_commands_through_the_facades_stay_light(store_runs, argv) -> None:
     """The study, token and audit commands build their facades on the store alone: no torch,
     no FAISS, and none of the analysis stack the studies facade defers to its first use."""
-    probe, out = run_fresh(settings, *argv)
+    probe = store_runs[argv]
+    out = probe["out"]
     assert probe["code"] in (0, None), out
     assert (probe["heavy"], probe["faiss"], probe["analysis"]) == ([], False, []), argv
     if argv[:2] == ("study", "list"):
