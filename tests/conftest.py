@@ -221,10 +221,20 @@ def ray_cluster() -> object:
     """ONE local Ray cluster (2 CPUs, no dashboard) for the tests of the Ray group, started by
     the first of them and stopped after the last (pytest_runtest_teardown below): idle, its
     daemons and worker processes took 4% of a core and their torch copies' memory from the
-    rest of the session on that worker."""
+    rest of the session on that worker. As the engines start their own (ray_engine.connect):
+    a small object store and no idle workers started ahead, each a Python process that no test
+    used (the actors have a runtime_env, so they never take a pooled worker)."""
     ray = pytest.importorskip("ray", reason="ray[data] (requirements.txt) not installed")
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        from medheb_app.index.ray_engine import OBJECT_STORE_MB
+
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            object_store_memory=OBJECT_STORE_MB * 2**20,
+            _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
+        )
     return ray
 
 
