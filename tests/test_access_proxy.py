@@ -19,11 +19,15 @@ from tests.web_client import QueueClient, fn_index, serve
 PASSWORD = "proxy-admin-pass-3"
 
 
-@pytest.fixture(params=[1, 2], ids=["one-proxy", "two-proxies"])
-def site(request, tmp_path):
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-proxy", "two-proxies"])
+def site(request, tmp_path_factory):
+    """The app behind `hops` trusted proxies, shared by the module's tests: each test attacks
+    from a real client address of its own, and every limit is kept per client address."""
     hops = request.param
     settings = Settings.from_env(
-        data_dir=tmp_path / "data", admin_password=PASSWORD, trusted_proxy_hops=hops
+        data_dir=tmp_path_factory.mktemp("proxy") / "data",
+        admin_password=PASSWORD,
+        trusted_proxy_hops=hops,
     )
     services = create_services(settings, start_bootstrap=False)
     app = build_server(services)
@@ -32,7 +36,7 @@ def site(request, tmp_path):
     services.jobs.shutdown(wait=False)
 
 
-def _via_proxies(i: int, hops: int, client: str = "203.0.113.50") -> dict[str, str]:
+def _via_proxies(i: int, hops: int, client: str) -> dict[str, str]:
     """Headers as they reach the app: the attacker's forged entries, then the client address
     the outermost proxy saw, then one entry per inner proxy."""
     chain = [f"198.51.100.{i % 250}", f"192.0.2.{i % 250}", client, *["10.0.0.2"] * (hops - 1)]
@@ -44,10 +48,10 @@ def test_forged_forwarded_for_does_not_escape_the_password_lockout(site):
     client = QueueClient(base)
     statuses = []
     for i in range(30):
-        client.http.headers.update(_via_proxies(i, hops))
+        client.http.headers.update(_via_proxies(i, hops, "203.0.113.50"))
         statuses.append(client.post_form("/auth/admin", {"password": f"wrong-{i}"}).status_code)
     assert statuses.count(401) <= 5 and statuses.count(429) >= 25, statuses
-    client.http.headers.update(_via_proxies(99, hops))
+    client.http.headers.update(_via_proxies(99, hops, "203.0.113.50"))
     assert client.post_form("/auth/admin", {"password": PASSWORD}).status_code == 429
     # another real client behind the same proxies is not locked out by the attacker
     other = QueueClient(base)
@@ -60,7 +64,7 @@ def test_forged_forwarded_for_does_not_escape_the_invitation_code_limit(site):
     client = QueueClient(base)
     statuses = []
     for i in range(30):
-        client.http.headers.update(_via_proxies(i, hops))
+        client.http.headers.update(_via_proxies(i, hops, "203.0.113.60"))
         statuses.append(client.post_form("/auth/rater", {"code": f"guess-{i}"}).status_code)
     assert statuses.count(429) >= 19, statuses
 
@@ -71,7 +75,7 @@ def test_forged_forwarded_for_does_not_escape_the_search_limit(site):
     limited = 0
     for i in range(45):
         client = QueueClient(base)  # a fresh session and cookie jar each time, too
-        client.http.headers.update(_via_proxies(i, hops))
+        client.http.headers.update(_via_proxies(i, hops, "203.0.113.70"))
         text = str(
             client.call(search, ["effusion", None, None, None, 5, "auto", False, "volume", 0])
         )

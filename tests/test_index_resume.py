@@ -21,7 +21,9 @@ from medheb_app.index.shards import BUILD_MANIFEST, build_dir
 from medheb_app.models.registry import load_embedder
 from medheb_app.settings import PROJECT_ROOT, Settings
 
-N, SHARD = 40, 4
+# six shards: the build is killed after two, with four still to embed (the margin that keeps
+# it from finishing first); each item more costs the resume and the check an encode each
+N, SHARD = 24, 4
 
 
 def write_pngs(root: Path) -> Path:

@@ -102,7 +102,7 @@ def test_training_stops_within_one_chunk_of_feature_caching(tmp_path: Path, monk
 
 @pytest.mark.slow
 def test_saved_spec_is_the_one_the_resolver_registers(settings: Settings) -> None:
-    studies = generate_chest_corpus(24, seed=0, size=64)
+    studies = generate_chest_corpus(12, seed=0, size=64)
     config = ReportTrainingConfig(epochs=1, batch_size=8, image_size=64, embed_dim=16)
     folder = settings.trained_models_dir / "ux-report"
     train_report(config, folder, studies=studies)

@@ -29,6 +29,11 @@ import uvicorn
 from medheb_app.access.header_cap import HeadCappedProtocol
 from medheb_app.settings import PROJECT_ROOT
 
+# One TLS context for the test clients (QueueClient, wait_until_serving's polls, the clients of
+# tests.api_site): httpx builds one per client otherwise, loading the CA bundle again (25 ms of
+# CPU each), and the suite makes hundreds of clients of its local http servers.
+LOCAL_TLS = httpx.create_ssl_context()
+
 # The app as `python -c APP_PROCESS PORT` serves it: services from the environment's Settings,
 # no bootstrap thread, the page and the JSON API on 127.0.0.1:PORT.
 APP_PROCESS = (
@@ -103,7 +108,7 @@ def wait_until_serving(
         if process.poll() is not None:
             raise RuntimeError(f"the app exited: {log.read_text()[-2000:] if log else ''}")
         try:
-            if httpx.get(f"{base}/config", timeout=5).status_code == 200:
+            if httpx.get(f"{base}/config", timeout=5, verify=LOCAL_TLS).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -127,7 +132,9 @@ class QueueClient:
     """One browser-like client: its own cookie jar, any session hash it likes."""
 
     def __init__(self, base: str, session_hash: str | None = None) -> None:
-        self.http = httpx.Client(base_url=base, timeout=60, follow_redirects=False)
+        self.http = httpx.Client(
+            base_url=base, timeout=60, follow_redirects=False, verify=LOCAL_TLS
+        )
         self.session_hash = session_hash or uuid.uuid4().hex[:11]
 
     def close(self) -> None:
