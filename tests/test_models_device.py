@@ -112,7 +112,8 @@ def test_gpu_check_says_there_is_no_gpu_and_exits_0(monkeypatch, capsys) -> None
 
 
 TORCH_FREE_LOAD = """
-import sys
+import json, sys
+from medheb_app.cli import main
 from medheb_app.models.registry import load_embedder
 from medheb_app.search import search
 from medheb_app.settings import Settings
@@ -124,26 +125,36 @@ for ranking in ("similarity", "logic"):
     answer = search("pleural effusion and no cardiomegaly", model_spec="oracle", index="tiny",
                     settings=settings, ranking=ranking)
     assert answer.results and answer.ranking == ranking, (ranking, answer.ranking)
-print("torch" in sys.modules)
+assert main(["index", "build", "--source", "phantom:12", "--model", "random", "--name", "r"]) == 0
+tasks, out = sys.argv[1], sys.argv[2]
+assert main(["bench", "run", "--suite", tasks, "--model", "oracle", "--model", "random",
+             "--out", out]) == 0
+print(json.dumps({"torch": "torch" in sys.modules,
+                  "device": json.load(open(out + "/summary.json"))["settings"]["device"]}))
 """
 
 
-def test_the_torch_free_baselines_load_and_search_without_importing_torch(
-    settings: Settings,
+def test_the_torch_free_baselines_load_search_build_and_run_without_importing_torch(
+    settings: Settings, tmp_path
 ) -> None:
-    """An app or CLI that serves only oracle / random never imports torch (it did, to count
-    GPUs for "auto" and to set the query's intra-op threads: 3-7 s of every such start); a
-    GPU asked for is still checked (test_settings_and_cli_honour_the_device)."""
+    """A process that uses only oracle / random never imports torch: not to count GPUs for
+    "auto" (model load, index build, a run's recorded device) nor to set a query's intra-op
+    threads (3-7 s of every such start); a GPU asked for is still checked
+    (test_settings_and_cli_honour_the_device)."""
+    import json
     import os
     import subprocess
     import sys
 
     from medheb_app.index.build import build_from_source
+    from tests.test_tasks_manifest import write_fixture
 
     build_from_source("phantom:40", "oracle", "tiny", settings)
+    write_fixture(tmp_path / "tasks")
     done = subprocess.run(
-        [sys.executable, "-c", TORCH_FREE_LOAD], capture_output=True, text=True, timeout=120,
-        cwd=PROJECT_ROOT, env={**os.environ, "DATA_DIR": str(settings.data_dir)},
+        [sys.executable, "-c", TORCH_FREE_LOAD, str(tmp_path / "tasks"), str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=180, cwd=PROJECT_ROOT,
+        env={**os.environ, "DATA_DIR": str(settings.data_dir)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "False"
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"torch": False, "device": "cpu"}

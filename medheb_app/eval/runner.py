@@ -44,7 +44,8 @@ from medheb_app.eval.ray_runner import RayPool
 from medheb_app.eval.reports import render_report
 from medheb_app.eval.results import ModelSummary, Summary, TaskRun, model_dirname, now_iso
 from medheb_app.index.cache import EmbeddingCache
-from medheb_app.models.device import resolve_device
+from medheb_app.models.registry import device_for
+from medheb_app.ranking.logic_aware import PREFIX as LOGIC_PREFIX
 from medheb_app.ranking.probes import ProbeConfig
 from medheb_app.settings import Settings
 from medheb_app.store import runs as run_table
@@ -224,7 +225,7 @@ def _run_medheb(
         def building(name: str, i: int, n: int) -> None:
             if stop is not None and stop.is_set():
                 cancelled = Cancelled(f"cancelled while building tasks ({i} of {n})")
-                recorder.start(suite_name, ctx.specs, out_dir, run_settings(settings))
+                recorder.start(suite_name, ctx.specs, out_dir, run_settings(settings, ctx.specs))
                 recorder.finish(cancelled)  # the run's row says it was cancelled, and when
                 raise cancelled
             report(0.0, f"building task {name} ({i + 1} of {n})")
@@ -236,7 +237,7 @@ def _run_medheb(
         note(f"skipped {name}: {why}")
     if not tasks:
         raise ValueError(f"No task of suite {suite_name} could be built: {skipped}")
-    settings_record = run_settings(settings)
+    settings_record = run_settings(settings, ctx.specs)
     recorder.start(suite_name, ctx.specs, out_dir, settings_record)
     models = ctx.remote(models, tasks)
     summaries: dict[str, ModelSummary] = {}
@@ -319,11 +320,14 @@ def task_work(task: Any) -> int:
     return len(task.queries) + len(task.candidates)
 
 
-def run_settings(settings: Settings) -> dict[str, Any]:
-    """What of the settings a run's numbers depend on (kept in summary.json and the store)."""
+def run_settings(settings: Settings, specs: Sequence[str]) -> dict[str, Any]:
+    """What of the settings a run of `specs` depends on (kept in summary.json and the store):
+    the device is what "auto" became on this machine for these models ("cpu" for a run of
+    the oracle and random alone, which never imports torch to ask)."""
+    models = [spec.strip().removeprefix(LOGIC_PREFIX) for spec in specs]
     return {
         "data_dir": str(settings.data_dir),
-        "device": resolve_device(settings.device),  # what "auto" became on this machine
+        "device": device_for(models, settings.device),
         "shared_data": str(settings.shared_data_dir),
     }
 
@@ -339,7 +343,7 @@ def _run_cxr_retrieve(
     gallery, train = suite.build(settings)
     for line in gallery.notes:
         note(f"note: {line}")
-    settings_record = {**run_settings(settings), **suite.describe()}
+    settings_record = {**run_settings(settings, ctx.specs), **suite.describe()}
     recorder.start(suite.name, ctx.specs, out_dir, settings_record)
     models = ctx.remote(models, suite, gallery, train)
     cache = EmbeddingCache(settings.cache_dir)

@@ -81,7 +81,7 @@ from medheb_app.index.sources import (
 )
 from medheb_app.models import registry
 from medheb_app.models.base import CardOnly, Embedder, input_side
-from medheb_app.models.device import check_device_text, resolve_device
+from medheb_app.models.device import check_device_text
 from medheb_app.ranking.index_logic import prepare_index_logic
 from medheb_app.settings import Settings
 
@@ -189,7 +189,9 @@ def build_from_source(
     # a Ray build's actors run where the cluster has GPUs, not where the driver does: the
     # engine resolves the device from the cluster, and the driver never imports torch to ask
     wanted = device or settings.device
-    resolved_device = check_device_text(wanted) if engine == "ray" else resolve_device(wanted)
+    resolved_device = (
+        check_device_text(wanted) if engine == "ray" else registry.device_for([model_spec], wanted)
+    )
     notes: list[str] = []
     with build_lock(settings, name, _noting(notes, progress)):
         # with Ray the actors hold the model; the driver needs only its card

@@ -199,12 +199,15 @@ def lineage(spec: str, settings: Settings) -> tuple:
     return ("trained-towers",) if key[0] in TRAINED_FAMILIES else key
 
 
-def _device_for(spec: str, wanted: str) -> str:
-    """The resolved device for loading `spec`: "cpu" for a torch-free built-in asked for
-    "auto" or "cpu" without importing torch (3-7 s of a start that serves only the oracle);
-    otherwise resolve_device, which says when an asked-for GPU does not exist."""
-    builtin = BUILTINS.get(spec)
-    if builtin is not None and builtin.torch_free and check_device_text(wanted) in ("auto", "cpu"):
+def device_for(specs: Iterable[str], wanted: str) -> str:
+    """The resolved device that `specs` run on when `wanted` is asked for: "cpu" when every
+    one is a torch-free built-in and "auto" or "cpu" is asked for, without importing torch
+    (3-7 s of a start, a build or a run that uses only the oracle or random); otherwise
+    resolve_device, which says when an asked-for GPU does not exist."""
+    torch_free = all(
+        (builtin := BUILTINS.get(spec.strip())) is not None and builtin.torch_free for spec in specs
+    )
+    if torch_free and check_device_text(wanted) in ("auto", "cpu"):
         return "cpu"
     return resolve_device(wanted)
 
@@ -216,7 +219,7 @@ def load_embedder(spec: str, settings: Settings, device: str | None = None) -> E
     A checkpoint folder whose weights file changed (retrained in place) is reloaded, and the
     superseded copy is evicted, so a long-running app holds one model per folder and device."""
     spec = spec.strip()
-    resolved = _device_for(spec, device or settings.device)
+    resolved = device_for([spec], device or settings.device)
     key, loader = _resolve(spec, settings)
     cache_key = (*key, resolved, settings.precision)
     with _LOCK:
