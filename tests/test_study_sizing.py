@@ -89,9 +89,10 @@ def test_study_plan_and_create_print_the_sizing(tmp_path: Path, settings, capsys
     assert creation_note(4, 2) in out and "This study has 4 items" in out
 
 
-def test_a_running_study_reports_its_precision_and_the_items_still_needed(
-    tmp_path: Path, settings, capsys
-):
+def rate_oracle_pairs(settings, tmp_path: Path, name: str, n_items: int, raters: int, choose):
+    """A study of oracle vs random over `n_items` text items, two raters an item, each of
+    `raters` raters voting until nothing is left for them (at most 8 votes): `choose(n, r)` is
+    True when rater r's n-th vote goes to the oracle's side, else to the other side."""
     from sqlalchemy import select
 
     from medheb_app.store.db import Store
@@ -104,23 +105,30 @@ def test_a_running_study_reports_its_precision_and_the_items_still_needed(
         sign_in_with_invitation,
     )
 
-    run = write_run(tmp_path / "run", payloads=True, tasks={"t-t": 12})
+    run = write_run(tmp_path / "run", payloads=True, tasks={"t-t": n_items})
     store = Store.open(settings.database_url)
-    study = create_study(store, "pilot", ["oracle", "random"], run, 12, raters_per_item=2)
-    for r in range(3):
+    study = create_study(store, name, ["oracle", "random"], run, n_items, raters_per_item=2)
+    for r in range(raters):
         invitation = create_invitations(store, study.id, 1)[0]
         rater = sign_in_with_invitation(store, invitation.code).rater_id
         for n in range(8):
             view = next_item(store, study.id, rater)
             if view is None:
                 break
-            with store.session() as session:  # vote for the oracle two times in three
+            with store.session() as session:
                 left = session.scalar(
                     select(Assignment.model_left).where(Assignment.token == view.token)
                 )
             oracle_side = "A" if left == "oracle" else "B"
             other = "B" if oracle_side == "A" else "A"
-            record_vote(store, view.token, rater, oracle_side if (n + r) % 3 else other)
+            record_vote(store, view.token, rater, oracle_side if choose(n, r) else other)
+
+
+def test_a_running_study_reports_its_precision_and_the_items_still_needed(
+    tmp_path: Path, settings, capsys
+):
+    # the oracle two times in three
+    rate_oracle_pairs(settings, tmp_path, "pilot", 12, 3, lambda n, r: (n + r) % 3)
     code, out, err = run_cli(capsys, "study", "analyse", "--study", "pilot", "--boot", "20")
     assert code == 0, err
     assert "Precision so far: the 95% CI of the preference rate is +-" in out
@@ -138,30 +146,7 @@ def test_a_study_whose_every_vote_prefers_one_model_still_analyses(
 ):
     """A unanimous pilot (observed preference 1.0) has no variance to size a study with: the
     analysis says so instead of failing (it raised from `plan` when the sides fell that way)."""
-    from sqlalchemy import select
-
-    from medheb_app.store.db import Store
-    from medheb_app.store.study_tables import Assignment
-    from medheb_app.study import (
-        create_invitations,
-        create_study,
-        next_item,
-        record_vote,
-        sign_in_with_invitation,
-    )
-
-    run = write_run(tmp_path / "run", payloads=True, tasks={"t-t": 6})
-    store = Store.open(settings.database_url)
-    study = create_study(store, "unanimous", ["oracle", "random"], run, 6, raters_per_item=2)
-    for _ in range(2):
-        invitation = create_invitations(store, study.id, 1)[0]
-        rater = sign_in_with_invitation(store, invitation.code).rater_id
-        while (view := next_item(store, study.id, rater)) is not None:
-            with store.session() as session:
-                left = session.scalar(
-                    select(Assignment.model_left).where(Assignment.token == view.token)
-                )
-            record_vote(store, view.token, rater, "A" if left == "oracle" else "B")
+    rate_oracle_pairs(settings, tmp_path, "unanimous", 6, 2, lambda n, r: True)
     code, out, err = run_cli(capsys, "study", "analyse", "--study", "unanimous", "--boot", "20")
     assert code == 0, err
     assert "Every compared vote so far prefers one side (observed preference 1)" in out
