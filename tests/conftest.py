@@ -28,7 +28,11 @@ import pytest
 
 from medheb_app.settings import SHARED_DATA_DIR, Settings
 from medheb_app.store.db import Store
-from tests.browser_harness import browser, page  # noqa: F401 (the browser tests' fixtures)
+from tests.browser_harness import (  # noqa: F401 (the browser tests' fixtures)
+    browser,
+    oracle_workbench,
+    page,
+)
 
 sys.dont_write_bytecode = False  # this process too (see PYTHONDONTWRITEBYTECODE above)
 

@@ -306,7 +306,8 @@ def _rate_with_keyboard(app, page, invitation, name: str) -> None:
         # four raters per item: the systems are named only with an item's last vote, so no
         # rater (or second identity) meets an item whose sides an earlier reveal gave away
         assert "named once every rater of this item has voted" in message
-        assert not any(model in page.content() for model in MODELS)
+        content = page.content()
+        assert not any(model in content for model in MODELS)
         if rated == 1:
             _shot(page, f"{name}-vote-recorded")
         if rated < 3:  # auto-advance to the next item

@@ -14,50 +14,59 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from tests.browser_harness import require_browser, serve_app
-from tests.conftest import link_shared_corpora
+from tests.browser_harness import desktop_page
 from tests.test_browser_app import _open, _shot, _tab
 from tests.test_browser_search import _page_box
 
-pytestmark = pytest.mark.browser
+# one app with test_browser_search and test_browser_explorer (oracle_workbench)
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser-oracle")]
 TASKS = ["phantom-cxr-vg", "phantom-mr-t1-t2"]
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory, shared_phantom_corpora) -> Iterator[dict]:
-    require_browser()
-    root = tmp_path_factory.mktemp("browser-drilldown")
-    data_dir = root / "data"
+def app(oracle_workbench, request) -> Iterator[dict]:
+    """The oracle workbench (tests/browser_harness.py) with a medheb-lite run (random, oracle)
+    of TASKS stored in it first: its newest run, which the explorer shows first."""
     from medheb_app.eval.runner import run_suite
-    from medheb_app.evidence.phantoms.saved import demo_key
-    from medheb_app.settings import Settings
     from medheb_app.tasks import medheb
 
-    settings = Settings.from_env(data_dir=data_dir)
     with pytest.MonkeyPatch.context() as patch:  # small corpora: the session's saved ones
         patch.setattr(medheb, "CHEST_N", 120)
         patch.setattr(medheb, "VOLUME_SUBJECTS", 6)
-        run_suite(medheb.get_suite("medheb-lite"), ["random", "oracle"], root / "run", settings,
-                  only=TASKS)  # fmt: skip
-    env = {"MEDHEB_DEMO_SIZE": "40", "MEDHEB_DEFAULT_MODEL": "oracle",
-           "MEDHEB_DEMO_MODELS": "oracle"}  # fmt: skip
-    link_shared_corpora(shared_phantom_corpora, settings, demo_key(settings, 40))
-    with serve_app(root, data_dir, env, log_name="app-drilldown.log") as url:
-        yield {"url": url}
+        suite = medheb.get_suite("medheb-lite")
+        summary = run_suite(
+            suite,
+            ["random", "oracle"],
+            oracle_workbench.root / "run",
+            oracle_workbench.settings,
+            only=TASKS,
+        )
+    with oracle_workbench.serving(request) as url:
+        yield {"url": url, "run": summary.run_id}
 
 
-def _open_task(page, url: str, task: str) -> None:
-    """The explorer on the stored medheb-lite run (Run 1: recorded before the app started),
-    drilled down into `task`'s first query."""
-    _open(page, url)
-    _tab(page, "Benchmark explorer")
-    page.wait_for_function("() => document.querySelector('#explorer-run input')?.value")
-    if not page.locator("#explorer-run input").input_value().startswith("Run 1:"):
-        page.locator("#explorer-run input").click()
-        page.get_by_role("option").filter(has_text="Run 1:").first.click()
-    # the run's load chain ends by picking its first task's first query: a task picked before
-    # that could be overwritten by it, as a user's could
-    page.wait_for_function("() => document.querySelector('#explorer-query input')?.value")
+@pytest.fixture(scope="module")
+def explorer(app, browser) -> Iterator[object]:
+    """A desktop page on the explorer over the module's medheb-lite run, for both tests: each
+    drills into its own task from whichever task the page shows (a task picked after another
+    is what a user does too). One page, not one each: a page's first load and the explorer's
+    plots are seconds of chromium, and neither test checks what a fresh visitor sees."""
+    with desktop_page(browser) as page:
+        _open(page, app["url"])
+        _tab(page, "Benchmark explorer")
+        page.wait_for_function("() => document.querySelector('#explorer-run input')?.value")
+        label = f"Run {app['run']}: medheb-lite"
+        if not page.locator("#explorer-run input").input_value().startswith(label):
+            page.locator("#explorer-run input").click()
+            page.get_by_role("option").filter(has_text=label).first.click()
+        # the run's load chain ends by picking its first task's first query: a task picked
+        # before that could be overwritten by it, as a user's could
+        page.wait_for_function("() => document.querySelector('#explorer-query input')?.value")
+        yield page
+
+
+def _open_task(page, task: str) -> None:
+    """Drill the explorer down into `task`'s first query."""
     page.locator("#explorer-task input").click()
     page.locator("#explorer-task input").fill(task)  # the list can open past the viewport
     page.get_by_role("option").filter(has_text=task).first.wait_for()
@@ -86,12 +95,13 @@ def _marks_under_images(page) -> int:
     return checked
 
 
-def test_a_region_query_draws_its_gold_box_inside_the_image(app, page):
+def test_a_region_query_draws_its_gold_box_inside_the_image(explorer):
     from PIL import Image
 
     from medheb_app.ui.drilldown_view import GOLD_COLOUR
 
-    _open_task(page, app["url"], "phantom-cxr-vg")
+    page = explorer
+    _open_task(page, "phantom-cxr-vg")
     # the previous task's query can still show until the region task's answer replaces it
     page.locator("#explorer-ranked .dd-query").get_by_text("green: gold region").wait_for()
     query = page.locator("#explorer-ranked .dd-query img").first
@@ -118,8 +128,9 @@ def test_a_region_query_draws_its_gold_box_inside_the_image(app, page):
     _shot(page, "drilldown-region")
 
 
-def test_a_volume_shows_a_slice_with_a_slider_that_moves_it(app, page):
-    _open_task(page, app["url"], "phantom-mr-t1-t2")
+def test_a_volume_shows_a_slice_with_a_slider_that_moves_it(explorer):
+    page = explorer
+    _open_task(page, "phantom-mr-t1-t2")
     volume = page.locator("#explorer-ranked .ev-volume").first
     volume.wait_for()
     slider = volume.locator("input.ev-slider")

@@ -11,53 +11,49 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser_harness import (
-    SCREENSHOTS,
-    require_browser,
-    serve_app,
-)
-from tests.conftest import link_shared_corpora
+from tests.browser_harness import SCREENSHOTS
 from tests.test_browser_app import _open, _tab
 from tests.test_cxr_cli import nih_fixture
 
-pytestmark = pytest.mark.browser
+# one app with test_browser_search and test_browser_drilldown (oracle_workbench)
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser-oracle")]
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory, shared_phantom_corpora) -> Iterator[dict]:
-    require_browser()
-    root = tmp_path_factory.mktemp("browser-explorer")
-    data_dir = root / "data"
-    env = {"MEDHEB_DEMO_SIZE": "40", "MEDHEB_DEFAULT_MODEL": "oracle",
-           "MEDHEB_DEMO_MODELS": "oracle"}  # fmt: skip  # the explorer reads the stored run
+def app(oracle_workbench, request) -> Iterator[dict]:
+    """The oracle workbench (tests/browser_harness.py) with a cxr-retrieve run (oracle, random)
+    over a small NIH-layout gallery stored in it first: its newest run, shown first."""
     from medheb_app.eval.runner import run_suite
-    from medheb_app.evidence.phantoms.saved import demo_key
-    from medheb_app.settings import Settings
     from medheb_app.tasks.cxr_retrieve import CxrRetrieveSuite
 
-    settings = Settings.from_env(data_dir=data_dir)
-    link_shared_corpora(shared_phantom_corpora, settings, demo_key(settings, 40))
-    gallery = nih_fixture(root / "nih")
+    gallery = nih_fixture(oracle_workbench.root / "nih")
     suite = CxrRetrieveSuite(data=f"nih:{gallery}", split=None)
-    run_suite(suite, ["oracle", "random"], root / "cxr-run", settings)
-    with serve_app(root, data_dir, env, log_name="app-explorer.log") as url:
-        yield {"url": url}
+    out_dir = oracle_workbench.root / "cxr-run"
+    summary = run_suite(suite, ["oracle", "random"], out_dir, oracle_workbench.settings)
+    with oracle_workbench.serving(request) as url:
+        yield {"url": url, "run": summary.run_id}
 
 
 def test_a_negation_failure_shows_thumbnails_and_the_violated_constraint(app, page):
     _open(page, app["url"])
     _tab(page, "Benchmark explorer")
-    # the demo bootstrap records its own small run too (newest first, so it may be the one shown
-    # once it finishes): pick the stored CXR-Retrieve run, Run 1, by name
+    # the module's run is the app's newest, so shown first; picked by name should another be
+    # newer (the drill-down module stores its own run in the same app)
     page.wait_for_function("() => document.querySelector('#explorer-run input')?.value")
-    if not page.locator("#explorer-run input").input_value().startswith("Run 1:"):
+    label = f"Run {app['run']}: cxr-retrieve"
+    if not page.locator("#explorer-run input").input_value().startswith(label):
         page.locator("#explorer-run input").click()
-        page.get_by_role("option").filter(has_text="Run 1:").first.click()
+        page.get_by_role("option").filter(has_text=label).first.click()
     page.wait_for_function(
         "() => document.querySelector('#explorer-task input')?.value === 'negation'"
     )
+    # the query and its drill-down come last in a run's load chain: after a switch, the other
+    # run's can show until then
+    page.wait_for_function(
+        "() => document.querySelector('#explorer-query input')?.value.includes(' and no ')"
+    )
     page.locator("#explorer-ranked img").first.wait_for()
-    assert page.locator("#explorer-run input").input_value().startswith("Run 1: cxr-retrieve")
+    assert page.locator("#explorer-run input").input_value().startswith(label)
     assert " and no " in page.locator("#explorer-query input").input_value()
 
     page.locator("#explorer-query input").click()

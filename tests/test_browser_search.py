@@ -2,11 +2,12 @@
 layout boxes the page draws, not only its text (issue 22 item 5).
 
 `python app.py` serves the synthetic demo index and a small real-layout NIH index (16x16 px
-images, no SYNTHETIC flag) built beforehand. On a 375x812 phone the first hits sit right under
-the query within the first screen; every caption fits inside its thumbnail's width without
-being cut; the SYNTHETIC mark is a box under each generated image, never over it, in the list
-and in the hit pane; the banner shows over the demo index only; a 16 px real image is shown
-upscaled with its true size stated. Screenshots land in test-artifacts/screenshots/.
+images, no SYNTHETIC flag) built beforehand (tests/browser_harness.py's oracle_workbench). On
+a 375x812 phone the first hits sit right under the query within the first screen; every
+caption fits inside its thumbnail's width without being cut; the SYNTHETIC mark is a box under
+each generated image, never over it, in the list and in the hit pane; the banner shows over
+the demo index only; a 16 px real image is shown upscaled with its true size stated.
+Screenshots land in test-artifacts/screenshots/.
 """
 
 from __future__ import annotations
@@ -15,38 +16,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser_harness import (
-    STARTUP_S,
-    desktop_page,
-    require_browser,
-    serve_app,
-)
-from tests.conftest import link_shared_corpora
+from tests.browser_harness import STARTUP_S, desktop_page
 from tests.test_browser_app import _choose, _open, _shot, _wait_for_demo
-from tests.test_cxr_cli import nih_fixture
 
-pytestmark = pytest.mark.browser
+# one app with test_browser_drilldown and test_browser_explorer (oracle_workbench)
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser-oracle")]
 QUERY = "pleural effusion and no cardiomegaly"
 PHONE = {"width": 375, "height": 812}
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory, shared_phantom_corpora) -> Iterator[dict]:
-    require_browser()
-    root = tmp_path_factory.mktemp("browser-search")
-    data_dir = root / "data"
-    env = {"MEDHEB_DEMO_SIZE": "40", "MEDHEB_DEFAULT_MODEL": "oracle",
-           "MEDHEB_DEMO_MODELS": "oracle",
-           "MEDHEB_PUBLIC_INDICES": "nih-mini"}  # fmt: skip  # the operator published it
-    from medheb_app.evidence.phantoms.saved import demo_key
-    from medheb_app.index.build import build_from_source
-    from medheb_app.settings import Settings
-
-    settings = Settings.from_env(data_dir=data_dir)
-    link_shared_corpora(shared_phantom_corpora, settings, demo_key(settings, 40))
-    build_from_source(f"nih:{nih_fixture(root / 'nih', n=24)}", "oracle", "nih-mini", settings)
-    with serve_app(root, data_dir, env, log_name="app-search.log") as url:
-        _wait_for_demo(data_dir, STARTUP_S)
+def app(oracle_workbench, request) -> Iterator[dict]:
+    """The oracle workbench (tests/browser_harness.py), once its demo index is built."""
+    with oracle_workbench.serving(request) as url:
+        _wait_for_demo(oracle_workbench.settings.data_dir, STARTUP_S)
         yield {"url": url}
 
 
