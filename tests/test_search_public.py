@@ -130,7 +130,8 @@ def test_no_search_tab_handler_embeds_a_corpus(built, services, no_heavy_work) -
     search_tab.hit_detail([{"forged": True}], 0)
     search_tab.hit_detail("not a list", 7)  # type: ignore[arg-type]
     search_tab.refresh_pickers(services, "random", "demo-3d")
-    search_tab.bootstrap_status(services, "random", "demo-3d")
+    search_tab.bootstrap_status(services)
+    search_tab.pickers_when_ready(services, "random", "demo-3d")
     assert _tree(built.index_dir) == before
 
 

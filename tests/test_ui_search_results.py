@@ -37,6 +37,42 @@ def test_pickers_list_the_built_index_and_models(services):
     assert index["choices"] == ["demo-cxr"] and index["value"] == "demo-cxr"
 
 
+def test_the_pickers_are_refreshed_from_what_the_page_shows_after_each_tick(services):
+    """The bootstrap timer's answer sets only the progress line and the timer; the pickers
+    are refreshed by an event chained after it, which reads them as the page shows them then.
+    The tick used to answer the picker values it was sent with (up to a second old), which
+    reverted an index picked while it was in flight."""
+    import gradio as gr
+
+    from medheb_app.ui.server import build_server
+
+    main = build_server(services).state.blocks["main"]
+    ids = {getattr(block, "elem_id", None): i for i, block in main.blocks.items()}
+    pickers = {ids["search-model"], ids["search-index"]}
+    (timer,) = [i for i, block in main.blocks.items() if isinstance(block, gr.Timer)]
+    events = main.get_config_file()["dependencies"]
+    (tick,) = [e for e in events if [tuple(t) for t in e["targets"]] == [(timer, "tick")]]
+    assert set(tick["outputs"]) == {ids["bootstrap-status"], timer} and not tick["inputs"]
+    (after,) = [e for e in events if e.get("trigger_after") == tick["id"]]
+    assert set(after["inputs"]) == set(after["outputs"]) == pickers
+    model, index = search_tab.pickers_when_ready(services, "random", "demo-cxr")
+    assert model["value"] == "random" and index["value"] == "demo-cxr"  # the page's choice kept
+    assert search_tab.bootstrap_status(services)[0] == ""  # done: no progress bar
+
+
+def test_the_pickers_are_left_alone_while_the_demo_is_prepared(services, monkeypatch):
+    import gradio as gr
+
+    from medheb_app.services.bootstrap import BootstrapState
+
+    running = BootstrapState(done=False, fraction=0.4, message="building the demo index")
+    monkeypatch.setattr(services.bootstrap, "state", lambda: running)
+    unchanged = gr.update()
+    assert search_tab.pickers_when_ready(services, "random", "demo-cxr") == (unchanged, unchanged)
+    bar, timer = search_tab.bootstrap_status(services)
+    assert "Preparing the demo: building the demo index" in bar and timer.active is not False
+
+
 def test_oracle_hits_all_match_and_are_labelled_synthetic(services):
     outcome = search_tab.run_search(services, QUERY, None, "oracle", "demo-cxr", 5)
     assert ">Pleural Effusion</span>" in outcome.parsed_html.split("Must not show")[0]

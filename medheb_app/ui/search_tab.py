@@ -488,18 +488,29 @@ def hit_detail(hits: list[dict[str, Any]] | None, position: int | None) -> tuple
     return image, body
 
 
-def bootstrap_status(services: Services, model: str | None = None, index: str | None = None):
-    """Progress HTML for the demo bootstrap; when it ends the timer stops and pickers refresh."""
+def bootstrap_status(services: Services):
+    """Progress HTML for the demo bootstrap and the timer: ticking while it runs, stopped
+    when it ends (the pickers are refreshed after each tick: pickers_when_ready)."""
     state = services.bootstrap.state()
     if not state.done:
         bar = ui.progress_html(state.fraction, f"Preparing the demo: {state.message}")
-        return bar, gr.Timer(), gr.update(), gr.update()
+        return bar, gr.Timer()
     note = (
         ui.notice_html("error", "The demo could not be prepared on this server.")
         if state.error
         else ""
     )
-    return note, gr.Timer(active=False), *refresh_pickers(services, model, index)
+    return note, gr.Timer(active=False)
+
+
+def pickers_when_ready(services: Services, model: str | None, index: str | None):
+    """Once the bootstrap is done, the pickers refreshed from their values as the page shows
+    them now (refresh_pickers), else left alone. Chained after the tick rather than answered
+    by it: the tick's answer would carry the values it was sent with, up to a second old, and
+    revert an index the user had picked meanwhile."""
+    if not services.bootstrap.state().done:
+        return gr.update(), gr.update()
+    return refresh_pickers(services, model, index)
 
 
 # ---------------------------------------------------------------- layout
@@ -663,9 +674,11 @@ def build_search_tab(services: Services, limits: TabLimits | None = None) -> dic
         api_visibility="private",
     )
     timer.tick(
-        lambda m, i: bootstrap_status(services, m, i),
+        lambda: bootstrap_status(services), None, [status, timer], api_visibility="private"
+    ).then(
+        lambda m, i: pickers_when_ready(services, m, i),
         [model, index],
-        [status, timer, model, index],
+        [model, index],
         api_visibility="private",
     )
     return {
