@@ -49,7 +49,8 @@ def test_alignment_trains_the_projection_and_leaves_the_backbone_alone():
     backbone = {k: v.clone() for k, v in model.backbone.state_dict().items()}
     projection = model.projection.linear.weight.detach().clone()
     bank = caption_bank(_pairs())
-    stats = align_projection(model, bank, steps=30, lr=5e-3, batch_size=6, temperature=0.05,
+    # 12 steps (6 passes over the 12 pairs): the loss is down from 2.5 to 0.5 by the fourth
+    stats = align_projection(model, bank, steps=12, lr=5e-3, batch_size=6, temperature=0.05,
                              seed=0)  # fmt: skip
     assert stats["pairs"] == 12 and stats["captions"] == 3
     assert stats["final_loss"] < stats["first_loss"]

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select, update
 from test_study_items import write_run
 
-from medheb_app.store.db import Store
+from medheb_app.store.db import Store, make_engine
 from medheb_app.store.study_tables import Assignment, StudyItem, Vote
 from medheb_app.study import (
     ItemGoneError,
@@ -33,15 +33,27 @@ from medheb_app.study import (
 MODELS = ["oracle", "open_clip:secret/model"]
 
 
-@pytest.fixture
-def run_dir(tmp_path: Path) -> Path:
-    return write_run(tmp_path / "run", models=tuple(MODELS), payloads=True)
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The benchmark run the studies are drawn from, written once for the module: a study
+    only reads it, and writing it again for each of the 26 tests that use it cost 44 ms of
+    CPU each (most of it the runner's `git describe` for every result file)."""
+    return write_run(
+        tmp_path_factory.mktemp("session") / "run", models=tuple(MODELS), payloads=True
+    )
 
 
 def make_study(
     store: Store, run_dir: Path, n: int = 6, raters: int = 1, reveal=True, name="pilot"
 ) -> int:
     return create_study(store, name, MODELS, run_dir, n, raters, reveal, seed=7).id
+
+
+def browser_store(database_url: str) -> Store:
+    """The store through a connection pool of its own, as another browser's requests reach
+    the database: a new engine on the schema the test's `store` already created (Store.open
+    would reflect every table again for each browser, 45 ms of CPU each on PostgreSQL)."""
+    return Store(make_engine(database_url))
 
 
 def join(store: Store, study_id: int, name: str = "") -> int:
@@ -263,7 +275,7 @@ def test_concurrent_raters_lose_no_votes(store: Store, tmp_path: Path, database_
     refused: list[str] = []
 
     def rate(name: str) -> None:
-        own_store = Store.open(database_url)  # one connection pool per "browser"
+        own_store = browser_store(database_url)
         try:
             rater = join(own_store, study_id, name)
             ids = accepted.setdefault(name, [])
@@ -381,7 +393,7 @@ def test_a_rater_holds_one_open_claim_even_from_two_tabs(
     tokens: list[str] = []
 
     def tab() -> None:
-        own_store = Store.open(database_url)
+        own_store = browser_store(database_url)
         tokens.append(next_item(own_store, study_id, rater).token)
         own_store.engine.dispose()
 

@@ -23,15 +23,18 @@ pytestmark = pytest.mark.slow
 MODELS = ["random", "oracle"]
 
 
-@pytest.fixture(scope="module")
-def corpora(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("drilldown-corpora")
+@pytest.fixture
+def corpora(shared_phantom_corpora: Path) -> Path:
+    """Where the phantom tasks' corpora are saved: the session's (tests/conftest.py), whose
+    120-study and 6-subject corpora the browser tests' medheb-lite run reads too; this
+    module's own folder generated them a second time."""
+    return shared_phantom_corpora
 
 
 def _phantom_tasks(settings: Settings, corpora: Path, monkeypatch) -> list[str]:
     monkeypatch.setattr(medheb, "CHEST_N", 120)
     monkeypatch.setattr(medheb, "VOLUME_SUBJECTS", 6)
-    monkeypatch.setattr(saved, "corpora_root", lambda s: corpora)
+    assert saved.corpora_root(settings) == corpora  # so the page check below names the folder
     suite = medheb.get_suite("medheb-lite")
     return [name for name, spec in suite.specs.items() if spec.source.startswith("phantom")]
 

@@ -12,15 +12,17 @@ from medheb_app.ui.server import build_server
 from tests.web_client import QueueClient, serve
 
 
-@pytest.fixture
-def served(tmp_path, monkeypatch, request):
-    """The real server on a free port; the parameter is the admin password ('' = public)."""
-    monkeypatch.setenv("DATA_DIR", str(tmp_path / "data"))
-    settings = Settings.from_env(admin_password=request.param)
-    services = create_services(settings, start_bootstrap=False)
-    with serve(build_server(services)) as base:
-        yield QueueClient(base)
-    services.jobs.shutdown(wait=False)
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, request):
+    """The real server on a free port; the parameter is the admin password ('' = public).
+    Module-scoped: the tests only read pages, so the two public ones share one server."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DATA_DIR", str(tmp_path_factory.mktemp("shell") / "data"))
+        settings = Settings.from_env(admin_password=request.param)
+        services = create_services(settings, start_bootstrap=False)
+        with serve(build_server(services)) as base:
+            yield QueueClient(base)
+        services.jobs.shutdown(wait=False)
 
 
 def _labels(config: str) -> set[str]:
