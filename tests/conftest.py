@@ -8,6 +8,7 @@ are the one thing the workers share, in BASETEMP/phantoms, behind the saved-corp
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import uuid
@@ -43,6 +44,23 @@ if XDIST_WORKER is not None:
     # value wins).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+
+def _exit_without_teardown() -> None:
+    """A worker's last step at exit: every other exit handler runs as at any exit (Ray's
+    shutdown, PostgreSQL's stop, logging's flush, finalizers), then the process ends without
+    the interpreter's own teardown. The worker has sent its results and its controller has told
+    it to stop; the teardown of a process that loaded torch, Ray and FAISS took 2-10 s, which the
+    controller waited for (xdist kills a worker after 10 s) at the end of every run."""
+    atexit.unregister(_exit_without_teardown)
+    atexit._run_exitfuncs()  # the handlers registered before this one, in the usual order
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if XDIST_WORKER is not None:
+    atexit.register(_exit_without_teardown)
 
 NIH_DIR = SHARED_DATA_DIR / "nih-cxr14-1000"
 PUBMEDQA_DIR = SHARED_DATA_DIR / "pubmedqa"
