@@ -88,6 +88,7 @@ def _replica_client(base: str, cookies: dict, session_hash: str | None = None) -
     return client
 
 
+@pytest.mark.slow  # three app processes started (~12 s)
 def test_two_replicas_share_sign_ins_across_restarts_and_sign_out(world):
     from medheb_app.study.export import votes_frame
 

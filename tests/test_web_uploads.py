@@ -146,6 +146,7 @@ def _serve_process(data_dir: Path, port: int, env: dict) -> subprocess.Popen:
     return process
 
 
+@pytest.mark.slow  # two app processes started (~11 s): its module is sent to a worker early
 def test_uploads_left_by_a_killed_process_are_swept_at_the_next_start(tmp_path):
     temp = tmp_path / "gradio-temp"  # a Gradio upload folder of this test's own
     env = {"GRADIO_TEMP_DIR": str(temp), "UPLOAD_TTL_S": "0.5"}
