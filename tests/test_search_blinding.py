@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from medheb_app.models.registry import identity, lineage
-from medheb_app.services.search import BLINDING_CHECK_S, SearchError, SearchService
+from medheb_app.services import search as search_service
+from medheb_app.services.search import SearchError, SearchService
 from medheb_app.store.db import Store
 from medheb_app.store.study_tables import PreferenceStudy, utcnow
 from medheb_app.study.identity import create_invitations
@@ -25,10 +27,20 @@ from medheb_app.study.items import close_study, list_studies, open_study_models
 from tests.api_site import running_site
 
 QUERY = "pleural effusion and no cardiomegaly"
+# How long a read of the open studies' models is reused here: the service's BLINDING_CHECK_S
+# (2 s) made each of the three waits for a fresh read 2.2 s of an idle worker.
+RE_READ_S = 0.3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def quick_re_read() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(search_service, "BLINDING_CHECK_S", RE_READ_S)
+        yield
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def site(tmp_path_factory, quick_re_read):
     root = tmp_path_factory.mktemp("blinding")
     with running_site(root, {}, study_pauses_search=True) as running:
         study_id = next(
@@ -72,7 +84,7 @@ def test_an_open_study_pauses_its_models_for_everyone_but_admins(site):
 def test_closing_the_study_gives_the_models_back(site):
     close_study(site.services.store, "api-study")
     try:
-        time.sleep(BLINDING_CHECK_S + 0.2)  # the open studies are read again after this long
+        time.sleep(RE_READ_S + 0.2)  # the open studies are read again after this long
         with site.client() as anonymous:
             assert anonymous.post("/search", json={"text": QUERY, "k": 3}).status_code == 200
         assert site.services.search.public(QUERY, None, None, "demo-cxr", 3, "auto").results
@@ -127,7 +139,7 @@ def test_only_a_study_a_rater_can_be_in_pauses_its_models_and_their_family(site,
         _study(session, "open-enrolment", ["oracle"], open_enrolment=True)
         _study(session, "closed", ["mllm:/nowhere"], open_enrolment=True, closed_at=utcnow())
     assert open_study_models(store) == {"dual-lite", "random", "oracle"}
-    time.sleep(BLINDING_CHECK_S + 0.2)  # the open studies are read again after this long
+    time.sleep(RE_READ_S + 0.2)  # the open studies are read again after this long
     for spec in ("dual-lite", "dual-lite@label-aware", " dual-lite@report", "random", "oracle"):
         assert "open reader study" in service.blinded(spec), spec
     assert service.blinded("mllm:/nowhere") is None
