@@ -155,6 +155,18 @@ def _tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
 
 
+def _show_run(page, url: str, label: str) -> None:
+    """The page opened on the benchmark explorer showing the run whose label starts with
+    `label`: the app's newest run is shown first, so a run another module stored later in the
+    same app is picked away from by name."""
+    _open(page, url)
+    _tab(page, "Benchmark explorer")
+    page.wait_for_function("() => document.querySelector('#explorer-run input')?.value")
+    if not page.locator("#explorer-run input").input_value().startswith(label):
+        page.locator("#explorer-run input").click()
+        page.get_by_role("option").filter(has_text=label).first.click()
+
+
 def _shot(page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.browser_harness import desktop_page
-from tests.test_browser_app import _open, _shot, _tab
+from tests.test_browser_app import _shot, _show_run
 from tests.test_browser_search import _page_box
 
 # one app with test_browser_search and test_browser_explorer (oracle_workbench)
@@ -52,13 +52,7 @@ def explorer(app, browser) -> Iterator[object]:
     is what a user does too). One page, not one each: a page's first load and the explorer's
     plots are seconds of chromium, and neither test checks what a fresh visitor sees."""
     with desktop_page(browser) as page:
-        _open(page, app["url"])
-        _tab(page, "Benchmark explorer")
-        page.wait_for_function("() => document.querySelector('#explorer-run input')?.value")
-        label = f"Run {app['run']}: medheb-lite"
-        if not page.locator("#explorer-run input").input_value().startswith(label):
-            page.locator("#explorer-run input").click()
-            page.get_by_role("option").filter(has_text=label).first.click()
+        _show_run(page, app["url"], f"Run {app['run']}: medheb-lite")
         # the run's load chain ends by picking its first task's first query: a task picked
         # before that could be overwritten by it, as a user's could
         page.wait_for_function("() => document.querySelector('#explorer-query input')?.value")

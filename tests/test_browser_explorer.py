@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.browser_harness import SCREENSHOTS
-from tests.test_browser_app import _open, _tab
+from tests.test_browser_app import _show_run
 from tests.test_cxr_cli import nih_fixture
 
 # one app with test_browser_search and test_browser_drilldown (oracle_workbench)
@@ -35,15 +35,8 @@ def app(oracle_workbench, request) -> Iterator[dict]:
 
 
 def test_a_negation_failure_shows_thumbnails_and_the_violated_constraint(app, page):
-    _open(page, app["url"])
-    _tab(page, "Benchmark explorer")
-    # the module's run is the app's newest, so shown first; picked by name should another be
-    # newer (the drill-down module stores its own run in the same app)
-    page.wait_for_function("() => document.querySelector('#explorer-run input')?.value")
-    label = f"Run {app['run']}: cxr-retrieve"
-    if not page.locator("#explorer-run input").input_value().startswith(label):
-        page.locator("#explorer-run input").click()
-        page.get_by_role("option").filter(has_text=label).first.click()
+    label = f"Run {app['run']}: cxr-retrieve"  # the drill-down module stores a run here too
+    _show_run(page, app["url"], label)
     page.wait_for_function(
         "() => document.querySelector('#explorer-task input')?.value === 'negation'"
     )
