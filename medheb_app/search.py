@@ -51,11 +51,11 @@ from medheb_app.ranking.index_logic import (
     logic_search,
     training_ids,
 )
+from medheb_app.ranking.logic_aware import PREFIX as LOGIC_PREFIX
 from medheb_app.serving import default_model, reach
 from medheb_app.settings import Settings
 
 log = logging.getLogger(__name__)
-LOGIC_PREFIX = "logic:"
 MAX_K = 1000
 MAX_PUBLIC_K = 50  # an anonymous request (the web page) asks for at most this many hits
 RANKINGS = ("auto", "logic", "similarity")

@@ -33,6 +33,7 @@ from medheb_app.index.cache import EmbeddingCache, cache_key
 from medheb_app.models import registry
 from medheb_app.models.baselines import BASELINES
 from medheb_app.models.registry import list_models
+from medheb_app.ranking.logic_aware import PREFIX as LOGIC_PREFIX
 from medheb_app.ranking.logic_aware import probe_file
 from medheb_app.ranking.probes import ProbeConfig
 from medheb_app.ranking.views import VIEW_SETS, crop_key
@@ -57,7 +58,6 @@ RANGES = {
     "none": (1.0, 1.0),  # nothing to embed
 }
 DEFAULT_RATE_NOTE = f"default {DEFAULT_SECONDS_PER_ITEM} s/item (not measured yet)"
-LOGIC_PREFIX = "logic:"
 
 
 @dataclass(frozen=True)
