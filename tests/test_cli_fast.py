@@ -77,9 +77,7 @@ def light_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, ...]
     """The LIGHT commands over one finished index and one interrupted build, so list and info
     read both kinds (the commands only read them: one data folder serves them all)."""
     root = tmp_path_factory.mktemp("light")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DATA_DIR", str(root / "data"))
-        settings = Settings.from_env()
+    settings = Settings.from_env(data_dir=root / "data")
     build_from_source(f"folder:{_pngs(root / 'a', 4, 0)}", "random", "lab", settings)
     stop = threading.Event()
     stop.set()
