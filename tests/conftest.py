@@ -151,7 +151,7 @@ def group_tests(config: pytest.Config, items: list[pytest.Item]) -> None:
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("ray" if module in on_ray else module))
         group_of[id(item)] = str(_group(item))  # marked just above
-    if config.getoption("numprocesses", None):
+    if XDIST_WORKER is not None:  # not numprocesses: xdist sets it to None in its workers
         longest_groups_first(items, group_of)
 
 
