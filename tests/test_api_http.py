@@ -15,6 +15,7 @@ import httpx
 import pytest
 from PIL import Image
 
+from medheb_app.study import next_item, record_vote, sign_in_with_invitation
 from tests.api_site import running_site
 
 QUERY = "pleural effusion and no cardiomegaly"
@@ -535,11 +536,21 @@ def test_admin_creates_a_study_invites_raters_and_reads_its_analysis(site):
         assert len(codes) == 2 and all(i["link"].startswith("/rate?invite=") for i in codes)
         analysis = client.get(f"/reader-studies/{study['id']}/analysis").json()
         assert analysis["study"] == study["id"] and analysis["n_votes"] == 0
+        # two raters vote; the admin excludes one: the API reads what `study analyse` reads
+        store, studies = site.services.store, site.services.studies
+        raters = [sign_in_with_invitation(store, code["code"]).rater_id for code in codes]
+        for rater in raters:
+            record_vote(store, next_item(store, study["id"], rater).token, rater, "A")
+        studies.exclude_rater(study["id"], raters[1], "failed gold items", "api test", False)
+        analysis = client.get(f"/reader-studies/{study['id']}/analysis").json()
+        assert analysis["confirmed_exclusions"] == [raters[1]]
+        assert analysis["n_votes"] == 1 and analysis["n_raters"] == 1  # the kept rater's
+        expected = studies.summarise(study["id"], studies.votes(study["id"]))
+        for key in ("n_votes", "n_raters", "confirmed_exclusions", "rates", "raters"):
+            assert analysis[key] == json.loads(json.dumps(expected[key])), key
     with site.client("read") as client:  # now blinded for everyone but the admin
         blinded = client.get(f"/runs/{site.runs['spare']}/tasks/tt-spare/queries")
         assert_problem(blinded, 403, "blinded")
-    from medheb_app.study.identity import sign_in_with_invitation
-
     with site.client("admin") as client:  # no token is a rater: the API has no vote route
         paths = client.get("/openapi.json").json()["paths"]
     assert not [path for path in paths if "vote" in path or "rate" in path.split("/")[-1]]
