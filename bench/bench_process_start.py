@@ -80,13 +80,13 @@ def main() -> None:
             unhooked.append(seconds)
         a, b = statistics.median(hooked), statistics.median(unhooked)
         rows.append((label, b, a, b - a, a / b))
-        print(f"{label}: stub writer on {b:.2f} s, off {a:.2f} s, saved {b - a:.2f} s ({a / b:.2f})")
+        print(f"{label}: stub writer on {b:.2f} s, off {a:.2f} s, saved {b - a:.2f} s", end="")
+        print(f" (off / on {a / b:.2f})")
     lines = [
         MARKERS[0],
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; {dt.date.today()}, commit {git_commit(ROOT)}.",
-        f"Command: `.venv/bin/python bench/bench_process_start.py --rounds {args.rounds}"
-        " --write`",
+        f"Command: `.venv/bin/python bench/bench_process_start.py --rounds {args.rounds} --write`",
         "",
         "| imports in a fresh Python | stub writer on (CPU s) | off (CPU s) | saved | off / on |",
         "|---|---:|---:|---:|---:|",
