@@ -8,8 +8,9 @@ ignored anyway; yet it is ~40% of `import gradio` (BENCHMARKS.md, "Process start
 stub writer"). Every app start, CLI run that serves, and test worker pays it.
 
 `skip_stub_writer()` installs an import hook that replaces the function by a no-op as soon as
-gradio.component_meta has run, before any component class is defined. It touches nothing else:
-if gradio renames the function or is imported already, the hook does nothing.
+gradio.component_meta has run, before any component class is defined, and then leaves the
+import system. It touches nothing else: if gradio renames the function or is imported already,
+the hook does nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class _StubWriterRemover(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname != STUB_MODULE:
             return None
+        if self in sys.meta_path:  # one module to find: later imports need not ask
+            sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec

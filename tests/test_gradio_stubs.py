@@ -11,7 +11,15 @@ from medheb_app.settings import PROJECT_ROOT
 IN_A_FRESH_PROCESS = """
 import json, sys
 import medheb_app
+from medheb_app.gradio_stubs import _StubWriterRemover, skip_stub_writer
+
+def hooks():
+    return sum(isinstance(finder, _StubWriterRemover) for finder in sys.meta_path)
+skip_stub_writer()
+skip_stub_writer()
+hooks_before = hooks()
 import gradio as gr
+hooks_after = hooks()
 import gradio.blocks_events as blocks_events
 import gradio.component_meta as meta
 
@@ -29,6 +37,7 @@ with gr.Blocks() as demo:
 print(json.dumps({
     "writer": meta_writer.__name__, "events_writer": events_writer.__name__,
     "written": written, "value": box.value, "textbox_events": "change" in dir(gr.Textbox),
+    "hooks": [hooks_before, hooks_after],
 }))
 """
 
@@ -46,14 +55,12 @@ def test_gradio_defines_components_without_its_stub_writer() -> None:
     # the module's writer, components still build, their events are still defined
     assert result["written"] == ["Flagged"]
     assert result["value"] == "kept" and result["textbox_events"]
+    # installed once however often it is asked, and gone once gradio's module was found
+    assert result["hooks"] == [1, 0]
 
 
-def test_the_hook_is_installed_once_and_only_for_gradios_module() -> None:
-    from medheb_app.gradio_stubs import _StubWriterRemover, skip_stub_writer
+def test_the_hook_answers_only_for_gradios_module() -> None:
+    from medheb_app.gradio_stubs import _StubWriterRemover
 
-    skip_stub_writer()
-    skip_stub_writer()
-    hooks = [finder for finder in sys.meta_path if isinstance(finder, _StubWriterRemover)]
-    assert len(hooks) <= 1  # none when gradio was imported before medheb_app in this process
     assert _StubWriterRemover().find_spec("gradio.blocks", None) is None
     assert _StubWriterRemover().find_spec("json", None) is None
