@@ -9,6 +9,7 @@ are the one thing the workers share, in BASETEMP/phantoms, behind the saved-corp
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import sys
 import uuid
@@ -36,6 +37,14 @@ from tests.browser_harness import (  # noqa: F401 (the browser tests' fixtures)
 )
 
 sys.dont_write_bytecode = False  # this process too (see PYTHONDONTWRITEBYTECODE above)
+
+# No automatic full collections in a test process: with torch, gradio, Ray and pandas loaded,
+# a worker holds 1.2-2.1 million objects, and Python's cycle collector walked them all ~20
+# times a run (0.5-2.4 s each): 31 CPU-s of GC in the two workers, 13% of their CPU
+# (BENCHMARKS.md, "Test suite time: the cycle collector"). The young generations still run, so
+# short-lived cycles are freed as before; what survives them waits for an explicit
+# gc.collect() or the process's end. Peak RSS stayed within the default's range.
+gc.set_threshold(gc.get_threshold()[0], gc.get_threshold()[1], 1_000_000_000)
 
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... in a worker, else None
 if XDIST_WORKER is not None:
@@ -106,6 +115,23 @@ def link_shared_corpora(shared: Path, settings: Settings, *keys: object) -> None
         link = saved.corpus_path(settings.demo_dir, key)  # type: ignore[arg-type]
         if not link.exists():
             link.symlink_to(directory, target_is_directory=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """No forced full collections at the run's end either: pytest's unraisable-exception plugin
+    runs gc.collect() twice as a process stops, 2.3-2.4 s each in a worker, and the run waits
+    for its last worker. Unraisable exceptions are still reported after every test."""
+    from _pytest import unraisableexception  # the key is pytest's own (its tests set it)
+
+    key = getattr(unraisableexception, "gc_collect_iterations_key", None)
+    if key is not None:
+        config.stash[key] = 0
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Everything collection imported (the package, torch, gradio, the test modules) lives as
+    long as the process: out of the cycle collector's reach, explicit collections skip it."""
+    gc.freeze()
 
 
 def _group(item: pytest.Item | None) -> str | None:
