@@ -17,6 +17,7 @@ from medheb_app.access.auth import StartupRefused, check_oauth_setting
 from medheb_app.access.header_cap import HeadCappedProtocol
 from medheb_app.access.origin import OriginPolicy
 from medheb_app.settings import Settings, listen_address
+from medheb_app.startup_heap import startup_phase
 
 
 def address(environ: dict[str, str] | None = None) -> tuple[str, int]:
@@ -50,13 +51,14 @@ def main() -> None:
     # ModuleNotFoundError, at INFO: four lines per start that read like a failure
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     settings = startup_settings()
-    # deferred past the checks: the models, Gradio and the UI are 2-3 s of imports that a
-    # refused start (one line, exit 2) does not need
-    from medheb_app.services import create_services
-    from medheb_app.ui.server import build_server
+    with startup_phase():  # what is loaded here lives as long as the process
+        # deferred past the checks: the models, Gradio and the UI are 2-3 s of imports that a
+        # refused start (one line, exit 2) does not need
+        from medheb_app.services import create_services
+        from medheb_app.ui.server import build_server
 
-    services = create_services(settings)
-    server = build_server(services)
+        services = create_services(settings)
+        server = build_server(services)
     host, port = address()
     logging.getLogger(__name__).info("serving on http://%s:%d (raters: /rate)", host, port)
     uvicorn.run(

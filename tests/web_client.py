@@ -38,12 +38,15 @@ LOCAL_TLS = httpx.create_ssl_context()
 # no bootstrap thread, the page and the JSON API on 127.0.0.1:PORT.
 APP_PROCESS = (
     "import sys, uvicorn\n"
-    "from medheb_app.services import create_services\n"
-    "from medheb_app.settings import Settings\n"
-    "from medheb_app.ui.server import build_server\n"
-    "services = create_services(Settings.from_env(), start_bootstrap=False)\n"
+    "from medheb_app.startup_heap import startup_phase\n"
+    "with startup_phase():\n"
+    "    from medheb_app.services import create_services\n"
+    "    from medheb_app.settings import Settings\n"
+    "    from medheb_app.ui.server import build_server\n"
+    "    services = create_services(Settings.from_env(), start_bootstrap=False)\n"
+    "    server = build_server(services)\n"
     "from medheb_app.access.header_cap import HeadCappedProtocol\n"
-    "uvicorn.run(build_server(services), host='127.0.0.1', port=int(sys.argv[1]),"
+    "uvicorn.run(server, host='127.0.0.1', port=int(sys.argv[1]),"
     " log_level='warning', http=HeadCappedProtocol)\n"
 )
 

@@ -44,6 +44,7 @@ from medheb_app.index.shards import Shard, ShardResult, decode, failure_reason, 
 from medheb_app.models import registry
 from medheb_app.models.device import DeviceError
 from medheb_app.settings import Settings
+from medheb_app.startup_heap import startup_phase
 
 CPUS_PER_ACTOR = 1  # and as many torch threads: an actor never oversubscribes its share
 OBJECT_STORE_MB = 256  # a local cluster's object store: batches of paths and vectors only
@@ -78,11 +79,12 @@ class EmbedActor:
     def __init__(
         self, spec: str, settings: Settings, device: str, threads: int = 1, decode: bool = True
     ) -> None:
-        import torch
+        with startup_phase():  # the actor's process exists to hold this model
+            import torch
 
-        torch.set_num_threads(max(1, threads))
-        self.decode = decode
-        self.embedder = registry.load_embedder(spec, settings, device=device)
+            torch.set_num_threads(max(1, threads))
+            self.decode = decode
+            self.embedder = registry.load_embedder(spec, settings, device=device)
 
     def embed(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         errors = [str(e) for e in batch["error"]] if "error" in batch else [""] * len(batch["id"])
