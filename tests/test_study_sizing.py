@@ -91,8 +91,9 @@ def test_study_plan_and_create_print_the_sizing(tmp_path: Path, settings, capsys
 
 def rate_oracle_pairs(settings, tmp_path: Path, name: str, n_items: int, raters: int, choose):
     """A study of oracle vs random over `n_items` text items, two raters an item, each of
-    `raters` raters voting until nothing is left for them (at most 8 votes): `choose(n, r)` is
-    True when rater r's n-th vote goes to the oracle's side, else to the other side."""
+    `raters` raters voting until nothing is left for them (at most 8 votes): `choose(n, r, query)`
+    is True when rater r's n-th vote, on `query` (what the rater is shown), goes to the oracle's
+    side, else to the other side."""
     from sqlalchemy import select
 
     from medheb_app.store.db import Store
@@ -121,14 +122,14 @@ def rate_oracle_pairs(settings, tmp_path: Path, name: str, n_items: int, raters:
                 )
             oracle_side = "A" if left == "oracle" else "B"
             other = "B" if oracle_side == "A" else "A"
-            record_vote(store, view.token, rater, oracle_side if choose(n, r) else other)
+            record_vote(store, view.token, rater, oracle_side if choose(n, r, view.query) else other)
 
 
 def test_a_running_study_reports_its_precision_and_the_items_still_needed(
     tmp_path: Path, settings, capsys
 ):
     # the oracle two times in three
-    rate_oracle_pairs(settings, tmp_path, "pilot", 12, 3, lambda n, r: (n + r) % 3)
+    rate_oracle_pairs(settings, tmp_path, "pilot", 12, 3, lambda n, r, _: (n + r) % 3)
     code, out, err = run_cli(capsys, "study", "analyse", "--study", "pilot", "--boot", "20")
     assert code == 0, err
     assert "Precision so far: the 95% CI of the preference rate is +-" in out
@@ -141,12 +142,31 @@ def test_a_running_study_reports_its_precision_and_the_items_still_needed(
     assert data["icc_source"] == "from pilot study pilot" and data["pilot"]["raters"] == 3
 
 
+def test_a_pilot_whose_raters_agree_on_every_query_still_sizes_a_study(
+    tmp_path: Path, settings, capsys
+):
+    """Both votes of every item agree (the oracle wins on two queries in three): the pilot's
+    ICC by query is 1, where the design has no solution. `study plan` plans with 0.99, as the
+    analysis's precision-so-far does, instead of failing with "An ICC is between 0 and 1"."""
+    rate_oracle_pairs(
+        settings, tmp_path, "agreed", 12, 3, lambda n, r, query: sum(map(ord, str(query))) % 3
+    )
+    code, out, err = run_cli(
+        capsys, "study", "plan", "--pilot", "agreed", "--preference", "0.7", "--json"
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["pilot"]["icc_query"] == 1.0 and 0 < data["pilot"]["preference"] < 1
+    assert data["icc_query"] == 0.99 and data["icc_source"] == "from pilot study agreed"
+    assert data["design_effect"] == pytest.approx(1 + (data["votes_per_item"] - 1) * 0.99)
+
+
 def test_a_study_whose_every_vote_prefers_one_model_still_analyses(
     tmp_path: Path, settings, capsys
 ):
     """A unanimous pilot (observed preference 1.0) has no variance to size a study with: the
     analysis says so instead of failing (it raised from `plan` when the sides fell that way)."""
-    rate_oracle_pairs(settings, tmp_path, "unanimous", 6, 2, lambda n, r: True)
+    rate_oracle_pairs(settings, tmp_path, "unanimous", 6, 2, lambda n, r, _: True)
     code, out, err = run_cli(capsys, "study", "analyse", "--study", "unanimous", "--boot", "20")
     assert code == 0, err
     assert "Every compared vote so far prefers one side (observed preference 1)" in out

@@ -514,8 +514,9 @@ def run_plan(args: argparse.Namespace, settings: Settings) -> tuple[str, dict[st
             )
         preference = preference if preference is not None else pilot["preference"]
         raters = raters if raters is not None else pilot["raters"]
-        icc_query = pilot["icc_query"] if icc_query is None else icc_query
-        icc_rater = pilot["icc_rater"] if icc_rater is None else icc_rater
+        # the pilot's own estimates within [0, 0.99], as the analysis plans with them
+        icc_query = Studies.planning_icc(pilot["icc_query"]) if icc_query is None else icc_query
+        icc_rater = Studies.planning_icc(pilot["icc_rater"]) if icc_rater is None else icc_rater
         source = f"from pilot study {args.pilot}"
     if preference is None or raters is None:
         raise UserError("Give --preference and --raters (or --pilot STUDY).")

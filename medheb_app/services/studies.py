@@ -284,6 +284,11 @@ class Studies:
         return heavy.sizing.pilot_estimates(votes)
 
     @staticmethod
+    def planning_icc(icc: float) -> float:
+        """A pilot's ICC as a plan can use it (study.sizing.planning_icc)."""
+        return _sizing().planning_icc(icc)
+
+    @staticmethod
     def plan(preference: float, raters: int, **design: Any) -> Plan:
         """How many items a study needs (study.sizing.plan; `design` as its keywords)."""
         return _sizing().plan(preference, raters, **design)

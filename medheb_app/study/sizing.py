@@ -175,6 +175,16 @@ def creation_note(n_items: int, votes_per_item: int, raters: int | None = None) 
     )
 
 
+MAX_PLANNING_ICC = 0.99
+
+
+def planning_icc(icc: float) -> float:
+    """An ICC observed on a few votes, as a plan can use it: within [0, MAX_PLANNING_ICC]. A
+    pilot whose votes agree within every query (or every rater) estimates 1, where the design
+    has no solution, rather than fail."""
+    return min(max(float(icc), 0.0), MAX_PLANNING_ICC)
+
+
 def pilot_estimates(votes: Any) -> dict[str, Any]:
     """From a (pilot) study's compared votes of its first model pair: the observed preference
     rate for model A, the ICC by query and by rater of A's score, votes per item, raters."""
@@ -237,16 +247,12 @@ def precision_so_far(
         )
         return out
 
-    # a few votes can estimate an ICC of 1 (or below 0): plan within [0, 0.99] rather than fail
-    def bounded(icc: float) -> float:
-        return min(max(float(icc), 0.0), 0.99)
-
     sized = plan(
         preference,
         max(pilot["raters"], pilot["votes_per_item"]),
         pilot["votes_per_item"],
-        bounded(pilot["icc_query"]),
-        bounded(pilot["icc_rater"]),
+        planning_icc(pilot["icc_query"]),
+        planning_icc(pilot["icc_rater"]),
         icc_source="observed so far",
     )
     out["plan"] = sized.to_dict()
