@@ -27,8 +27,10 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 from pathlib import Path
 
 import pytest
+from _pytest import unraisableexception  # its gc_collect_iterations_key: pytest's tests set it
 
 from medheb_app.settings import SHARED_DATA_DIR, Settings
+from medheb_app.startup_heap import NO_FULL_COLLECTIONS
 from medheb_app.store.db import Store
 from tests.browser_harness import (  # noqa: F401 (the browser tests' fixtures)
     browser,
@@ -44,7 +46,7 @@ sys.dont_write_bytecode = False  # this process too (see PYTHONDONTWRITEBYTECODE
 # (BENCHMARKS.md, "Test suite time: the cycle collector"). The young generations still run, so
 # short-lived cycles are freed as before; what survives them waits for an explicit
 # gc.collect() or the process's end. Peak RSS stayed within the default's range.
-gc.set_threshold(gc.get_threshold()[0], gc.get_threshold()[1], 1_000_000_000)
+gc.set_threshold(*gc.get_threshold()[:2], NO_FULL_COLLECTIONS)
 
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... in a worker, else None
 if XDIST_WORKER is not None:
@@ -121,8 +123,6 @@ def pytest_configure(config: pytest.Config) -> None:
     """No forced full collections at the run's end either: pytest's unraisable-exception plugin
     runs gc.collect() twice as a process stops, 2.3-2.4 s each in a worker, and the run waits
     for its last worker. Unraisable exceptions are still reported after every test."""
-    from _pytest import unraisableexception  # the key is pytest's own (its tests set it)
-
     key = getattr(unraisableexception, "gc_collect_iterations_key", None)
     if key is not None:
         config.stash[key] = 0
