@@ -122,7 +122,8 @@ def rate_oracle_pairs(settings, tmp_path: Path, name: str, n_items: int, raters:
                 )
             oracle_side = "A" if left == "oracle" else "B"
             other = "B" if oracle_side == "A" else "A"
-            record_vote(store, view.token, rater, oracle_side if choose(n, r, view.query) else other)
+            chosen = oracle_side if choose(n, r, view.query) else other
+            record_vote(store, view.token, rater, chosen)
 
 
 def test_a_running_study_reports_its_precision_and_the_items_still_needed(
