@@ -15,11 +15,7 @@ between bench_process_start markers.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
-import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_api import write_section  # noqa: E402
-from bench.rss import git_commit  # noqa: E402
+from bench.fresh_starts import fresh_python, section_heading  # noqa: E402
 
 MARKERS = ("<!-- bench_process_start:start -->", "<!-- bench_process_start:end -->")
 IMPORTS = {
@@ -53,12 +49,7 @@ print(time.process_time() - started, meta.create_or_modify_pyi.__name__)
 
 def one_start(first: str, modules: str) -> tuple[float, str]:
     """CPU seconds of one fresh Python's imports, and which stub writer gradio ended with."""
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, first, modules],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    seconds, writer = done.stdout.split()
+    seconds, writer = fresh_python(CHILD, first, modules, env={"PYTHONDONTWRITEBYTECODE": "1"})
     return float(seconds), writer
 
 
@@ -84,9 +75,7 @@ def main() -> None:
         print(f" (off / on {a / b:.2f})")
     lines = [
         MARKERS[0],
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}; {dt.date.today()}, commit {git_commit(ROOT)}.",
-        f"Command: `.venv/bin/python bench/bench_process_start.py --rounds {args.rounds} --write`",
+        *section_heading("bench_process_start.py", args.rounds),
         "",
         "| imports in a fresh Python | stub writer on (CPU s) | off (CPU s) | saved | off / on |",
         "|---|---:|---:|---:|---:|",

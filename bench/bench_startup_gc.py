@@ -13,11 +13,7 @@ between bench_startup_gc markers.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_api import write_section  # noqa: E402
-from bench.rss import git_commit  # noqa: E402
+from bench.fresh_starts import fresh_python, section_heading  # noqa: E402
 
 MARKERS = ("<!-- bench_startup_gc:start -->", "<!-- bench_startup_gc:end -->")
 STARTS = {
@@ -55,12 +51,8 @@ print(time.process_time() - started, sum(full))
 
 def one_start(what: str, mode: str, data_dir: str) -> tuple[float, int]:
     """CPU seconds of one fresh Python's start, and its full collections."""
-    env = {**os.environ, "DATA_DIR": data_dir, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, what, mode],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    seconds, collections = done.stdout.split()
+    env = {"DATA_DIR": data_dir, "OMP_NUM_THREADS": "1"}
+    seconds, collections = fresh_python(CHILD, what, mode, env=env)
     return float(seconds), int(collections)
 
 
@@ -88,9 +80,7 @@ def main() -> None:
             print(f" ({fa:g}), saved {b - a:.2f} s (phase / plain {a / b:.2f})")
     lines = [
         MARKERS[0],
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}; {dt.date.today()}, commit {git_commit(ROOT)}.",
-        f"Command: `.venv/bin/python bench/bench_startup_gc.py --rounds {args.rounds} --write`",
+        *section_heading("bench_startup_gc.py", args.rounds),
         "",
         "| start of a fresh Python | plain (CPU s) | full collections | startup_phase (CPU s) "
         "| full collections | saved | phase / plain |",
