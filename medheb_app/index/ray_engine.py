@@ -79,11 +79,11 @@ class EmbedActor:
     def __init__(
         self, spec: str, settings: Settings, device: str, threads: int = 1, decode: bool = True
     ) -> None:
+        self.decode = decode
         with startup_phase():  # the actor's process exists to hold this model
             import torch
 
             torch.set_num_threads(max(1, threads))
-            self.decode = decode
             self.embedder = registry.load_embedder(spec, settings, device=device)
 
     def embed(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
